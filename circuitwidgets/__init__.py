@@ -1,0 +1,44 @@
+"""circuitwidgets: Jupyter widgets for *A Mathematical Framework for Transformer Circuits*.
+
+The public surface is small: a canonical model (:class:`CircuitModel`) and its
+loaders, the engine in :mod:`circuitwidgets.circuits`, the widgets, and
+:func:`save_html`. Heavy modules load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "CircuitModel": "circuitwidgets.model",
+    "ModelConfig": "circuitwidgets.model",
+    "load_pretrained": "circuitwidgets.sources.pretrained",
+    "list_pretrained": "circuitwidgets.sources.pretrained",
+    "pretrained_card": "circuitwidgets.sources.pretrained",
+    "from_transformer_lens": "circuitwidgets.sources.transformer_lens",
+    "from_hf": "circuitwidgets.sources.huggingface",
+    "AttentionPatterns": "circuitwidgets.widgets",
+    "EigenScatter": "circuitwidgets.widgets",
+    "SkipTrigramTable": "circuitwidgets.widgets",
+    "CompositionMap": "circuitwidgets.widgets",
+    "TermImportance": "circuitwidgets.widgets",
+    "CircuitExplorer": "circuitwidgets.widgets",
+    "save_html": "circuitwidgets.export",
+}
+
+__all__ = sorted([*_LAZY, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in ("circuits", "widgets", "errors"):
+        return importlib.import_module(f"circuitwidgets.{name}")
+    raise AttributeError(f"module 'circuitwidgets' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

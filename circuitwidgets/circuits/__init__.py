@@ -1,0 +1,74 @@
+"""The engine: the mathematics of *A Mathematical Framework for Transformer Circuits*, exact and factored.
+
+Every function takes a :class:`~circuitwidgets.CircuitModel` and follows the
+definitions of DESIGN.md §3 (row vectors; ``W_QK = W_Q W_Kᵀ``, ``W_OV = W_V W_O``).
+No ``[d_vocab, d_vocab]`` matrix is formed unless a slice is asked for:
+token-space circuits are :class:`LowRankMatrix` objects.
+
+Modules: :mod:`.lowrank` (factored matrices), :mod:`.ov_qk` (circuits),
+:mod:`.copying` (eigenvalue and other copying summaries), :mod:`.composition`
+(Q/K/V composition), :mod:`.skip_trigrams`, :mod:`.paths` (bigrams, path
+expansion, term importance), :mod:`.heads` (head detectors).
+"""
+
+from __future__ import annotations
+
+from circuitwidgets.circuits._checks import MLPPathsExcludedWarning
+from circuitwidgets.circuits._records import RecordList
+from circuitwidgets.circuits.composition import composition_baseline, composition_scores
+from circuitwidgets.circuits.copying import (
+    copying_scores,
+    eigen_score,
+    eigenvalues,
+    kcomp_eigenvalues,
+    matrix_copying_score,
+    same_matching_scores,
+)
+from circuitwidgets.circuits.heads import head_scores, repeated_random_tokens
+from circuitwidgets.circuits.lowrank import LowRankMatrix, TopEntries, TopK
+from circuitwidgets.circuits.ov_qk import W_OV, W_QK, direct_path, full_ov, full_qk, full_qk_kcomp, positional_qk
+from circuitwidgets.circuits.paths import (
+    Bigram,
+    PathExpansion,
+    TermImportanceResult,
+    bigrams,
+    path_expansion,
+    term_importance,
+)
+from circuitwidgets.circuits.skip_trigrams import SkipTrigram, SourceProfile, TokenScore, skip_trigrams, source_profile
+
+__all__ = [
+    "W_OV",
+    "W_QK",
+    "Bigram",
+    "LowRankMatrix",
+    "MLPPathsExcludedWarning",
+    "PathExpansion",
+    "RecordList",
+    "SkipTrigram",
+    "SourceProfile",
+    "TermImportanceResult",
+    "TokenScore",
+    "TopEntries",
+    "TopK",
+    "bigrams",
+    "composition_baseline",
+    "composition_scores",
+    "copying_scores",
+    "direct_path",
+    "eigen_score",
+    "eigenvalues",
+    "full_ov",
+    "full_qk",
+    "full_qk_kcomp",
+    "head_scores",
+    "kcomp_eigenvalues",
+    "matrix_copying_score",
+    "path_expansion",
+    "positional_qk",
+    "repeated_random_tokens",
+    "same_matching_scores",
+    "skip_trigrams",
+    "source_profile",
+    "term_importance",
+]

@@ -1,0 +1,123 @@
+"""Argument checks shared by the engine (typed errors naming argument, expected, received)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeVar
+
+import torch
+
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+from circuitwidgets.model import CircuitModel
+
+T = TypeVar("T")
+
+
+class MLPPathsExcludedWarning(UserWarning):
+    """A weight-space analysis was given a model with MLPs; paths through MLPs are left out."""
+
+
+_WARNED: weakref.WeakSet[CircuitModel] = weakref.WeakSet()
+
+
+def check_model(model: object, analysis: str | None = None) -> CircuitModel:
+    """Return ``model`` as a :class:`CircuitModel` or raise :class:`ArgumentTypeError`.
+
+    With ``analysis`` (a weight-space analysis's name), warn once per model
+    with MLPs that paths through the MLPs are excluded.
+    """
+    if not isinstance(model, CircuitModel):
+        raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
+    if analysis is not None and model.cfg.has_mlp and model not in _WARNED:
+        _WARNED.add(model)
+        warnings.warn(
+            f"{analysis}: model {model.name!r} has MLPs; weight-space analyses use attention heads and "
+            "the direct path only, so every path through an MLP is excluded",
+            MLPPathsExcludedWarning,
+            stacklevel=3,
+        )
+    return model
+
+
+def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high)`` (either bound optional)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if (low is not None and value < low) or (high is not None and value >= high):
+        lo = "-inf" if low is None else str(low)
+        hi = "inf" if high is None else str(high)
+        raise ArgumentError(f"{name}: expected an int in [{lo}, {hi}), got {value}")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` if it is a bool."""
+    if not isinstance(value, bool):
+        raise ArgumentTypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ArgumentError(f"{name}: expected one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_head(model: CircuitModel, layer: object, head: object, prefix: str = "") -> tuple[int, int]:
+    """``(layer, head)`` checked against the model's shape."""
+    lay = check_int(f"{prefix}layer", layer, 0, model.cfg.n_layers)
+    hd = check_int(f"{prefix}head", head, 0, model.cfg.n_heads)
+    return lay, hd
+
+
+def check_token(model: CircuitModel, name: str, token: object) -> int:
+    """A token id from an int or a string that is exactly one token of the model's tokenizer."""
+    if isinstance(token, str):
+        ids = model.tokenizer.encode(token)
+        if len(ids) != 1:
+            raise ArgumentError(f"{name}: expected a string that is exactly one token, got {token!r} ({len(ids)} tokens)")
+        return int(ids[0])
+    if isinstance(token, torch.Tensor) and token.ndim == 0 and not token.dtype.is_floating_point:
+        token = int(token)
+    return check_int(name, token, 0, model.cfg.d_vocab)
+
+
+def check_token_ids(model: CircuitModel, name: str, tokens: object) -> torch.Tensor:
+    """A 1-D ``long`` tensor of token ids (on the model's device) from a sequence or tensor."""
+    if isinstance(tokens, (str, bytes)):
+        raise ArgumentTypeError(f"{name}: expected a sequence of token ids, got {type(tokens).__name__}")
+    try:
+        ids = torch.as_tensor(tokens, device=model.device)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ArgumentTypeError(f"{name}: expected a sequence of token ids, got {type(tokens).__name__}") from exc
+    if ids.ndim != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise ArgumentError(f"{name}: expected a 1-D sequence of integer token ids, got shape {tuple(ids.shape)} dtype {ids.dtype}")
+    if ids.numel() == 0:
+        raise ArgumentError(f"{name}: expected at least one token id, got none")
+    if int(ids.min()) < 0 or int(ids.max()) >= model.cfg.d_vocab:
+        raise ArgumentError(
+            f"{name}: expected ids in [0, {model.cfg.d_vocab}), got range [{int(ids.min())}, {int(ids.max())}]"
+        )
+    return ids.long()
+
+
+def check_budget(name: str, value: object) -> int:
+    """A positive memory budget in bytes."""
+    return check_int(name, value, 1)
+
+
+def progress(items: Iterable[T], total: int | None, desc: str, enabled: bool | None) -> Iterator[T]:
+    """Wrap ``items`` in a ``tqdm.auto`` bar; ``enabled=None`` lets tqdm decide (off when not interactive)."""
+    from tqdm.auto import tqdm
+
+    disable = None if enabled is None else not enabled
+    yield from tqdm(items, total=total, desc=desc, disable=disable, leave=False)
+
+
+def nan_to_none(value: float) -> float | None:
+    """``None`` for NaN, else the value (for records)."""
+    return None if math.isnan(value) else value

@@ -1,0 +1,125 @@
+"""Per-head QK and OV circuits, in the residual basis and in token space.
+
+Row-vector convention (DESIGN.md §3): a destination (query) residual ``x_q``
+attends to a source (key) residual ``x_k`` with score ``x_q W_QK x_kᵀ / scale``
+and moves ``x_k W_OV`` into the destination, where
+
+- ``W_QK = W_Q W_Kᵀ`` and ``W_OV = W_V W_O`` (``[d_model, d_model]``, rank ≤ d_head);
+- full QK circuit ``W_E W_QK W_Eᵀ`` ``[query token, key token]``;
+- full OV circuit ``W_E W_OV W_U`` ``[source token, out token]``.
+
+Token-space circuits use ``W_E`` only. For shortformer models the positional
+embedding is added to queries and keys only, so the token-token term above is
+exact and the positional terms are separate (:func:`positional_qk` gives the
+position-position term; the token-position cross terms are not returned). For
+models whose positions enter the residual stream (``"standard"``) the same
+token-only circuits are the paper's token terms. Biases, the attention scale
+``1/scale`` and the layer-norm scalar are not part of any circuit here.
+
+Every function returns a :class:`~circuitwidgets.circuits.lowrank.LowRankMatrix`
+in the weights' dtype; building a token-space circuit costs ``O(d_vocab d_model
+d_head)`` and ``O(d_vocab d_head)`` memory.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from circuitwidgets.circuits._checks import check_head, check_model
+from circuitwidgets.circuits.lowrank import LowRankMatrix
+from circuitwidgets.errors import ArgumentError, UnsupportedArchitectureError
+from circuitwidgets.model import CircuitModel
+
+
+def W_QK(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:  # noqa: N802 — the paper's name
+    """``W_Q W_Kᵀ`` ``[d_model, d_model]`` (query residual × key residual); cost ``O(1)``."""
+    model = check_model(model)
+    layer, head = check_head(model, layer, head)
+    return LowRankMatrix(model.W_Q[layer, head], model.W_K[layer, head].T)
+
+
+def W_OV(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:  # noqa: N802 — the paper's name
+    """``W_V W_O`` ``[d_model, d_model]`` (source residual → written residual); cost ``O(1)``."""
+    model = check_model(model)
+    layer, head = check_head(model, layer, head)
+    return LowRankMatrix(model.W_V[layer, head], model.W_O[layer, head])
+
+
+def full_qk(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
+    """Full QK circuit ``W_E W_QK W_Eᵀ`` ``[d_vocab (query token), d_vocab (key token)]``.
+
+    Factors ``(W_E W_Q) [V, d_head]`` and ``(W_E W_K)ᵀ [d_head, V]``; cost ``O(V d_model d_head)``.
+    """
+    model = check_model(model, "full_qk")
+    layer, head = check_head(model, layer, head)
+    return LowRankMatrix(model.W_E @ model.W_Q[layer, head], (model.W_E @ model.W_K[layer, head]).T)
+
+
+def full_ov(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
+    """Full OV circuit ``W_E W_OV W_U`` ``[d_vocab (source token), d_vocab (out token)]``.
+
+    Factors ``(W_E W_V) [V, d_head]`` and ``(W_O W_U) [d_head, V]``; cost ``O(V d_model d_head)``.
+    Entry ``[s, o]`` is the direct logit effect on ``o`` of attending to token ``s``.
+    """
+    model = check_model(model, "full_ov")
+    layer, head = check_head(model, layer, head)
+    return LowRankMatrix(model.W_E @ model.W_V[layer, head], model.W_O[layer, head] @ model.W_U)
+
+
+def positional_qk(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
+    """Position-position QK term ``W_pos W_QK W_posᵀ`` ``[n_ctx (query position), n_ctx (key position)]``.
+
+    Raises :class:`UnsupportedArchitectureError` for models without learned
+    positional embeddings. Cost ``O(n_ctx d_model d_head)``.
+    """
+    model = check_model(model, "positional_qk")
+    layer, head = check_head(model, layer, head)
+    W_pos = model.W_pos
+    if W_pos is None:
+        raise UnsupportedArchitectureError(
+            f"model: expected learned positional embeddings (W_pos), got positional_embedding_type="
+            f"{model.cfg.positional_embedding_type!r}"
+        )
+    return LowRankMatrix(W_pos @ model.W_Q[layer, head], (W_pos @ model.W_K[layer, head]).T)
+
+
+def full_qk_kcomp(
+    model: CircuitModel, layer: int, head: int, earlier_layer: int, earlier_head: int
+) -> LowRankMatrix:
+    """K-composition term of a head's QK circuit through an earlier head, in token space.
+
+    ``W_E W_QK^{h2} (W_E W_OV^{h1})ᵀ`` ``[d_vocab (query token), d_vocab (token the
+    earlier head read)]`` for ``h2 = (layer, head)`` and ``h1 = (earlier_layer,
+    earlier_head)``. It is the ``W`` of the paper's ``Id ⊗ A^{h1} ⊗ W`` term: a key
+    vector built from the earlier head's output, which read token ``t`` at the
+    position it attended to, against a query built from the destination token's
+    embedding. When ``h1`` is a previous-token head, a positive "same matching"
+    ``W`` (large positive diagonal, positive eigenvalues) makes ``h2`` an induction
+    head. The earlier head's attention pattern and the positional terms are left
+    out. Factors ``(W_E W_Q^{h2}) [V, d_head]`` and ``(W_E W_V^{h1} W_O^{h1} W_K^{h2})ᵀ
+    [d_head, V]``; cost ``O(V d_model d_head)``.
+    """
+    model = check_model(model, "full_qk_kcomp")
+    layer, head = check_head(model, layer, head)
+    earlier_layer, earlier_head = check_head(model, earlier_layer, earlier_head, prefix="earlier_")
+    if earlier_layer >= layer:
+        raise ArgumentError(f"earlier_layer: expected a layer before layer={layer}, got {earlier_layer}")
+    key_side = model.W_E @ model.W_V[earlier_layer, earlier_head] @ (
+        model.W_O[earlier_layer, earlier_head] @ model.W_K[layer, head]
+    )
+    return LowRankMatrix(model.W_E @ model.W_Q[layer, head], key_side.T)
+
+
+def direct_path(model: CircuitModel) -> LowRankMatrix:
+    """Direct path ``W_E W_U`` ``[d_vocab (current token), d_vocab (next token)]`` plus ``b_U`` when present.
+
+    With an unembedding bias the factors are ``[W_E, 1] [V, d_model + 1]`` and
+    ``[W_U; b_U] [d_model + 1, V]``, so each row is the direct-path logits
+    exactly. Cost ``O(V d_model)``.
+    """
+    model = check_model(model, "direct_path")
+    b_U = model.weight("b_U")
+    if b_U is None:
+        return LowRankMatrix(model.W_E, model.W_U)
+    ones = torch.ones(model.cfg.d_vocab, 1, dtype=model.W_E.dtype, device=model.device)
+    return LowRankMatrix(torch.cat([model.W_E, ones], dim=1), torch.cat([model.W_U, b_U[None]], dim=0))

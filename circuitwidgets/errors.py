@@ -1,0 +1,45 @@
+"""Typed errors of circuitwidgets.
+
+Every message names the argument (or tensor), what was expected and what was
+received, so a user can fix the call without reading our source.
+"""
+
+from __future__ import annotations
+
+
+class CircuitWidgetsError(Exception):
+    """Base class of every error raised by circuitwidgets on purpose."""
+
+
+class ArgumentError(CircuitWidgetsError, ValueError):
+    """An argument has a valid type but an invalid value (range, shape, content)."""
+
+
+class ArgumentTypeError(CircuitWidgetsError, TypeError):
+    """An argument has the wrong type."""
+
+
+class ShapeError(ArgumentError):
+    """A tensor or array has the wrong rank or shape."""
+
+
+class NonFiniteError(ArgumentError):
+    """A tensor or array contains NaN or infinity."""
+
+
+class UnsupportedArchitectureError(ArgumentError):
+    """A model's architecture is not one circuitwidgets can represent exactly."""
+
+
+class NetworkRefusedError(ArgumentError):
+    """A hub name was given where a loaded model is needed: circuitwidgets never downloads."""
+
+
+class MemoryBudgetError(ArgumentError):
+    """The requested computation would materialise more memory than allowed."""
+
+
+def expect(condition: bool, error: type[CircuitWidgetsError], message: str) -> None:
+    """Raise ``error(message)`` unless ``condition`` holds."""
+    if not condition:
+        raise error(message)

@@ -1,0 +1,223 @@
+"""Self-contained, offline HTML for one widget or many.
+
+A page holds one base64 copy of our bundled ES module, each widget's state
+(binary buffers base64-encoded, gzip-compressed when that helps), and a small
+model shim that implements what a view's ``render`` uses (``get``, ``set``,
+``on``, ``off``, ``save_changes``, ``send``). Front-end interaction and linking
+therefore work with no kernel. A Content-Security-Policy forbids every network
+request, so an exported page cannot reach the network even by accident.
+
+The same fragment is offered as the ``text/html`` fallback of each widget's
+mime bundle, which is what ``jupyter nbconvert --to html`` shows.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import zlib
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+
+#: Widget state larger than this (bytes, before base64) is not duplicated into
+#: the ``text/html`` fallback of a notebook output; save_html has no limit.
+FALLBACK_STATE_LIMIT = 16 * 2**20
+
+_SKIPPED_TRAITS = {"_esm", "_css", "_anywidget_id", "comm", "keys", "log", "layout", "tabbable", "tooltip", "_dom_classes"}
+
+_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline' blob:; style-src 'unsafe-inline'; "
+    "img-src data: blob:; font-src data:; connect-src data: blob:"
+)
+
+_SHIM = r"""
+(() => {
+  const b64bytes = (s) => { const bin = atob(s); const out = new Uint8Array(bin.length); for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i); return out; };
+  const inflate = async (bytes) => new Uint8Array(await new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"))).arrayBuffer());
+  async function revive(value) {
+    if (Array.isArray(value)) return Promise.all(value.map(revive));
+    if (value && typeof value === "object") {
+      if (typeof value.__b64__ === "string") { const b = b64bytes(value.__b64__); return new DataView(b.buffer, b.byteOffset, b.byteLength); }
+      if (typeof value.__b64z__ === "string") { const b = await inflate(b64bytes(value.__b64z__)); return new DataView(b.buffer, b.byteOffset, b.byteLength); }
+      const out = {};
+      for (const [k, v] of Object.entries(value)) out[k] = await revive(v);
+      return out;
+    }
+    return value;
+  }
+  class OfflineModel {
+    constructor(state) { this.state = state; this.listeners = new Map(); }
+    get(name) { return name === "__offline__" ? true : this.state[name]; }
+    set(name, value) {
+      const previous = this.state[name];
+      this.state[name] = value;
+      if (previous !== value) { this.emit("change:" + name, value, previous); this.emit("change"); }
+    }
+    on(event, callback) { for (const e of String(event).split(/\s+/)) { if (!this.listeners.has(e)) this.listeners.set(e, new Set()); this.listeners.get(e).add(callback); } }
+    off(event, callback) {
+      if (event == null) { this.listeners.clear(); return; }
+      for (const e of String(event).split(/\s+/)) { if (callback == null) this.listeners.delete(e); else this.listeners.get(e)?.delete(callback); }
+    }
+    emit(event, ...args) { for (const cb of [...(this.listeners.get(event) ?? [])]) cb(...args); }
+    save_changes() {}
+    send() {}
+  }
+  async function bundle() {
+    if (!window.__circuitwidgetsBundle) {
+      const source = document.getElementById("cw-bundle");
+      const code = new TextDecoder().decode(b64bytes(source.textContent.trim()));
+      const url = URL.createObjectURL(new Blob([code], { type: "text/javascript" }));
+      window.__circuitwidgetsBundle = import(url);
+    }
+    return (await window.__circuitwidgetsBundle).default;
+  }
+  async function mount(node) {
+    if (node.dataset.cwMounted) return;
+    node.dataset.cwMounted = "1";
+    const stateNode = node.querySelector("script.cw-state");
+    const state = await revive(JSON.parse(stateNode.textContent));
+    const widget = await bundle();
+    const model = new OfflineModel(state);
+    const el = node.querySelector(".cw-view");
+    if (widget.initialize) await widget.initialize({ model });
+    await widget.render({ model, el });
+  }
+  window.__circuitwidgetsMount = () => Promise.all([...document.querySelectorAll(".cw-widget")].map(mount));
+})();
+"""
+
+
+def _bundle_path() -> Path:
+    return Path(str(resources.files("circuitwidgets") / "static" / "index.js"))
+
+
+def bundle_source() -> str:
+    """Text of the built ES module (error with the fix when it was never built)."""
+    path = _bundle_path()
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: the JavaScript bundle was not built. Run `npm --prefix js ci && npm --prefix js run build` "
+            "or reinstall circuitwidgets with `pip install .`"
+        )
+    return path.read_text(encoding="utf-8")
+
+
+def _encode_buffer(data: bytes) -> dict[str, str]:
+    packed = zlib.compress(data, 6)
+    if len(packed) < 0.9 * len(data):
+        return {"__b64z__": base64.b64encode(packed).decode("ascii")}
+    return {"__b64__": base64.b64encode(data).decode("ascii")}
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _encode_buffer(bytes(value))
+    if isinstance(value, dict):
+        return {str(k): _encode_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode_value(v) for v in value]
+    return value
+
+
+def _buffer_bytes(value: Any) -> int:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return memoryview(value).nbytes
+    if isinstance(value, dict):
+        return sum(_buffer_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_buffer_bytes(v) for v in value)
+    return 0
+
+
+def widget_state(widget: Any) -> dict[str, Any]:
+    """The synced state of an anywidget, JSON-ready (buffers encoded), without the bundle."""
+    if not hasattr(widget, "get_state") or not hasattr(widget, "_esm"):
+        raise ArgumentTypeError(f"widgets: expected a circuitwidgets widget, got {type(widget).__name__}")
+    state = {k: v for k, v in widget.get_state().items() if k not in _SKIPPED_TRAITS}
+    return dict(_encode_value(state))
+
+
+def _json_for_script(data: Any) -> str:
+    # Token strings are untrusted: "<" must never reach the HTML parser, so
+    # "</script>" inside a token cannot close the element.
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def _widget_block(widget: Any) -> str:
+    return (
+        '<div class="cw-widget">'
+        f'<script type="application/json" class="cw-state">{_json_for_script(widget_state(widget))}</script>'
+        '<div class="cw-view"></div></div>'
+    )
+
+
+def _bundle_block() -> str:
+    encoded = base64.b64encode(bundle_source().encode("utf-8")).decode("ascii")
+    return f'<script type="text/plain" id="cw-bundle">{encoded}</script>'
+
+
+def _as_widget_list(widgets: Any) -> list[Any]:
+    items = list(widgets) if isinstance(widgets, (list, tuple)) else [widgets]
+    if not items:
+        raise ArgumentError("widgets: expected at least one widget, got an empty list")
+    return items
+
+
+def html_page(widgets: Any, title: str = "circuitwidgets", sections: Sequence[str] | None = None) -> str:
+    """A complete offline page with ``widgets`` (one or a list), each optionally preceded by a section of HTML."""
+    items = _as_widget_list(widgets)
+    if sections is not None and len(sections) != len(items):
+        raise ArgumentError(f"sections: expected one per widget ({len(items)}), got {len(sections)}")
+    body = "\n".join(
+        (sections[i] if sections is not None else "") + _widget_block(w) for i, w in enumerate(items)
+    )
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title>"
+        "<style>body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
+        ".cw-widget{margin:1.5em 0}</style></head><body>\n"
+        f"{body}\n{_bundle_block()}\n<script>{_SHIM}</script>\n"
+        "<script>window.__circuitwidgetsMount();</script>\n</body></html>\n"
+    )
+
+
+def save_html(widgets: Any, path: str | Path, title: str = "circuitwidgets") -> Path:
+    """Write one widget (or a list of them, or an explorer) to a self-contained HTML file.
+
+    The page needs no kernel and makes no network request: the bundle and
+    state are inline, and interaction (hover, head switching, linked views)
+    runs in the browser. Computations that need the kernel (for example
+    skip-trigrams of a token that was not precomputed) say so in the view.
+
+    Returns the path written.
+    """
+    target = Path(path)
+    if target.suffix.lower() not in (".html", ".htm"):
+        raise ArgumentError(f"path: expected a file name ending in .html, got {str(target)!r}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(html_page(widgets, title=title), encoding="utf-8")
+    return target
+
+
+def html_fallback(widget: Any) -> str | None:
+    """The ``text/html`` fallback for a notebook output, or ``None`` when the state is too large to duplicate."""
+    if _buffer_bytes(widget.get_state()) > FALLBACK_STATE_LIMIT:
+        return None
+    # Each fallback carries the bundle because any output may be the first one
+    # a page renders; the mount function loads it once per page.
+    return (
+        _widget_block(widget)
+        + _bundle_block().replace('id="cw-bundle"', 'class="cw-bundle-copy"')
+        + "<script>if(!document.getElementById('cw-bundle')){const b=document.querySelector('.cw-bundle-copy');b.id='cw-bundle';}</script>"
+        + f"<script>{_SHIM}</script><script>window.__circuitwidgetsMount();</script>"
+    )
+
+

@@ -1,0 +1,196 @@
+"""``circuitwidgets report``: one offline page that walks through the paper on a model.
+
+Sections follow *A Mathematical Framework for Transformer Circuits*: the direct
+path's bigrams, copying heads by eigenvalues, skip-trigrams, composition,
+induction heads on repeated random tokens, and term importance. Every number
+is computed from the model when the page is made; every view is a live widget
+that stays interactive in the saved file, with no kernel and no network.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from circuitwidgets import circuits
+from circuitwidgets.export import html_page
+from circuitwidgets.model import CircuitModel
+
+DEFAULT_TEXT = '''class Stack:
+    """A last-in, first-out stack."""
+
+    def __init__(self):
+        self.items = []
+
+    def push(self, item):
+        self.items.append(item)
+
+    def pop(self):
+        return self.items.pop()
+'''
+
+BIGRAM_SOURCES = ["def", "(", "self", "import", " return", "class", " for", "\n    "]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One step of the walkthrough: a heading, a short explanation (HTML), and a widget."""
+
+    title: str
+    explanation: str
+    widget: Any
+
+
+def _visible(token: str) -> str:
+    return token.replace(" ", "·").replace("\n", "⏎").replace("\t", "→")
+
+
+def _bigram_table(model: CircuitModel, k: int = 6) -> str:
+    rows = []
+    for text in BIGRAM_SOURCES:
+        ids = model.tokenizer.encode(text)
+        if len(ids) != 1:
+            continue
+        logits = model.W_E[ids[0]] @ model.W_U
+        top = logits.topk(k).indices.tolist()
+        cells = "".join(f"<td><code>{html.escape(_visible(model.tokenizer.token_str(int(t))))}</code></td>" for t in top)
+        rows.append(f"<tr><th><code>{html.escape(_visible(text))}</code></th>{cells}</tr>")
+    header = "<tr><th>token</th>" + "".join(f"<th>#{i + 1}</th>" for i in range(k)) + "</tr>"
+    return f'<table class="cw-table">{header}{"".join(rows)}</table>'
+
+
+def _head_table(scores: dict[str, np.ndarray]) -> str:
+    names = list(scores)
+    first = scores[names[0]]
+    header = "<tr><th>head</th>" + "".join(f"<th>{html.escape(n.replace('_', ' '))}</th>" for n in names) + "</tr>"
+    rows = []
+    for layer in range(first.shape[0]):
+        for head in range(first.shape[1]):
+            cells = "".join(f"<td>{scores[n][layer, head]:.2f}</td>" for n in names)
+            rows.append(f"<tr><th>L{layer}H{head}</th>{cells}</tr>")
+    return f'<table class="cw-table">{header}{"".join(rows)}</table>'
+
+
+def _repeated_tokens(model: CircuitModel, n: int = 30) -> torch.Tensor:
+    return circuits.repeated_random_tokens(model, seq_len=n, n_seqs=1, seed=0)
+
+
+def build_sections(model: CircuitModel, text: str = DEFAULT_TEXT, log: Callable[[str], None] = lambda s: None) -> list[Section]:
+    """Compute every section of the report for ``model``."""
+    from circuitwidgets.widgets import AttentionPatterns, CompositionMap, EigenScatter, SkipTrigramTable, TermImportance
+
+    cfg = model.cfg
+    sections: list[Section] = []
+    log("bigrams")
+    sections.append(Section(
+        "The direct path: bigram statistics",
+        "<p>With no attention at all, a transformer is the product <code>W_E W_U</code>: each token predicts the next "
+        "from itself alone. The table shows, for a few tokens, the next tokens this product ranks highest.</p>"
+        + _bigram_table(model),
+        None,
+    ))
+    if cfg.n_layers == 0:
+        return sections
+    log("copying scores")
+    ov = circuits.copying_scores(model, circuit="ov")
+    sections.append(Section(
+        "Copying heads: eigenvalues of the OV and QK circuits",
+        "<p>A head whose OV circuit <code>W_E W_OV W_U</code> has mostly positive eigenvalues increases the logit of "
+        "the token it attends to: it copies. The score Σλ/Σ|λ| is +1 for pure copying and −1 for anti-copying. "
+        "Each point is a head at (OV score, QK score); induction heads sit in the top-right corner, copying what they "
+        "match. Click a head to see its eigenvalues in the complex plane.</p>",
+        EigenScatter(model),
+    ))
+    layer, head = np.unravel_index(int(np.nanargmax(ov)), ov.shape)
+    log("skip-trigrams")
+    sections.append(Section(
+        "Skip-trigrams",
+        f"<p>One-layer heads implement skip-trigrams <code>[source] … [destination] → [out]</code>: the QK circuit says "
+        f"which sources a destination attends to, the OV circuit what attending to them predicts. Shown: the strongest "
+        f"copying head, L{int(layer)}H{int(head)}; flagged rows copy the source token. Choose another head or search a source "
+        f"token (tokens not precomputed here need a live kernel).</p>",
+        SkipTrigramTable(model, layer=int(layer), head=int(head)),
+    ))
+    if cfg.n_layers >= 2:
+        log("composition")
+        sections.append(Section(
+            "Composition between layers",
+            "<p>A later head can read an earlier head's output through its queries (Q-composition), keys "
+            "(K-composition) or values (V-composition). The score ‖W_A W_B‖_F / (‖W_A‖_F ‖W_B‖_F) measures how much; "
+            "the baseline-subtracted view removes the score that random matrices of the same shapes would get. "
+            "Induction heads are formed by K-composition with a previous-token head.</p>",
+            CompositionMap(model),
+        ))
+    log("head detectors")
+    detectors = {kind: circuits.head_scores(model, kind=kind) for kind in ("previous_token", "induction", "duplicate_token")}
+    tokens = _repeated_tokens(model)
+    attention = AttentionPatterns(model, tokens)
+    ind = detectors["induction"]
+    best = np.unravel_index(int(np.argmax(ind)), ind.shape)
+    attention.selected_layer, attention.selected_head = int(best[0]), int(best[1])
+    sections.append(Section(
+        "Induction heads on repeated random tokens",
+        "<p>On a sequence of random tokens repeated twice, an induction head at a token of the second copy attends to "
+        "the token that followed the same token in the first copy (an off-diagonal stripe), and a previous-token head "
+        "attends to the token just before. Scores are mean attention to those positions:</p>"
+        + _head_table(detectors),
+        attention,
+    ))
+    log("term importance")
+    sections.append(Section(
+        "Which path terms matter",
+        "<p>Expanding the logits into paths gives terms of order 0 (the direct path), 1 (through one head) and 2 "
+        "(through two heads: virtual heads). Freezing attention patterns and adding the terms order by order shows "
+        "how much of the loss each order explains.</p>",
+        TermImportance(model, text),
+    ))
+    return sections
+
+
+def _intro(model: CircuitModel, card: dict[str, Any]) -> str:
+    cfg = model.cfg
+    lines = [
+        f"<h1>{html.escape(model.name)}: a walk through <em>A Mathematical Framework for Transformer Circuits</em></h1>",
+        f"<p>{cfg.n_layers} layer(s), {cfg.n_heads} heads × {cfg.d_head} dimensions, d_model {cfg.d_model}, "
+        f"{cfg.d_vocab} tokens, context {cfg.n_ctx}; positions: {html.escape(cfg.positional_embedding_type)}; "
+        f"{'with MLPs (MLP paths are outside the weight-space analyses)' if cfg.has_mlp else 'attention only'}.</p>",
+    ]
+    training = card.get("training") if isinstance(card, dict) else None
+    if isinstance(training, dict):
+        lines.append(
+            f"<p>Trained by circuitwidgets on {html.escape(str(training.get('corpus', {}).get('corpus', 'its corpus')))}: "
+            f"{training.get('steps')} steps, {training.get('tokens', 0):,} tokens, validation loss {training.get('val_loss')} nats.</p>"
+        )
+    lines.append("<p>Every view below is interactive, offline: hover, click heads and tokens, switch layers.</p>")
+    return "\n".join(lines)
+
+
+def write_report(model: CircuitModel, path: str | Path, text: str = DEFAULT_TEXT, card: dict[str, Any] | None = None, log: Callable[[str], None] = lambda s: None) -> Path:
+    """Build the report for ``model`` and write it to ``path`` (a self-contained HTML file)."""
+    t0 = time.perf_counter()
+    sections = build_sections(model, text, log=log)
+    blocks = [f"<section><h2>{html.escape(s.title)}</h2>{s.explanation}</section>" for s in sections]
+    widgets = [s.widget for s in sections if s.widget is not None]
+    texts: list[str] = []
+    pending = _intro(model, card or {})
+    for section, block in zip(sections, blocks, strict=True):
+        pending += block
+        if section.widget is not None:
+            texts.append(pending)
+            pending = ""
+    page = html_page(widgets, title=f"circuitwidgets report: {model.name}", sections=texts)
+    if pending:
+        page = page.replace("</body>", pending + "</body>", 1)
+    page = page.replace("</style>", ".cw-table{border-collapse:collapse;font-size:13px}.cw-table td,.cw-table th{border:1px solid #ddd;padding:2px 6px;text-align:left}</style>", 1)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(page, encoding="utf-8")
+    log(f"wrote {target} ({target.stat().st_size / 1e6:.2f} MB) in {time.perf_counter() - t0:.1f} s")
+    return target

@@ -1,0 +1,1 @@
+"""Loaders that turn other libraries' models into a :class:`~circuitwidgets.CircuitModel`."""

@@ -1,0 +1,154 @@
+"""Checkpoint directories on disk, read from safetensors only (never a pickle).
+
+:func:`load_safetensors` reads either
+
+- a directory written by :meth:`CircuitModel.save <circuitwidgets.CircuitModel.save>`
+  (``model.safetensors`` + our ``config.json``), or
+- a Hugging Face checkpoint directory of a supported architecture
+  (``config.json`` with ``model_type`` ``"gpt2"`` or ``"gpt_neox"`` and one or
+  more ``*.safetensors`` files, as ``save_pretrained`` writes them): the model
+  is built from its config, offline, its weights loaded from safetensors, and
+  converted with :func:`~circuitwidgets.from_hf` (same folding).
+
+``pytorch_model.bin`` and other pickles are refused with a clear error, never
+opened: unpickling can run arbitrary code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError, UnsupportedArchitectureError
+from circuitwidgets.model import CircuitModel
+
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+# Checkpoint names older than this transformers' module names (Pythia's output embeddings).
+_LEGACY_NAMES = {"embed_out.weight": "lm_head.weight", "embed_out.bias": "lm_head.bias"}
+_HF_CLASSES = {"gpt2": ("GPT2Config", "GPT2LMHeadModel"), "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM")}
+
+
+def _read_config(root: Path) -> dict[str, Any]:
+    path = root / "config.json"
+    if not path.is_file():
+        raise ArgumentError(f"path: expected a directory with config.json, got {root}")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArgumentError(f"path: {path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ArgumentError(f"path: {path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _safetensors_files(root: Path) -> list[Path]:
+    files = sorted(root.glob("*.safetensors"))
+    if not files:
+        pickles = sorted(p.name for p in root.iterdir() if p.suffix in _PICKLE_SUFFIXES)
+        if pickles:
+            raise ArgumentError(
+                f"path: {root} holds pickled weights {pickles} and no .safetensors file; circuitwidgets never "
+                "unpickles files (a pickle can run code). Convert the checkpoint to safetensors first"
+            )
+        raise ArgumentError(f"path: expected *.safetensors weights in {root}, found none")
+    return files
+
+
+def _load_state(files: list[Path]) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            state.update(load_file(str(file)))
+        except Exception as exc:  # safetensors raises its own SafetensorError (and OSError)
+            raise ArgumentError(f"path: {file} is not a valid safetensors file ({exc})") from None
+    return state
+
+
+def _check_model_type(config: dict[str, Any], root: Path) -> str:
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in _HF_CLASSES:
+        raise UnsupportedArchitectureError(
+            f"path: {root / 'config.json'} describes model_type {model_type!r} "
+            f"(architectures {config.get('architectures')}); supported model types are {sorted(_HF_CLASSES)}"
+        )
+    return model_type
+
+
+def _hf_model(config: dict[str, Any], state: dict[str, torch.Tensor], root: Path) -> Any:
+    import transformers
+
+    config_cls, model_cls = (getattr(transformers, n) for n in _HF_CLASSES[_check_model_type(config, root)])
+    hf_config = config_cls.from_dict(config)
+    model = model_cls(hf_config)
+    expected = model.state_dict()
+    prefix = model.base_model_prefix + "."
+    # Base-model checkpoints (GPT-2's original files) store "h.0..." where the LM has "transformer.h.0...".
+    renamed = {(k if k in expected or prefix + k not in expected else prefix + k): v for k, v in state.items()}
+    for old_name, new_name in _LEGACY_NAMES.items():
+        if old_name in renamed and old_name not in expected and new_name in expected:
+            renamed[new_name] = renamed.pop(old_name)
+    for key, tensor in renamed.items():
+        if key in expected and tuple(tensor.shape) != tuple(expected[key].shape):
+            raise ShapeError(
+                f"{key}: expected shape {tuple(expected[key].shape)} from config.json, got {tuple(tensor.shape)}"
+            )
+    missing, _unexpected = model.load_state_dict(renamed, strict=False)
+    tied = {k for k in missing if k.endswith("lm_head.weight") or k.endswith("embed_out.weight")}
+    if tied and not getattr(hf_config, "tie_word_embeddings", False):
+        raise ShapeError(
+            f"path: the checkpoint has no output embeddings {sorted(tied)} and config.json does not tie them"
+        )
+    missing = [k for k in missing if k not in tied and not k.endswith((".attn.bias", ".attn.masked_bias"))]
+    if missing:
+        raise ShapeError(
+            f"path: the checkpoint in {root} lacks tensors {missing[:8]}{' ...' if len(missing) > 8 else ''}"
+        )
+    if tied:
+        model.tie_weights()
+    return model.eval()
+
+
+def load_safetensors(
+    path: str | os.PathLike[str],
+    tokenizer: Any = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+) -> CircuitModel:
+    """Load a local checkpoint directory (ours or a Hugging Face GPT-2 / GPT-NeoX one) from safetensors.
+
+    Parameters
+    ----------
+    path
+        A local directory. Nothing is downloaded: a path that does not exist is an error.
+    tokenizer
+        For Hugging Face checkpoints, an optional tokenizer object (see
+        :func:`~circuitwidgets.from_hf`); a ``tokenizer.json`` beside the weights
+        is used when none is given.
+    dtype, device
+        Of the canonical weights.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(f"path: expected a directory path, got {type(path).__name__}")
+    root = Path(path)
+    if not root.is_dir():
+        raise ArgumentError(f"path: expected an existing local directory, got {str(root)!r} (nothing is downloaded)")
+    config = _read_config(root)
+    if "n_layers" in config and "d_model" in config:  # written by CircuitModel.save
+        return CircuitModel.load(root, dtype=dtype, device=device)
+    _check_model_type(config, root)
+    state = _load_state(_safetensors_files(root))
+    model = _hf_model(config, state, root)
+    if tokenizer is None and (root / "tokenizer.json").is_file():
+        import transformers
+
+        tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(root / "tokenizer.json"))  # type: ignore[no-untyped-call]
+    from circuitwidgets.sources.huggingface import from_hf
+
+    return from_hf(model, tokenizer, dtype=dtype, device=device, name=root.name)

@@ -1,0 +1,12 @@
+"""Jupyter widgets for transformer circuits: one module per view."""
+
+from __future__ import annotations
+
+from circuitwidgets.widgets.attention import AttentionPatterns
+from circuitwidgets.widgets.composition import CompositionMap
+from circuitwidgets.widgets.eigen import EigenScatter
+from circuitwidgets.widgets.explorer import CircuitExplorer
+from circuitwidgets.widgets.skip_trigrams import SkipTrigramTable
+from circuitwidgets.widgets.term_importance import TermImportance
+
+__all__ = ["AttentionPatterns", "CircuitExplorer", "CompositionMap", "EigenScatter", "SkipTrigramTable", "TermImportance"]

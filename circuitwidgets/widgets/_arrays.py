@@ -1,0 +1,170 @@
+"""numpy arrays as widget traits, sent as binary buffers.
+
+An array crosses the wire as ``{"view": <buffer>, "dtype": "float32", "shape":
+[2, 3]}``: ipywidgets lifts the ``memoryview`` out of the JSON state and sends
+it as a binary frame, so weights never become JSON lists of floats. The bytes
+are C-ordered and little-endian; ``js/src/lib/arrays.ts`` decodes them into
+typed arrays (float16 is widened to ``Float32Array`` there).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+import numpy as np
+import traitlets
+from numpy.typing import NDArray
+
+__all__ = [
+    "WIRE_DTYPES",
+    "ArrayJSON",
+    "NDArrayTrait",
+    "array_from_json",
+    "array_serialization",
+    "array_to_json",
+    "quantise_unit",
+]
+
+#: dtypes the front end can decode (numpy names, as sent in ``"dtype"``).
+WIRE_DTYPES: frozenset[str] = frozenset(
+    {"bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "float16", "float32", "float64"}
+)
+
+
+class ArrayJSON(TypedDict):
+    """Wire form of an array."""
+
+    view: memoryview | bytes
+    dtype: str
+    shape: list[int]
+
+
+def array_to_json(value: NDArray[Any] | None, widget: object = None) -> ArrayJSON | None:
+    """Serialise an array for the front end (no copy when it is already C-ordered little-endian).
+
+    Parameters
+    ----------
+    value
+        Array of a dtype in :data:`WIRE_DTYPES`, or ``None``.
+    widget
+        The widget being serialised (unused; ipywidgets' ``to_json`` signature).
+
+    Raises
+    ------
+    TypeError
+        If the dtype cannot be decoded by the front end.
+    """
+    if value is None:
+        return None
+    arr = np.asarray(value)
+    if arr.dtype.name not in WIRE_DTYPES:
+        raise TypeError(
+            f"cannot send an array of dtype {arr.dtype.name} to the view; expected one of {sorted(WIRE_DTYPES)}"
+        )
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+    view = arr.data.cast("B") if arr.size else memoryview(b"")
+    return {"view": view, "dtype": arr.dtype.name, "shape": [int(d) for d in arr.shape]}
+
+
+def array_from_json(value: ArrayJSON | dict[str, Any] | None, widget: object = None) -> NDArray[Any] | None:
+    """Rebuild an array from its wire form (a fresh, writable copy).
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not a ``{"view", "dtype", "shape"}`` mapping.
+    ValueError
+        If the byte length does not match dtype and shape.
+    """
+    if value is None:
+        return None
+    try:
+        raw, dtype_name, shape = value["view"], value["dtype"], value["shape"]
+    except (KeyError, TypeError) as exc:
+        raise TypeError(f"expected an array as {{'view', 'dtype', 'shape'}}, got {value!r:.200}") from exc
+    if dtype_name not in WIRE_DTYPES:
+        raise TypeError(f"unsupported array dtype {dtype_name!r}; expected one of {sorted(WIRE_DTYPES)}")
+    dtype = np.dtype(dtype_name).newbyteorder("<")  # wire bytes are little-endian
+    shape_t = tuple(int(d) for d in shape)
+    buf = memoryview(raw).cast("B") if not isinstance(raw, bytes) else raw
+    count = int(np.prod(shape_t, dtype=np.int64))
+    if len(buf) != count * dtype.itemsize:
+        raise ValueError(
+            f"array of shape {shape_t} and dtype {dtype_name} needs {count * dtype.itemsize} bytes, got {len(buf)}"
+        )
+    return np.frombuffer(buf, dtype=dtype, count=count).reshape(shape_t).astype(np.dtype(dtype_name), copy=True)
+
+
+#: ``.tag(sync=True, **array_serialization)`` for a trait holding an array.
+array_serialization: dict[str, Any] = {"to_json": array_to_json, "from_json": array_from_json}
+
+
+def quantise_unit(values: NDArray[np.floating[Any]]) -> NDArray[np.uint8]:
+    """Quantise values in [0, 1] to uint8 as ``round(255 * v)`` (values clipped first).
+
+    The error of ``q / 255`` is at most ``0.5 / 255`` per value.
+    """
+    v = np.clip(np.asarray(values, dtype=np.float32), 0.0, 1.0)
+    q: NDArray[np.uint8] = np.rint(v * 255.0).astype(np.uint8)
+    return q
+
+
+class NDArrayTrait(traitlets.TraitType[NDArray[Any], NDArray[Any]]):
+    """A numpy array trait, checked for dtype and number of dimensions, sent as binary.
+
+    Parameters
+    ----------
+    dtype
+        Required dtype (values are cast to it when safe), or ``None`` for any wire dtype.
+    ndim
+        Required number of dimensions, a tuple of allowed ones, or ``None``.
+    allow_none
+        Whether ``None`` is a valid value (the static type stays ``NDArray``;
+        check for ``None`` yourself when you allow it).
+    """
+
+    info_text = "a numpy array"
+
+    def __init__(
+        self,
+        *,
+        dtype: str | np.dtype[Any] | None = None,
+        ndim: int | tuple[int, ...] | None = None,
+        allow_none: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(default_value=None, allow_none=allow_none, **kwargs)
+        self.dtype = None if dtype is None else np.dtype(dtype)
+        self.ndims: tuple[int, ...] | None = (ndim,) if isinstance(ndim, int) else ndim
+        self.metadata.setdefault("to_json", array_to_json)
+        self.metadata.setdefault("from_json", array_from_json)
+
+    def validate(self, obj: Any, value: Any) -> NDArray[Any]:
+        if value is None:
+            if self.allow_none:
+                return None  # type: ignore[return-value]
+            self.error(obj, value)
+        if not isinstance(value, np.ndarray):
+            raise traitlets.TraitError(
+                f"The '{self.name}' trait of {type(obj).__name__} expected a numpy array, got {type(value).__name__}"
+            )
+        if self.dtype is not None and value.dtype != self.dtype:
+            if not np.can_cast(value.dtype, self.dtype, casting="same_kind"):
+                raise traitlets.TraitError(
+                    f"The '{self.name}' trait of {type(obj).__name__} expected dtype {self.dtype}, got {value.dtype}"
+                )
+            value = value.astype(self.dtype)
+        elif self.dtype is None and value.dtype.name not in WIRE_DTYPES:
+            raise traitlets.TraitError(
+                f"The '{self.name}' trait of {type(obj).__name__} expected one of dtypes {sorted(WIRE_DTYPES)}, got {value.dtype}"
+            )
+        if self.ndims is not None and value.ndim not in self.ndims:
+            raise traitlets.TraitError(
+                f"The '{self.name}' trait of {type(obj).__name__} expected an array with ndim in {self.ndims}, "
+                f"got shape {value.shape}"
+            )
+        checked: NDArray[Any] = value
+        return checked

@@ -1,0 +1,324 @@
+// Save a view as SVG or PNG.
+//
+// `snapshotSvg` walks the rendered view and redraws it as one SVG document:
+// backgrounds and borders become rects, canvases become embedded PNG images,
+// inline SVG is copied, and every text node becomes an SVG <text> node holding
+// the text as text (the serializer escapes it, so a token like "</svg>" stays
+// text). PNG is that SVG rasterised at twice the size. Nothing here uses
+// foreignObject, so the PNG canvas is never tainted and the SVG opens in
+// vector editors.
+
+import { el, listen } from "./dom";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/** Elements marked with this attribute (the toolbar) are left out of exports. */
+export const NO_EXPORT = "data-cw-no-export";
+
+interface Box {
+  left: number;
+  top: number;
+  width: number;
+  height: number;
+}
+
+function isTransparent(colour: string): boolean {
+  return colour === "" || colour === "transparent" || /^rgba\(.*,\s*0\)$/.test(colour);
+}
+
+function relative(r: DOMRect | Box, base: Box): Box {
+  return { left: r.left - base.left, top: r.top - base.top, width: r.width, height: r.height };
+}
+
+function intersects(a: Box, b: Box): boolean {
+  return a.left < b.left + b.width && b.left < a.left + a.width && a.top < b.top + b.height && b.top < a.top + a.height;
+}
+
+function num(v: number): string {
+  return String(Math.round(v * 100) / 100);
+}
+
+/** Text attributes for an SVG <text> copying an element's computed font and colour. */
+function textAttrs(style: CSSStyleDeclaration): Record<string, string> {
+  return {
+    "font-family": style.fontFamily || "sans-serif",
+    "font-size": style.fontSize || "12px",
+    "font-weight": style.fontWeight || "normal",
+    "font-style": style.fontStyle || "normal",
+    fill: style.color || "#000",
+  };
+}
+
+/**
+ * The view under `root` as an SVG document (a string). Layout comes from the
+ * live page, so call it on a rendered, visible view.
+ */
+export function snapshotSvg(root: HTMLElement): string {
+  const doc = root.ownerDocument;
+  const win = doc.defaultView;
+  const rootBox = root.getBoundingClientRect();
+  const base: Box = { left: rootBox.left, top: rootBox.top, width: rootBox.width, height: rootBox.height };
+  const width = Math.max(1, Math.ceil(Math.max(base.width, root.scrollWidth)));
+  const height = Math.max(1, Math.ceil(Math.max(base.height, root.scrollHeight)));
+  const svg = doc.createElementNS(SVG_NS, "svg");
+  svg.setAttribute("xmlns", SVG_NS);
+  svg.setAttribute("width", String(width));
+  svg.setAttribute("height", String(height));
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  const bg = doc.createElementNS(SVG_NS, "rect");
+  for (const [k, v] of Object.entries({ x: "0", y: "0", width: String(width), height: String(height), fill: "#ffffff" })) bg.setAttribute(k, v);
+  svg.append(bg);
+
+  const style = (e: Element): CSSStyleDeclaration | null => (win ? win.getComputedStyle(e) : null);
+
+  function addRect(box: Box, attrs: Record<string, string>): void {
+    const r = doc.createElementNS(SVG_NS, "rect");
+    r.setAttribute("x", num(box.left));
+    r.setAttribute("y", num(box.top));
+    r.setAttribute("width", num(box.width));
+    r.setAttribute("height", num(box.height));
+    for (const [k, v] of Object.entries(attrs)) r.setAttribute(k, v);
+    svg.append(r);
+  }
+
+  function addLine(text: string, first: Box, parentStyle: CSSStyleDeclaration | null, fit: boolean): void {
+    const t = doc.createElementNS(SVG_NS, "text");
+    t.setAttribute("x", num(first.left));
+    t.setAttribute("y", num(first.top + first.height / 2));
+    t.setAttribute("dominant-baseline", "central");
+    t.setAttribute("xml:space", "preserve");
+    if (fit) {
+      t.setAttribute("textLength", num(first.width));
+      t.setAttribute("lengthAdjust", "spacingAndGlyphs");
+    }
+    if (parentStyle) for (const [k, v] of Object.entries(textAttrs(parentStyle))) t.setAttribute(k, v);
+    t.textContent = text;
+    svg.append(t);
+  }
+
+  function addText(node: Text, parentStyle: CSSStyleDeclaration | null, clip: Box): void {
+    const text = node.data;
+    if (!text.trim()) return;
+    const range = doc.createRange();
+    range.selectNodeContents(node);
+    const rects = [...range.getClientRects()].map((r) => relative(r, base)).filter((r) => r.width > 0);
+    const first = rects[0];
+    if (first === undefined) return;
+    if (rects.length === 1) {
+      if (intersects(first, clip)) addLine(text.replace(/\s*\n\s*/g, " "), first, parentStyle, true);
+      return;
+    }
+    // wrapped text: one <text> per line, found from each word's position
+    let line = "";
+    let lineBox: Box | null = null;
+    for (const match of text.matchAll(/\S+\s*/g)) {
+      const start = match.index ?? 0;
+      range.setStart(node, start);
+      range.setEnd(node, start + match[0].length);
+      const r = range.getClientRects()[0];
+      if (r === undefined) continue;
+      const box = relative(r, base);
+      if (lineBox !== null && Math.abs(box.top - lineBox.top) > 2) {
+        if (intersects(lineBox, clip)) addLine(line.trimEnd(), lineBox, parentStyle, false);
+        line = "";
+        lineBox = null;
+      }
+      if (lineBox === null) lineBox = { ...box };
+      else lineBox.width = box.left + box.width - lineBox.left;
+      line += match[0];
+    }
+    if (lineBox !== null && intersects(lineBox, clip)) addLine(line.trimEnd(), lineBox, parentStyle, false);
+  }
+
+  function addPlainText(text: string, x: number, y: number, s: CSSStyleDeclaration | null, fill?: string): void {
+    const t = doc.createElementNS(SVG_NS, "text");
+    t.setAttribute("x", num(x));
+    t.setAttribute("y", num(y));
+    t.setAttribute("dominant-baseline", "central");
+    t.setAttribute("xml:space", "preserve");
+    if (s) for (const [k, v] of Object.entries(textAttrs(s))) t.setAttribute(k, v);
+    if (fill) t.setAttribute("fill", fill);
+    t.textContent = text;
+    svg.append(t);
+  }
+
+  /** Form controls draw their value, not their children. */
+  function addControl(node: HTMLSelectElement | HTMLInputElement, box: Box, s: CSSStyleDeclaration | null): void {
+    if (box.width <= 0 || box.height <= 0) return;
+    const midY = box.top + box.height / 2;
+    if (node instanceof HTMLInputElement && (node.type === "checkbox" || node.type === "radio")) {
+      const size = Math.min(box.width, box.height, 13);
+      const x = box.left + (box.width - size) / 2;
+      const y = midY - size / 2;
+      addRect({ left: x, top: y, width: size, height: size }, { fill: node.checked ? "#0072B2" : "#fff", stroke: node.checked ? "#0072B2" : "#767676", rx: node.type === "radio" ? String(size / 2) : "2" });
+      if (node.checked) {
+        const p = doc.createElementNS(SVG_NS, "path");
+        p.setAttribute("d", `M${num(x + size * 0.22)},${num(y + size * 0.52)} L${num(x + size * 0.42)},${num(y + size * 0.72)} L${num(x + size * 0.78)},${num(y + size * 0.3)}`);
+        p.setAttribute("fill", "none");
+        p.setAttribute("stroke", "#fff");
+        p.setAttribute("stroke-width", "1.8");
+        svg.append(p);
+      }
+      return;
+    }
+    addRect(box, { fill: "#fff", stroke: "#999", rx: "2" });
+    if (node instanceof HTMLSelectElement) {
+      const text = node.selectedOptions[0]?.text ?? "";
+      addPlainText(text, box.left + 5, midY, s);
+      const a = box.left + box.width - 12;
+      const p = doc.createElementNS(SVG_NS, "path");
+      p.setAttribute("d", `M${num(a)},${num(midY - 2)} L${num(a + 4)},${num(midY + 2)} L${num(a + 8)},${num(midY - 2)}`);
+      p.setAttribute("fill", "none");
+      p.setAttribute("stroke", "#555");
+      svg.append(p);
+      return;
+    }
+    if (node.value) addPlainText(node.value, box.left + 5, midY, s);
+    else if (node.placeholder) addPlainText(node.placeholder, box.left + 5, midY, s, "#999");
+  }
+
+  function visit(node: Element, clip: Box): void {
+    if (node.hasAttribute(NO_EXPORT)) return;
+    const s = style(node);
+    if (s && (s.display === "none" || s.visibility === "hidden")) return;
+    const box = relative(node.getBoundingClientRect(), base);
+    if (node !== root && box.width > 0 && box.height > 0 && !intersects(box, clip)) return;
+    if (s && node instanceof HTMLElement) {
+      if (!isTransparent(s.backgroundColor)) addRect(box, { fill: s.backgroundColor, rx: String(parseFloat(s.borderTopLeftRadius) || 0) });
+      const bw = parseFloat(s.borderTopWidth) || 0;
+      if (bw > 0 && s.borderTopStyle !== "none" && !isTransparent(s.borderTopColor)) {
+        addRect(
+          { left: box.left + bw / 2, top: box.top + bw / 2, width: box.width - bw, height: box.height - bw },
+          { fill: "none", stroke: s.borderTopColor, "stroke-width": String(bw), rx: String(parseFloat(s.borderTopLeftRadius) || 0) },
+        );
+      }
+    }
+    if (node instanceof HTMLCanvasElement) {
+      if (box.width > 0 && box.height > 0) {
+        const img = doc.createElementNS(SVG_NS, "image");
+        img.setAttribute("x", num(box.left));
+        img.setAttribute("y", num(box.top));
+        img.setAttribute("width", num(box.width));
+        img.setAttribute("height", num(box.height));
+        img.setAttribute("preserveAspectRatio", "none");
+        img.setAttribute("style", "image-rendering: pixelated");
+        try {
+          img.setAttribute("href", node.toDataURL("image/png"));
+        } catch {
+          return;
+        }
+        svg.append(img);
+      }
+      return;
+    }
+    if (node instanceof HTMLSelectElement || node instanceof HTMLInputElement) {
+      addControl(node, box, s);
+      return;
+    }
+    if (node instanceof SVGSVGElement) {
+      const copy = node.cloneNode(true) as SVGSVGElement;
+      copy.setAttribute("x", num(box.left));
+      copy.setAttribute("y", num(box.top));
+      copy.setAttribute("width", num(box.width));
+      copy.setAttribute("height", num(box.height));
+      if (!copy.hasAttribute("viewBox")) copy.setAttribute("viewBox", `0 0 ${num(box.width)} ${num(box.height)}`);
+      svg.append(copy);
+      return;
+    }
+    const inner = s && s.overflow !== "visible" && node !== root ? box : clip;
+    for (const child of node.childNodes) {
+      if (child.nodeType === 3) addText(child as Text, s, inner);
+      else if (child instanceof Element) visit(child, inner);
+    }
+  }
+
+  visit(root, { left: 0, top: 0, width, height });
+  const serializer = new (win?.XMLSerializer ?? XMLSerializer)();
+  return `<?xml version="1.0" encoding="UTF-8"?>\n${serializer.serializeToString(svg)}`;
+}
+
+/** Rasterise an SVG document to a PNG blob at `scale` × its size. */
+export async function svgToPng(doc: Document, svgText: string, scale = 2): Promise<Blob> {
+  const sizes = /<svg[^>]*\swidth="([\d.]+)"[^>]*\sheight="([\d.]+)"/.exec(svgText);
+  const width = Number(sizes?.[1] ?? 800);
+  const height = Number(sizes?.[2] ?? 600);
+  const image = new (doc.defaultView?.Image ?? Image)();
+  const loaded = new Promise<void>((resolve, reject) => {
+    image.onload = () => resolve();
+    image.onerror = () => reject(new Error("circuitwidgets: the SVG snapshot could not be rasterised"));
+  });
+  image.src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(svgText)}`;
+  await loaded;
+  const canvas = doc.createElement("canvas");
+  canvas.width = Math.round(width * scale);
+  canvas.height = Math.round(height * scale);
+  const ctx = canvas.getContext("2d");
+  if (ctx === null) throw new Error("circuitwidgets: no 2D canvas to rasterise on");
+  ctx.scale(scale, scale);
+  ctx.drawImage(image, 0, 0, width, height);
+  return new Promise((resolve, reject) =>
+    canvas.toBlob((blob) => (blob ? resolve(blob) : reject(new Error("circuitwidgets: PNG encoding failed"))), "image/png"),
+  );
+}
+
+/** Offer `blob` as a download named `filename`. */
+export function download(doc: Document, blob: Blob, filename: string): void {
+  const url = URL.createObjectURL(blob);
+  const a = doc.createElement("a");
+  a.href = url;
+  a.download = filename;
+  a.style.display = "none";
+  doc.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+/** A file name for a view's export: letters, digits, dashes. */
+export function exportName(view: string, suffix: string, extension: "svg" | "png"): string {
+  const clean = (s: string) => s.replace(/[^A-Za-z0-9_-]+/g, "-").replace(/^-+|-+$/g, "");
+  return [clean(`circuitwidgets-${view}`), clean(suffix)].filter(Boolean).join("-") + `.${extension}`;
+}
+
+/**
+ * A small "SVG · PNG" toolbar saving `target()` (the view's root). Returns the
+ * element and its cleanup. The toolbar itself is left out of the exports.
+ */
+export function exportToolbar(
+  doc: Document,
+  view: string,
+  target: () => HTMLElement,
+  suffix: () => string = () => "",
+): { element: HTMLDivElement; cleanup: () => void } {
+  const bar = el(doc, "div", "cw-toolbar");
+  bar.setAttribute(NO_EXPORT, "");
+  const svgButton = el(doc, "button", "cw-button cw-small", "SVG");
+  svgButton.type = "button";
+  svgButton.dataset.cwExport = "svg";
+  svgButton.title = "Save this view as SVG";
+  const pngButton = el(doc, "button", "cw-button cw-small", "PNG");
+  pngButton.type = "button";
+  pngButton.dataset.cwExport = "png";
+  pngButton.title = "Save this view as PNG";
+  bar.append(svgButton, pngButton);
+  const failed = (err: unknown) => {
+    bar.title = err instanceof Error ? err.message : String(err);
+    bar.classList.add("cw-error");
+  };
+  const cleanups = [
+    listen(svgButton, "click", () => {
+      try {
+        const text = snapshotSvg(target());
+        download(doc, new Blob([text], { type: "image/svg+xml" }), exportName(view, suffix(), "svg"));
+      } catch (err) {
+        failed(err);
+      }
+    }),
+    listen(pngButton, "click", () => {
+      svgToPng(doc, snapshotSvg(target()))
+        .then((blob) => download(doc, blob, exportName(view, suffix(), "png")))
+        .catch(failed);
+    }),
+  ];
+  return { element: bar, cleanup: () => cleanups.forEach((c) => c()) };
+}

@@ -1,0 +1,121 @@
+// Composition scores as a layered graph: which edges to draw and where
+// (pure functions, testable without a DOM).
+
+/** Composition kinds in the order of the `scores` axis. */
+export const KINDS = ["Q", "K", "V"] as const;
+export type Kind = (typeof KINDS)[number];
+
+/** Colour and dash of each kind (Okabe–Ito colours, dashes for readers who cannot tell them apart). */
+export const KIND_STYLE: Record<Kind, { colour: string; dash: string | null; label: string }> = {
+  Q: { colour: "#0072B2", dash: null, label: "Q-composition (feeds queries)" },
+  K: { colour: "#D55E00", dash: "7 3", label: "K-composition (feeds keys)" },
+  V: { colour: "#009E73", dash: "2 3", label: "V-composition (feeds values)" },
+};
+
+export interface CompData {
+  nLayers: number;
+  nHeads: number;
+  /** float32 [3, L, H, L, H]. */
+  scores: Float32Array;
+  baseline: number;
+}
+
+export interface Edge {
+  kind: Kind;
+  l1: number;
+  h1: number;
+  l2: number;
+  h2: number;
+  value: number;
+}
+
+/** Score of kind `k` from (l1, h1) into (l2, h2), minus the baseline when `subtract` (NaN unless l1 < l2). */
+export function compValue(d: CompData, k: number, l1: number, h1: number, l2: number, h2: number, subtract: boolean): number {
+  if (!(l1 < l2)) return Number.NaN;
+  const { nLayers: L, nHeads: H } = d;
+  const v = d.scores[(((k * L + l1) * H + h1) * L + l2) * H + h2] as number;
+  return subtract ? v - d.baseline : v;
+}
+
+/** Every defined edge of the given kinds, strongest first. */
+export function allEdges(d: CompData, kinds: readonly Kind[], subtract: boolean): Edge[] {
+  const out: Edge[] = [];
+  for (const kind of kinds) {
+    const k = KINDS.indexOf(kind);
+    for (let l2 = 1; l2 < d.nLayers; l2++)
+      for (let h2 = 0; h2 < d.nHeads; h2++)
+        for (let l1 = 0; l1 < l2; l1++)
+          for (let h1 = 0; h1 < d.nHeads; h1++) {
+            const value = compValue(d, k, l1, h1, l2, h2, subtract);
+            if (Number.isFinite(value)) out.push({ kind, l1, h1, l2, h2, value });
+          }
+  }
+  out.sort((a, b) => b.value - a.value || a.l2 - b.l2 || a.h2 - b.h2 || a.l1 - b.l1 || a.h1 - b.h1 || KINDS.indexOf(a.kind) - KINDS.indexOf(b.kind));
+  return out;
+}
+
+/** The `n` strongest edges with a positive value (the graph draws these). */
+export function strongestEdges(d: CompData, kinds: readonly Kind[], n: number, subtract: boolean): Edge[] {
+  return allEdges(d, kinds, subtract)
+    .filter((e) => e.value > 0)
+    .slice(0, Math.max(0, n));
+}
+
+/** `l1.h1-l2.h2`, the `data-cw-edge` value of an edge. */
+export function edgeId(e: Pick<Edge, "l1" | "h1" | "l2" | "h2">): string {
+  return `${e.l1}.${e.h1}-${e.l2}.${e.h2}`;
+}
+
+/** Parse `l1.h1-l2.h2`; null when malformed. */
+export function parseEdgeId(id: string): [number, number, number, number] | null {
+  const m = /^(\d+)\.(\d+)-(\d+)\.(\d+)$/.exec(id);
+  return m ? [Number(m[1]), Number(m[2]), Number(m[3]), Number(m[4])] : null;
+}
+
+/** A valid selected edge `[l1, h1, l2, h2]` from a trait value, or null. */
+export function edgeOr(value: unknown, nLayers: number, nHeads: number): [number, number, number, number] | null {
+  if (!Array.isArray(value) || value.length !== 4 || !value.every((v) => Number.isInteger(v))) return null;
+  const [l1, h1, l2, h2] = value as number[];
+  if (!(0 <= (l1 as number) && (l1 as number) < (l2 as number) && (l2 as number) < nLayers)) return null;
+  if (!(0 <= (h1 as number) && (h1 as number) < nHeads && 0 <= (h2 as number) && (h2 as number) < nHeads)) return null;
+  return [l1, h1, l2, h2] as [number, number, number, number];
+}
+
+export interface Layout {
+  width: number;
+  height: number;
+  /** Centre of node (layer, head). */
+  node(layer: number, head: number): { x: number; y: number };
+  radius: number;
+}
+
+/** Layers as columns left to right, heads top to bottom. */
+export function layeredLayout(nLayers: number, nHeads: number, width: number, opts: { top?: number; rowGap?: number; side?: number } = {}): Layout {
+  const top = opts.top ?? 30;
+  const side = opts.side ?? 34;
+  const rowGap = opts.rowGap ?? (nHeads > 16 ? 16 : 26);
+  const radius = Math.min(10, rowGap * 0.4);
+  const height = top + Math.max(1, nHeads) * rowGap + 8;
+  const span = Math.max(1, nLayers - 1);
+  return {
+    width,
+    height,
+    radius,
+    node: (layer, head) => ({ x: nLayers === 1 ? width / 2 : side + ((width - 2 * side) * layer) / span, y: top + rowGap * (head + 0.5) }),
+  };
+}
+
+/** Cubic Bézier from node a (right side) to node b (left side), bent by `bend` pixels. */
+export function edgePath(a: { x: number; y: number }, b: { x: number; y: number }, radius: number, bend = 0): string {
+  const x0 = a.x + radius;
+  const x1 = b.x - radius;
+  const dx = (x1 - x0) / 2;
+  const r = (v: number) => Math.round(v * 10) / 10;
+  return `M${r(x0)},${r(a.y)} C${r(x0 + dx)},${r(a.y + bend)} ${r(x1 - dx)},${r(b.y + bend)} ${r(x1)},${r(b.y)}`;
+}
+
+/** Stroke width of an edge of `value` when the strongest drawn edge is `max`. */
+export function edgeWidth(value: number, max: number): number {
+  if (!(max > 0) || !(value > 0)) return 1;
+  return 1 + 5 * Math.min(1, value / max);
+}

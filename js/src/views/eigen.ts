@@ -1,0 +1,413 @@
+// EigenScatter view: every head at (OV copying score, QK copying score),
+// coloured by layer; the selected head's eigenvalues in the complex plane and
+// its detector scores.
+//
+// Kernel → view: scores [methods, 3 circuits, L, H], eigenvalues [3, L, H,
+// d_head, 2], kcomp_source [L, H, 2], detectors [3, L, H], methods,
+// method_notes. View → kernel: method, qk_circuit, selected_layer/head.
+
+import type { AnyModel, RenderProps } from "@anywidget/types";
+import { decodeArray, type NDArray, type WireArray } from "../lib/arrays";
+import { el, ensureStyle, listen } from "../lib/dom";
+import { makePanel, segmented, setTitle } from "../lib/panel";
+import { indexOr, onTraits, perFrame, setTraits } from "../lib/selection";
+import { drawAxes, fmt, headName, layerColour, layerShape, linearScale, marker, svgEl, svgTitle } from "../lib/svg";
+
+export interface EigenTraits {
+  [key: string]: unknown;
+  model_name: string;
+  methods: string[];
+  method_notes: string[];
+  scores: WireArray;
+  eigenvalues: WireArray;
+  kcomp_source: WireArray;
+  detectors: WireArray;
+  method: string;
+  qk_circuit: string;
+  selected_layer: number;
+  selected_head: number;
+}
+
+type Model = AnyModel<EigenTraits>;
+
+/** Circuits in the order of the `scores` and `eigenvalues` axes. */
+export const CIRCUITS = ["ov", "qk", "qk_kcomp"] as const;
+/** Detectors in the order of the `detectors` axis. */
+export const DETECTORS = [
+  { key: "previous_token", label: "previous token" },
+  { key: "induction", label: "induction" },
+  { key: "duplicate_token", label: "duplicate token" },
+] as const;
+
+const METHOD_LABELS: Record<string, string> = { eigen: "eigenvalues", diagonal: "diagonal", topk: "top-k" };
+
+export interface EigenData {
+  nMethods: number;
+  nLayers: number;
+  nHeads: number;
+  dHead: number;
+  scores: NDArray;
+  eigenvalues: NDArray;
+  kcompSource: NDArray;
+  detectors: NDArray;
+}
+
+/** Check and wrap the decoded arrays. */
+export function toEigenData(scores: NDArray, eigenvalues: NDArray, kcompSource: NDArray, detectors: NDArray): EigenData {
+  const [nMethods = 0, nCircuits = 0, nLayers = 0, nHeads = 0] = scores.shape;
+  const dHead = eigenvalues.shape[3] ?? 0;
+  if (scores.shape.length !== 4 || nCircuits !== 3) throw new Error(`circuitwidgets: scores of shape [${scores.shape.join(", ")}] are not [methods, 3, L, H]`);
+  const want = (a: NDArray, shape: number[], name: string) => {
+    if (a.shape.length !== shape.length || a.shape.some((d, i) => d !== shape[i]))
+      throw new Error(`circuitwidgets: ${name} of shape [${a.shape.join(", ")}], expected [${shape.join(", ")}]`);
+  };
+  want(eigenvalues, [3, nLayers, nHeads, dHead, 2], "eigenvalues");
+  want(kcompSource, [nLayers, nHeads, 2], "kcomp_source");
+  want(detectors, [3, nLayers, nHeads], "detectors");
+  return { nMethods, nLayers, nHeads, dHead, scores, eigenvalues, kcompSource, detectors };
+}
+
+/** Score of head (l, h) for method index m and circuit index c (NaN when undefined). */
+export function scoreAt(d: EigenData, m: number, c: number, l: number, h: number): number {
+  return d.scores.data[((m * 3 + c) * d.nLayers + l) * d.nHeads + h] as number;
+}
+
+/** Detector score k of head (l, h). */
+export function detectorAt(d: EigenData, k: number, l: number, h: number): number {
+  return d.detectors.data[(k * d.nLayers + l) * d.nHeads + h] as number;
+}
+
+/** Eigenvalues (re, im pairs) of head (l, h) in circuit c; NaN pairs are dropped. */
+export function headEigenvalues(d: EigenData, c: number, l: number, h: number): [number, number][] {
+  const base = ((c * d.nLayers + l) * d.nHeads + h) * d.dHead * 2;
+  const out: [number, number][] = [];
+  for (let i = 0; i < d.dHead; i++) {
+    const re = d.eigenvalues.data[base + 2 * i] as number;
+    const im = d.eigenvalues.data[base + 2 * i + 1] as number;
+    if (Number.isFinite(re) && Number.isFinite(im)) out.push([re, im]);
+  }
+  return out;
+}
+
+export interface ScatterPoint {
+  layer: number;
+  head: number;
+  x: number;
+  /** NaN when the head has no value on the vertical axis (layer 0 for K-composition). */
+  y: number;
+}
+
+/** Points of the scatter: x the OV score, y the chosen QK score, for method index `m`. */
+export function scatterPoints(d: EigenData, m: number, qkCircuit: string): ScatterPoint[] {
+  const c = qkCircuit === "qk_kcomp" ? 2 : 1;
+  const out: ScatterPoint[] = [];
+  for (let l = 0; l < d.nLayers; l++)
+    for (let h = 0; h < d.nHeads; h++) out.push({ layer: l, head: h, x: scoreAt(d, m, 0, l, h), y: scoreAt(d, m, c, l, h) });
+  return out;
+}
+
+/** Axis range of a score definition: eigen scores lie in [−1, 1], the fractions in [0, 1]. */
+export function scoreDomain(method: string): [number, number] {
+  return method === "eigen" ? [-1, 1] : [0, 1];
+}
+
+/** Σλ / Σ|λ| of eigenvalue pairs (NaN when all are zero). */
+export function eigenScore(eigs: readonly [number, number][]): number {
+  let sum = 0;
+  let mag = 0;
+  for (const [re, im] of eigs) {
+    sum += re;
+    mag += Math.hypot(re, im);
+  }
+  return mag > 0 ? sum / mag : Number.NaN;
+}
+
+const CSS = `
+.cw-eigen .cw-body { display: flex; gap: 18px; align-items: flex-start; flex-wrap: wrap; }
+.cw-eigen .cw-side { min-width: 250px; }
+.cw-eigen .cw-side-title { font-weight: 600; margin-bottom: 2px; }
+.cw-eigen .cw-point:hover .cw-mark { stroke: #000; stroke-width: 2; }
+.cw-eigen .cw-legend { display: flex; flex-wrap: wrap; gap: 4px 12px; font-size: 11.5px; margin-top: 4px; }
+.cw-eigen .cw-legend span { display: inline-flex; align-items: center; gap: 4px; }
+.cw-eigen .cw-swatch { display: inline-block; width: 10px; height: 10px; border-radius: 50%; }
+`;
+
+const PLOT = { width: 380, height: 380, left: 54, right: 14, top: 14, bottom: 46, strip: 34 };
+
+export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () => void {
+  const doc = root.ownerDocument;
+  ensureStyle(doc, "cw-eigen-style", CSS);
+  const m = model as Model;
+  const panel = makePanel(root, "eigen", "cw-eigen", () => headLabel());
+  const cleanups: (() => void)[] = [];
+  let data: EigenData | null = null;
+
+  const methodControl = segmented(doc, "Score:", [], () => undefined);
+  let methodCleanup = methodControl.cleanup;
+  let methodUpdate = methodControl.update;
+  const methodSlot = el(doc, "span");
+  const qkControl = segmented(
+    doc,
+    "QK axis:",
+    [
+      { value: "qk", label: "token ↔ token", title: "full QK circuit W_E W_QK W_Eᵀ: does a token attend to itself?" },
+      { value: "qk_kcomp", label: "via K-composition", title: "QK term through the earlier head with the strongest K-composition (induction heads)" },
+    ],
+    (value) => {
+      setTraits(m, { qk_circuit: value });
+      frame.schedule();
+    },
+  );
+  panel.controls.append(methodSlot, qkControl.element);
+  cleanups.push(qkControl.cleanup, () => methodCleanup());
+
+  const plotBox = el(doc, "div", "cw-plot");
+  const side = el(doc, "div", "cw-side");
+  panel.body.append(plotBox, side);
+  const note = el(doc, "div", "cw-note");
+  const legend = el(doc, "div", "cw-legend");
+  plotBox.append(legend);
+  panel.body.after(note);
+
+  function methods(): string[] {
+    const ms = m.get("methods");
+    return Array.isArray(ms) ? ms.map(String) : [];
+  }
+
+  function methodIndex(): number {
+    const i = methods().indexOf(String(m.get("method")));
+    return i < 0 ? 0 : i;
+  }
+
+  function selection(d: EigenData): { layer: number; head: number } {
+    return { layer: indexOr(m.get("selected_layer"), d.nLayers, 0), head: indexOr(m.get("selected_head"), d.nHeads, 0) };
+  }
+
+  function headLabel(): string {
+    if (data === null) return "";
+    const s = selection(data);
+    return headName(s.layer, s.head);
+  }
+
+  function buildMethodControl(): void {
+    methodCleanup();
+    const c = segmented(
+      doc,
+      "Score:",
+      methods().map((v) => ({ value: v, label: METHOD_LABELS[v] ?? v })),
+      (value) => {
+        setTraits(m, { method: value });
+        frame.schedule();
+      },
+    );
+    methodCleanup = c.cleanup;
+    methodUpdate = c.update;
+    methodSlot.replaceChildren(c.element);
+  }
+
+  function load(): void {
+    try {
+      data = toEigenData(
+        decodeArray(m.get("scores")),
+        decodeArray(m.get("eigenvalues")),
+        decodeArray(m.get("kcomp_source")),
+        decodeArray(m.get("detectors")),
+      );
+    } catch (err) {
+      data = null;
+      plotBox.replaceChildren();
+      panel.status.textContent = err instanceof Error ? err.message : String(err);
+      panel.status.classList.add("cw-error");
+      return;
+    }
+    panel.status.classList.remove("cw-error");
+    buildMethodControl();
+    legend.replaceChildren();
+    for (let l = 0; l < data.nLayers; l++) {
+      const item = el(doc, "span");
+      const sw = el(doc, "span", "cw-swatch");
+      sw.style.background = layerColour(l);
+      if (layerShape(l) !== "circle") sw.style.borderRadius = "0";
+      item.append(sw, doc.createTextNode(`layer ${l}`));
+      legend.append(item);
+    }
+  }
+
+  function drawScatter(d: EigenData, sel: { layer: number; head: number }): SVGSVGElement {
+    const method = methods()[methodIndex()] ?? "eigen";
+    const qk = String(m.get("qk_circuit")) === "qk" ? "qk" : "qk_kcomp";
+    const points = scatterPoints(d, methodIndex(), qk);
+    const hasStrip = points.some((p) => Number.isNaN(p.y));
+    const W = PLOT.width;
+    const H = PLOT.height + (hasStrip ? PLOT.strip : 0);
+    const svg = svgEl(doc, "svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "OV and QK copying scores of every head" });
+    const [lo, hi] = scoreDomain(method);
+    const pad = (hi - lo) * 0.04;
+    const x = linearScale([lo - pad, hi + pad], [PLOT.left, W - PLOT.right]);
+    const y = linearScale([lo - pad, hi + pad], [PLOT.height - PLOT.bottom, PLOT.top]);
+    const axes = svgEl(doc, "g");
+    drawAxes(doc, axes, x, y, {
+      xLabel: "OV copying score",
+      yLabel: qk === "qk" ? "QK matching score (token ↔ token)" : "QK matching score (via K-composition)",
+      xTicks: method === "eigen" ? [-1, -0.5, 0, 0.5, 1] : [0, 0.25, 0.5, 0.75, 1],
+      yTicks: method === "eigen" ? [-1, -0.5, 0, 0.5, 1] : [0, 0.25, 0.5, 0.75, 1],
+      grid: true,
+    });
+    svg.append(axes);
+    if (method === "eigen") {
+      svg.append(svgEl(doc, "text", { x: x(1) - 2, y: y(1) + 12, "text-anchor": "end", "font-size": 10.5, fill: "#777", "font-style": "italic" }, "copying & matching"));
+    }
+    const stripY = PLOT.height + 8;
+    if (hasStrip) {
+      svg.append(svgEl(doc, "line", { x1: PLOT.left, x2: W - PLOT.right, y1: stripY, y2: stripY, stroke: "#ddd", "stroke-dasharray": "3 3" }));
+      svg.append(svgEl(doc, "text", { x: PLOT.left - 6, y: stripY + 4, "text-anchor": "end", "font-size": 10.5, fill: "#777" }, "n/a"));
+      svg.append(svgEl(doc, "text", { x: W - PLOT.right, y: stripY + 16, "text-anchor": "end", "font-size": 10, fill: "#888" }, "layer 0: no earlier head to compose with"));
+    }
+    const few = points.length <= 32;
+    const labels = svgEl(doc, "g");
+    const ordered = [...points].sort((a, b) => Number(a.layer === sel.layer && a.head === sel.head) - Number(b.layer === sel.layer && b.head === sel.head));
+    for (const p of ordered) {
+      if (!Number.isFinite(p.x)) continue;
+      const selected = p.layer === sel.layer && p.head === sel.head;
+      const px = x(p.x);
+      const py = Number.isNaN(p.y) ? stripY : y(p.y);
+      const g = svgEl(doc, "g", { class: "cw-point", "data-cw-head": `${p.layer}.${p.head}`, tabindex: 0 });
+      if (selected) g.append(svgEl(doc, "circle", { cx: px, cy: py, r: 11, fill: "none", stroke: "#222", "stroke-width": 2 }));
+      const mark = marker(doc, layerShape(p.layer), px, py, selected ? 7 : 5.5, {
+        class: "cw-mark",
+        fill: layerColour(p.layer),
+        stroke: "#fff",
+        "stroke-width": 1.2,
+        "fill-opacity": Number.isNaN(p.y) ? 0.55 : 0.95,
+      });
+      g.append(mark);
+      svgTitle(doc, g, `${headName(p.layer, p.head)}: OV ${fmt(p.x)}, QK ${Number.isNaN(p.y) ? "n/a" : fmt(p.y)}`);
+      svg.append(g);
+      if ((few && !Number.isNaN(p.y)) || selected) {
+        // outside the clickable group, so the group's box is the marker alone
+        labels.append(
+          svgEl(
+            doc,
+            "text",
+            { x: px + 8, y: py - 7, "font-size": selected ? 12 : 10, "font-weight": selected ? 600 : 400, fill: selected ? "#111" : "#555", "pointer-events": "none" },
+            headName(p.layer, p.head),
+          ),
+        );
+      }
+    }
+    svg.append(labels);
+    return svg;
+  }
+
+  function drawComplex(d: EigenData, c: number, sel: { layer: number; head: number }, title: string): HTMLDivElement {
+    const box = el(doc, "div", "cw-complex");
+    const eigs = headEigenvalues(d, c, sel.layer, sel.head);
+    const size = 124;
+    const svg = svgEl(doc, "svg", { width: size + 8, height: size + 8, viewBox: `-4 -4 ${size + 8} ${size + 8}` });
+    const r = Math.max(1e-12, ...eigs.map(([re, im]) => Math.hypot(re, im)));
+    const s = linearScale([-r * 1.08, r * 1.08], [0, size]);
+    const sy = linearScale([-r * 1.08, r * 1.08], [size, 0]);
+    svg.append(svgEl(doc, "rect", { x: 0, y: 0, width: size, height: size, fill: "#fafafa", stroke: "#ddd" }));
+    svg.append(svgEl(doc, "line", { x1: s(0), x2: s(0), y1: 0, y2: size, stroke: "#ccc" }));
+    svg.append(svgEl(doc, "line", { x1: 0, x2: size, y1: sy(0), y2: sy(0), stroke: "#ccc" }));
+    svg.append(svgEl(doc, "circle", { cx: s(0), cy: sy(0), r: s(r) - s(0), fill: "none", stroke: "#e5e5e5", "stroke-dasharray": "2 2" }));
+    for (const [re, im] of eigs) {
+      const colour = re >= 0 ? "#b2182b" : "#2166ac";
+      const dot = svgEl(doc, "circle", { cx: s(re), cy: sy(im), r: 3, fill: colour, "fill-opacity": 0.75 });
+      svgTitle(doc, dot, `λ = ${fmt(re, 3)}${im >= 0 ? " + " : " − "}${fmt(Math.abs(im), 3)}i`);
+      svg.append(dot);
+    }
+    svg.append(svgEl(doc, "text", { x: size - 3, y: sy(0) - 3, "text-anchor": "end", "font-size": 9, fill: "#888" }, "Re"));
+    svg.append(svgEl(doc, "text", { x: s(0) + 3, y: 9, "font-size": 9, fill: "#888" }, "Im"));
+    const caption = el(doc, "div", "cw-note");
+    caption.textContent = eigs.length ? `${title}: Σλ/Σ|λ| = ${fmt(eigenScore(eigs))}, |λ| ≤ ${r.toPrecision(3)}` : `${title}: none (no earlier head)`;
+    box.append(svg, caption);
+    return box;
+  }
+
+  function drawDetectors(d: EigenData, sel: { layer: number; head: number }): SVGSVGElement {
+    const W = 250;
+    const row = 20;
+    const svg = svgEl(doc, "svg", { width: W, height: row * DETECTORS.length + 6 });
+    const x = linearScale([0, 1], [104, W - 44]);
+    DETECTORS.forEach((det, k) => {
+      const v = detectorAt(d, k, sel.layer, sel.head);
+      const y0 = 3 + k * row;
+      svg.append(svgEl(doc, "text", { x: 0, y: y0 + 13, "font-size": 11.5, fill: "#333" }, det.label));
+      svg.append(svgEl(doc, "rect", { x: x(0), y: y0 + 3, width: x(1) - x(0), height: 12, fill: "#eee" }));
+      svg.append(svgEl(doc, "rect", { x: x(0), y: y0 + 3, width: Math.max(0, x(Math.min(1, Math.max(0, v))) - x(0)), height: 12, fill: "#0072B2" }));
+      svg.append(svgEl(doc, "text", { x: W - 2, y: y0 + 13, "text-anchor": "end", "font-size": 11.5, fill: "#222", "font-variant-numeric": "tabular-nums" }, fmt(v)));
+    });
+    return svg;
+  }
+
+  function draw(): void {
+    const d = data;
+    if (d === null) return;
+    const sel = selection(d);
+    const method = methods()[methodIndex()] ?? "eigen";
+    methodUpdate(method);
+    qkControl.update(String(m.get("qk_circuit")) === "qk" ? "qk" : "qk_kcomp");
+    setTitle(panel, "Copying and matching of every head", String(m.get("model_name") ?? ""));
+    const scatter = drawScatter(d, sel);
+    const old = plotBox.querySelector("svg");
+    if (old) old.replaceWith(scatter);
+    else plotBox.prepend(scatter);
+
+    const heading = el(doc, "div", "cw-side-title", `${headName(sel.layer, sel.head)}: eigenvalues`);
+    const pair = el(doc, "div");
+    pair.style.display = "flex";
+    pair.style.gap = "10px";
+    const qkIndex = String(m.get("qk_circuit")) === "qk" ? 1 : 2;
+    let qkTitle = "QK";
+    if (qkIndex === 2) {
+      const src = [d.kcompSource.data[(sel.layer * d.nHeads + sel.head) * 2] as number, d.kcompSource.data[(sel.layer * d.nHeads + sel.head) * 2 + 1] as number];
+      qkTitle = src[0] !== undefined && src[0] >= 0 ? `QK via ${headName(src[0], src[1] as number)}` : "QK via K-comp.";
+    }
+    pair.append(drawComplex(d, 0, sel, "OV"), drawComplex(d, qkIndex, sel, qkTitle));
+    const detTitle = el(doc, "div", "cw-side-title", "Detector scores (attention on repeated random tokens)");
+    detTitle.style.marginTop = "8px";
+    detTitle.style.fontWeight = "400";
+    detTitle.style.fontSize = "12px";
+    side.replaceChildren(heading, pair, detTitle, drawDetectors(d, sel));
+
+    const notes = m.get("method_notes");
+    note.textContent = `${METHOD_LABELS[method] ?? method}: ${Array.isArray(notes) ? String(notes[methodIndex()] ?? "") : ""}. Click a head to select it.`;
+    panel.status.textContent = `${headName(sel.layer, sel.head)} selected (OV ${fmt(scoreAt(d, methodIndex(), 0, sel.layer, sel.head))}, QK ${fmt(scoreAt(d, methodIndex(), qkIndex, sel.layer, sel.head))})`;
+  }
+
+  const frame = perFrame(draw);
+
+  cleanups.push(
+    listen(plotBox, "click", (event) => {
+      const g = (event.target as Element | null)?.closest?.("[data-cw-head]");
+      const value = g?.getAttribute("data-cw-head");
+      if (!value) return;
+      const [layer, head] = value.split(".").map(Number);
+      setTraits(m, { selected_layer: layer as number, selected_head: head as number });
+      frame.schedule();
+    }),
+    listen(plotBox, "keydown", (event) => {
+      if (event.key !== "Enter" && event.key !== " ") return;
+      const g = (event.target as Element | null)?.closest?.("[data-cw-head]");
+      if (g) {
+        event.preventDefault();
+        (g as unknown as { dispatchEvent(e: Event): boolean }).dispatchEvent(new MouseEvent("click", { bubbles: true }));
+      }
+    }),
+    onTraits(m, ["scores", "eigenvalues", "kcomp_source", "detectors", "methods"], () => {
+      load();
+      frame.schedule();
+    }),
+    onTraits(m, ["method", "qk_circuit", "selected_layer", "selected_head", "method_notes", "model_name"], frame.schedule),
+  );
+
+  load();
+  draw();
+
+  return () => {
+    frame.cancel();
+    for (const c of cleanups) c();
+    panel.cleanup();
+  };
+}

@@ -1,0 +1,145 @@
+// CircuitExplorer view: the eigenvalue scatter, attention patterns,
+// composition map, skip-trigram table and term importance of one model in one
+// widget, linked through the shared selection traits `selected_layer` /
+// `selected_head`.
+//
+// Each view renders unchanged on a `scopedModel` (lib/scoped.ts) that maps its
+// trait names onto the explorer's: data from `<view>_data`, its own state from
+// `<prefix><name>`, the head selection shared. Because every view listens to
+// the same shared traits, choosing a head anywhere updates all of them in the
+// browser, with or without a kernel.
+
+import type { AnyModel, RenderProps } from "@anywidget/types";
+import { decodeArray } from "../lib/arrays";
+import { el, ensureStyle } from "../lib/dom";
+import { exportToolbar } from "../lib/export";
+import { makePanel, setTitle } from "../lib/panel";
+import { type ScopeSpec, scopedModel } from "../lib/scoped";
+import { indexOr, onTraits } from "../lib/selection";
+import { fmt, headName } from "../lib/svg";
+import { renderAttention } from "./attention";
+import { renderComposition } from "./composition";
+import { renderEigen } from "./eigen";
+import { renderSkipTrigrams } from "./skiptrigrams";
+import { renderTermImportance } from "./termimportance";
+
+type Render = (props: RenderProps<any>) => void | (() => void);
+
+const HEAD = { selected_layer: "selected_layer", selected_head: "selected_head" } as const;
+
+/** The views of the explorer, where their state lives, and their place in the grid. */
+export const SECTIONS: readonly { view: string; title: string; render: Render; spec: ScopeSpec; area: string; frame: boolean }[] = [
+  { view: "eigen", title: "", render: renderEigen, spec: { prefix: "eigen_", data: "eigen_data", shared: HEAD }, area: "eigen", frame: false },
+  {
+    view: "attention",
+    title: "Attention patterns of the text",
+    render: renderAttention,
+    spec: { prefix: "attention_", data: "attention_data", shared: HEAD },
+    area: "attention",
+    frame: true,
+  },
+  { view: "composition", title: "", render: renderComposition, spec: { prefix: "composition_", data: "composition_data", shared: HEAD }, area: "composition", frame: false },
+  {
+    view: "skiptrigrams",
+    title: "",
+    render: renderSkipTrigrams,
+    spec: { prefix: "trigram_", data: "trigram_data", shared: { layer: "selected_layer", head: "selected_head" } },
+    area: "trigrams",
+    frame: false,
+  },
+  {
+    view: "termimportance",
+    title: "",
+    render: renderTermImportance,
+    spec: { prefix: "terms_", data: "terms_data", shared: { selected_layer: "selected_layer" } },
+    area: "terms",
+    frame: false,
+  },
+];
+
+const CSS = `
+.cw-explorer > .cw-body { display: grid; gap: 14px; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr);
+  grid-template-areas: "eigen attention" "composition trigrams" "terms terms"; align-items: start; }
+@media (max-width: 1100px) { .cw-explorer > .cw-body { grid-template-columns: minmax(0, 1fr); grid-template-areas: "eigen" "attention" "composition" "trigrams" "terms"; } }
+.cw-explorer .cw-cell { border: 1px solid var(--jp-border-color2, #e0e0e0); border-radius: 6px; padding: 10px 12px; min-width: 0; overflow-x: auto; background: var(--jp-layout-color0, #fff); }
+.cw-explorer .cw-cell-head { display: flex; align-items: baseline; gap: 12px; margin-bottom: 6px; }
+.cw-explorer .cw-cell-title { font-weight: 600; font-size: 14px; flex: 1 1 auto; }
+.cw-explorer > .cw-status { font-size: 13px; font-weight: 600; }
+`;
+
+/** Shared head selection as the explorer holds it, checked against the eigen data. */
+function headCount(model: AnyModel): { nLayers: number; nHeads: number } {
+  const data = model.get("eigen_data" as never) as { scores?: unknown } | undefined;
+  try {
+    const shape = data?.scores ? decodeArray(data.scores as never).shape : [];
+    return { nLayers: shape[2] ?? 0, nHeads: shape[3] ?? 0 };
+  } catch {
+    return { nLayers: 0, nHeads: 0 };
+  }
+}
+
+/** A sentence on the selected head's detector scores (from the eigen data). */
+function detectorSummary(model: AnyModel, layer: number, head: number): string {
+  const data = model.get("eigen_data" as never) as { detectors?: unknown } | undefined;
+  try {
+    const d = decodeArray(data?.detectors as never);
+    const [, L = 0, H = 0] = d.shape;
+    const at = (k: number) => d.data[(k * L + layer) * H + head] as number;
+    return `previous-token ${fmt(at(0))}, induction ${fmt(at(1))}, duplicate-token ${fmt(at(2))}`;
+  } catch {
+    return "";
+  }
+}
+
+export function renderExplorer(props: RenderProps): () => void {
+  const { model, el: root } = props;
+  const doc = root.ownerDocument;
+  ensureStyle(doc, "cw-explorer-style", CSS);
+  const m = model as AnyModel;
+  const panel = makePanel(root, "explorer", "cw-explorer", () => {
+    const { nLayers, nHeads } = headCount(m);
+    return headName(indexOr(m.get("selected_layer" as never), nLayers, 0), indexOr(m.get("selected_head" as never), nHeads, 0));
+  });
+  panel.root.insertBefore(panel.status, panel.body);
+  const cleanups: (() => void)[] = [];
+
+  for (const section of SECTIONS) {
+    const cell = el(doc, "section", "cw-cell");
+    cell.style.gridArea = section.area;
+    const viewRoot = el(doc, "div");
+    if (section.frame) {
+      const head = el(doc, "div", "cw-cell-head");
+      head.append(el(doc, "div", "cw-cell-title", section.title));
+      const toolbar = exportToolbar(doc, section.view, () => cell);
+      head.append(toolbar.element);
+      cleanups.push(toolbar.cleanup);
+      cell.append(head);
+      viewRoot.dataset.cwView = section.view;
+    }
+    cell.append(viewRoot);
+    panel.body.append(cell);
+    try {
+      const cleanup = section.render({ ...props, model: scopedModel(m, section.spec), el: viewRoot });
+      if (typeof cleanup === "function") cleanups.push(cleanup);
+    } catch (err) {
+      viewRoot.textContent = `circuitwidgets: the ${section.view} view failed: ${err instanceof Error ? err.message : String(err)}`;
+    }
+  }
+
+  function update(): void {
+    const { nLayers, nHeads } = headCount(m);
+    const layer = indexOr(m.get("selected_layer" as never), nLayers, 0);
+    const head = indexOr(m.get("selected_head" as never), nHeads, 0);
+    setTitle(panel, "Circuit explorer", String(m.get("model_name" as never) ?? ""));
+    const summary = detectorSummary(m, layer, head);
+    panel.status.textContent = `${headName(layer, head)} selected${summary ? ` (${summary})` : ""}; choose a head in any view`;
+  }
+
+  cleanups.push(onTraits(m, ["selected_layer", "selected_head", "eigen_data", "model_name"] as never[], update));
+  update();
+
+  return () => {
+    for (const c of cleanups) c();
+    panel.cleanup();
+  };
+}

@@ -1,0 +1,50 @@
+// @vitest-environment happy-dom
+import { afterEach, describe, expect, it } from "vitest";
+import { exportName, exportToolbar, NO_EXPORT, snapshotSvg } from "../src/lib/export";
+
+const rect = (left: number, top: number, width: number, height: number) =>
+  ({ left, top, width, height, right: left + width, bottom: top + height, x: left, y: top, toJSON() {} }) as DOMRect;
+
+afterEach(() => document.body.replaceChildren());
+
+describe("export", () => {
+  it("names files from the view and the selection, safely", () => {
+    expect(exportName("eigen", "L1H2", "svg")).toBe("circuitwidgets-eigen-L1H2.svg");
+    expect(exportName("skiptrigrams", "../<x>", "png")).toBe("circuitwidgets-skiptrigrams-x.png");
+    expect(exportName("composition", "", "png")).toBe("circuitwidgets-composition.png");
+  });
+
+  it("writes token text as escaped SVG text nodes and leaves the toolbar out", () => {
+    const root = document.createElement("div");
+    const token = document.createElement("span");
+    token.textContent = '<script>alert(1)</script> & "q"';
+    const bar = document.createElement("div");
+    bar.setAttribute(NO_EXPORT, "");
+    bar.textContent = "SVG PNG";
+    root.append(token, bar);
+    document.body.append(root);
+    const proto = Range.prototype as unknown as { getClientRects: () => DOMRect[] };
+    const saved = proto.getClientRects;
+    proto.getClientRects = () => [rect(0, 0, 50, 12)];
+    root.getBoundingClientRect = () => rect(0, 0, 200, 40);
+    token.getBoundingClientRect = () => rect(0, 0, 50, 12);
+    try {
+      const svg = snapshotSvg(root);
+      expect(svg).toContain("&lt;script&gt;alert(1)&lt;/script&gt; &amp; \"q\"");
+      expect(svg).not.toContain("<script");
+      expect(svg).not.toContain("SVG PNG");
+      const doc = new DOMParser().parseFromString(svg.replace(/^<\?xml[^>]*>\n/, ""), "image/svg+xml");
+      expect(doc.querySelector("text")?.textContent).toBe('<script>alert(1)</script> & "q"');
+    } finally {
+      proto.getClientRects = saved;
+    }
+  });
+
+  it("offers SVG and PNG buttons marked for browser tests", () => {
+    const target = document.createElement("div");
+    const { element, cleanup } = exportToolbar(document, "eigen", () => target);
+    expect([...element.querySelectorAll("[data-cw-export]")].map((b) => b.getAttribute("data-cw-export"))).toEqual(["svg", "png"]);
+    expect(element.hasAttribute(NO_EXPORT)).toBe(true);
+    cleanup();
+  });
+});

@@ -1,0 +1,51 @@
+"""Shared fixtures: small random models built from configs (no network, no files)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from circuitwidgets.model import CircuitModel, ModelConfig
+
+
+def make_random_model(
+    n_layers: int = 2,
+    n_heads: int = 3,
+    d_model: int = 16,
+    d_head: int = 4,
+    d_vocab: int = 50,
+    n_ctx: int = 32,
+    seed: int = 0,
+    positional_embedding_type: str = "shortformer",
+    biases: bool = False,
+    dtype: torch.dtype = torch.float64,
+) -> CircuitModel:
+    """An attention-only model with Gaussian weights (float64 so dense checks are tight)."""
+    g = torch.Generator().manual_seed(seed)
+    L, H, d, dh, V = n_layers, n_heads, d_model, d_head, d_vocab
+
+    def r(*shape: int, std: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=g, dtype=torch.float64) * std).to(dtype)
+
+    weights = {
+        "W_E": r(V, d),
+        "W_Q": r(L, H, d, dh, std=d**-0.5),
+        "W_K": r(L, H, d, dh, std=d**-0.5),
+        "W_V": r(L, H, d, dh, std=d**-0.5),
+        "W_O": r(L, H, dh, d, std=(H * dh) ** -0.5),
+        "W_U": r(d, V, std=d**-0.5),
+    }
+    if positional_embedding_type in ("shortformer", "standard"):
+        weights["W_pos"] = r(n_ctx, d)
+    if biases:
+        weights |= {"b_Q": r(L, H, dh), "b_K": r(L, H, dh), "b_V": r(L, H, dh), "b_O": r(L, d), "b_U": r(V)}
+    cfg = ModelConfig(L, H, d, dh, V, n_ctx, positional_embedding_type=positional_embedding_type)
+    return CircuitModel(cfg, weights, name=f"random-{L}l-seed{seed}")
+
+
+@pytest.fixture
+def random_model() -> Callable[..., CircuitModel]:
+    """Factory fixture: ``random_model(n_layers=2, ...)``."""
+    return make_random_model

@@ -1,0 +1,329 @@
+"""Hosts the browser tests drive: a Jupyter server (JupyterLab 4 and Notebook 7) and marimo.
+
+Servers listen on 127.0.0.1 on a random free port with a random token, run in
+their own process group from a temporary directory, and are always stopped
+(the fixtures call :meth:`Server.stop` in ``finally``). Every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import Locator, Page
+
+HERE = Path(__file__).resolve().parent
+
+#: How long a server may take to answer (the CI machine has 2 loaded cores).
+START_TIMEOUT_S = 120
+#: How long one notebook cell may run (the weight-space widgets compute on the shipped model).
+CELL_TIMEOUT_S = 180
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A server process: started in its own process group, stopped with its children."""
+
+    def __init__(self, name: str, argv: list[str], cwd: Path, env: dict[str, str], probe_url: str) -> None:
+        self.name = name
+        self.argv = argv
+        self.cwd = cwd
+        self.env = env
+        self.probe_url = probe_url
+        self.log_path = cwd / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            self.argv, cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before answering:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.probe_url, timeout=5) as response:
+                    if response.status < 500:
+                        return
+            except urllib.error.HTTPError as exc:
+                if exc.code < 500:
+                    return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} did not answer {self.probe_url} within {timeout_s:.0f}s:\n{self.log_tail()}")
+            time.sleep(0.3)
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Terminate the server's process group (kernels included); kill it after 15 s."""
+        proc = self.proc
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=wait)
+                # the server is gone; its children (kernels) may linger in the group
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.proc = None
+
+
+def _isolated_env(root: Path) -> dict[str, str]:
+    """Environment with Jupyter and IPython reading config and writing state only under ``root``."""
+    env = dict(os.environ)
+    for var, sub in (
+        ("JUPYTER_CONFIG_DIR", "jupyter-config"),
+        ("JUPYTER_RUNTIME_DIR", "jupyter-runtime"),
+        ("IPYTHONDIR", "ipython"),
+        ("MPLCONFIGDIR", "mpl"),
+    ):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        env[var] = str(root / sub)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    return env
+
+
+def _lab_settings(config_dir: Path) -> None:
+    """No news, no update checks: nothing in the UI reaches the network or covers the page."""
+    settings = config_dir / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+
+
+class JupyterServer:
+    """A jupyter server with JupyterLab 4 (``/lab``) and Notebook 7 (``/notebooks``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.notebooks = root / "notebooks"
+        self.notebooks.mkdir(parents=True, exist_ok=True)
+        shutil.copy(HERE / "_widgets.py", self.notebooks / "_widgets.py")
+        self.port = free_port()
+        self.token = secrets.token_hex(16)
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = _isolated_env(root)
+        _lab_settings(Path(env["JUPYTER_CONFIG_DIR"]))
+        argv = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={self.token}",
+            "--ServerApp.open_browser=False",
+            "--ServerApp.allow_root=True",
+            f"--ServerApp.root_dir={self.notebooks}",
+            "--LabApp.news_url=",
+            "--LabApp.extension_manager=readonly",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--ServerApp.shutdown_no_activity_timeout=1200",  # a leaked server ends on its own
+            "--MappingKernelManager.cull_idle_timeout=1200",
+        ]
+        self.server = Server("jupyter", argv, root, env, f"{self.url}/api/status?token={self.token}")
+
+    def write_notebook(self, name: str, cells: list[str] | None = None) -> str:
+        """Write a notebook (one empty code cell unless ``cells``) and return its path relative to the root."""
+        import nbformat
+
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(src) for src in (cells or [""])]
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+        nbformat.write(nb, self.notebooks / name)
+        return name
+
+    def lab_url(self, path: str) -> str:
+        return f"{self.url}/lab/tree/{path}?token={self.token}"
+
+    def notebook7_url(self, path: str) -> str:
+        return f"{self.url}/notebooks/{path}?token={self.token}"
+
+
+@contextmanager
+def jupyter_server(root: Path) -> Iterator[JupyterServer]:
+    """A running :class:`JupyterServer`; stopped on exit, whatever happens."""
+    jupyter = JupyterServer(root)
+    try:
+        jupyter.server.start()
+        yield jupyter
+    finally:
+        jupyter.server.stop()
+
+
+class NotebookPage:
+    """Drive a notebook in JupyterLab or Notebook 7 as a user does: type in the last cell, Shift+Enter.
+
+    Both front ends share the notebook widgets (``.jp-Notebook``, ``.jp-Cell``,
+    ``.jp-InputPrompt``, ``.jp-OutputArea-output``).
+    """
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+
+    @property
+    def cells(self) -> Locator:
+        return self.page.locator(".jp-Notebook .jp-Cell")
+
+    def open(self, url: str, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Load the notebook and wait until its kernel runs a cell."""
+        self.page.goto(url, timeout=timeout_s * 1000)
+        self.cells.first.wait_for(timeout=timeout_s * 1000)
+        self.run("print('cw-kernel-ready')", timeout_s=timeout_s)
+
+    def _prompt(self, index: int) -> str:
+        return str(self.cells.nth(index).locator(".jp-InputPrompt").first.text_content() or "")
+
+    def run(self, code: str, timeout_s: float = CELL_TIMEOUT_S) -> str:
+        """Type ``code`` into the last (empty) cell, run it, and return its output text.
+
+        Raises AssertionError with the traceback when the cell raises.
+        """
+        index = self.cells.count() - 1
+        cell = self.cells.nth(index)
+        editor = cell.locator(".cm-content").first
+        deadline = time.monotonic() + timeout_s
+        editor.click()
+        self.page.keyboard.press("Control+a")
+        self.page.keyboard.press("Delete")
+        self.page.keyboard.insert_text(code)
+        self.page.keyboard.press("Shift+Enter")
+        sent = time.monotonic()
+        while True:
+            prompt = self._prompt(index)
+            if re.search(r"\[\d+\]", prompt):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cell {index} did not finish within {timeout_s:.0f}s (prompt {prompt!r}):\n{code}")
+            # "[ ]" a few seconds after Shift+Enter: the run was dropped (kernel not yet connected); run again
+            if "*" not in prompt and time.monotonic() - sent > 5:
+                editor.click()
+                self.page.keyboard.press("Shift+Enter")
+                sent = time.monotonic()
+            time.sleep(0.2)
+        return self.output(index)
+
+    def output(self, index: int) -> str:
+        outputs = self.cells.nth(index).locator(".jp-OutputArea-output")
+        texts = [outputs.nth(i).inner_text() for i in range(outputs.count())]
+        errors = self.cells.nth(index).locator(
+            '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"], .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]'
+        )
+        if errors.count() and any("Traceback" in t or "Error" in t for t in errors.all_inner_texts()):
+            raise AssertionError(f"cell {index} raised:\n" + "\n".join(texts))
+        return "\n".join(texts)
+
+    def value(self, expr: str) -> Any:
+        """Evaluate ``expr`` in the kernel (printed as JSON by a new cell) and return it."""
+        out = self.run(f"import json as _json; print('CW=' + _json.dumps({expr}))")
+        for line in reversed(out.splitlines()):
+            if line.startswith("CW="):
+                return json.loads(line[3:])
+        raise AssertionError(f"no value printed for {expr!r}: {out!r}")
+
+    def wait_value(self, expr: str, expected: Any, timeout_s: float = 30.0) -> Any:
+        """Re-evaluate ``expr`` until it equals ``expected`` (clicks reach the kernel asynchronously)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            got = self.value(expr)
+            if got == expected:
+                return got
+            if time.monotonic() > deadline:
+                raise AssertionError(f"kernel: {expr} is {got!r}, expected {expected!r}")
+            time.sleep(0.5)
+
+    def view(self, index: int, name: str) -> Locator:
+        """The ``[data-cw-view=name]`` root in cell ``index``'s output."""
+        return self.cells.nth(index).locator(f'.jp-OutputArea-output [data-cw-view="{name}"]').first
+
+    def display(self, code: str, name: str, timeout_s: float = CELL_TIMEOUT_S) -> Locator:
+        """Run ``code`` (whose last line displays a widget) and return its view root once attached."""
+        index = self.cells.count() - 1
+        self.run(code, timeout_s=timeout_s)
+        view = self.view(index, name)
+        view.wait_for(timeout=60_000)
+        return view
+
+
+# --- marimo -------------------------------------------------------------------------
+
+
+class MarimoServer:
+    """``marimo run app.py`` on 127.0.0.1 with a random port and access token."""
+
+    def __init__(self, root: Path, app_source: str) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.copy(HERE / "_widgets.py", root / "_widgets.py")
+        self.app = root / "app.py"
+        self.app.write_text(app_source)
+        self.port = free_port()
+        self.token = secrets.token_hex(16)
+        self.url = f"http://127.0.0.1:{self.port}/?access_token={self.token}"
+        env = _isolated_env(root)
+        env["MARIMO_SKIP_UPDATE_CHECK"] = "1"
+        env["HOME"] = str(root)  # marimo keeps its config and state under ~
+        argv = [
+            str(Path(sys.executable).with_name("marimo")),
+            "run",
+            str(self.app),
+            "--headless",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--token",
+            "--token-password",
+            self.token,
+            "--no-sandbox",
+            "--no-skew-protection",
+        ]
+        self.server = Server("marimo", argv, root, env, f"http://127.0.0.1:{self.port}/health")
+
+
+@contextmanager
+def marimo_server(root: Path, app_source: str) -> Iterator[MarimoServer]:
+    """A running :class:`MarimoServer`; stopped on exit, whatever happens."""
+    marimo = MarimoServer(root, app_source)
+    try:
+        marimo.server.start()
+        yield marimo
+    finally:
+        marimo.server.stop()

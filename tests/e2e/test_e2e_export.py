@@ -1,0 +1,146 @@
+"""Exported pages work offline: opened from file:// with every other request aborted.
+
+For each view, ``save_html`` gives a page that draws, answers clicks, attempts no
+request and logs no error; a page with several widgets carries one bundle; and
+``jupyter nbconvert --to html --execute`` gives the same from a notebook.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from _pages import PageLog, assert_drawn, fingerprint, screenshot, wait_changed, wait_status
+from _widgets import CLICKS, VIEWS
+from playwright.sync_api import Locator, Page
+
+import circuitwidgets
+
+
+def open_offline(page: Page, path: Path, views: list[str]) -> dict[str, Locator]:
+    """Open ``path`` from file:// and wait for each of ``views`` to be drawn."""
+    page.goto(path.resolve().as_uri())
+    found = {}
+    for name in views:
+        view = page.locator(f'[data-cw-view="{name}"]').first
+        view.wait_for()
+        assert_drawn(view)
+        found[name] = view
+    return found
+
+
+def click_through(view: Locator, name: str) -> None:
+    """Every click of :data:`CLICKS` changes the view and its status says what is selected."""
+    for selector, _traits, status in CLICKS[name]:
+        before = fingerprint(view)
+        target = view.locator(selector).first
+        target.click()
+        wait_changed(view, before, f"{name}: click on {selector}")
+        wait_status(view, status)
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_save_html_page_draws_and_answers_clicks_offline(name: str, built: Any, tmp_path: Path, page: Page, page_log: PageLog) -> None:
+    widget = built(name)
+    path = circuitwidgets.save_html(widget, tmp_path / f"{name}.html")
+
+    view = open_offline(page, path, [name])[name]
+    screenshot(view, name)
+    click_through(view, name)
+
+    page_log.assert_offline_clean()
+
+
+def test_one_page_of_several_widgets_holds_one_bundle_and_draws_them_all(built: Any, tmp_path: Path, page: Page, page_log: PageLog) -> None:
+    names = ["attention", "eigen"]
+    path = circuitwidgets.save_html([built(n) for n in names], tmp_path / "two.html")
+    assert path.read_text().count('id="cw-bundle"') == 1
+
+    views = open_offline(page, path, names)
+    click_through(views["attention"], "attention")
+    click_through(views["eigen"], "eigen")
+    page_log.assert_offline_clean()
+
+
+def test_explorer_links_its_views_in_an_exported_page(built: Any, tmp_path: Path, page: Page, page_log: PageLog) -> None:
+    """Choosing a head in the explorer's scatter moves the other views to it, with no kernel."""
+    path = circuitwidgets.save_html(built("explorer"), tmp_path / "explorer.html")
+    root = open_offline(page, path, ["explorer"])["explorer"]
+    inner = [v for v in root.locator("[data-cw-view]").evaluate_all("els => els.map(e => e.dataset.cwView)") if v != "explorer"]
+    assert {"eigen", "attention"} <= set(inner), inner
+
+    attention = root.locator('[data-cw-view="attention"]').first
+    before = fingerprint(attention)
+    root.locator('[data-cw-view="eigen"] [data-cw-head="0.3"]').first.click()
+    wait_status(root, r"L0H3 selected")
+    wait_changed(attention, before, "explorer: the attention view follows the head chosen in the scatter")
+    page_log.assert_offline_clean()
+
+
+# --- nbconvert ------------------------------------------------------------------------
+
+NOTEBOOK_CELLS = [
+    "import sys; sys.path.insert(0, {here!r})\nfrom _widgets import attention_patterns, eigen_scatter",
+    "attention_patterns()",
+    "eigen_scatter()",
+]
+
+
+def nbconvert(notebook: Path, output: str, *args: str, timeout_s: int = 300) -> Path:
+    """Run ``jupyter nbconvert --to html ... --output OUTPUT`` and return the HTML written."""
+    cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", *args, "--output", output, str(notebook)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=notebook.parent)
+    assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stderr[-4000:]}"
+    return notebook.with_name(f"{output}.html")
+
+
+@pytest.fixture(scope="module")
+def executed_notebook(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("nbconvert")
+    nb = nbformat.v4.new_notebook()
+    here = str(Path(__file__).parent)
+    nb.cells = [nbformat.v4.new_code_cell(c.format(here=here)) for c in NOTEBOOK_CELLS]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = root / "widgets.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+#: The template's own CDN scripts (require.js, MathJax); not ours, and switched off by the offline command.
+TEMPLATE_URLS = re.compile(r"cdnjs\.cloudflare\.com/ajax/libs/(require\.js|mathjax)/|unpkg\.com/@jupyter-widgets/")
+
+#: The command for an offline, interactive page: no widget state (so the
+#: ``text/html`` fallback is shown) and no CDN script in the template.
+OFFLINE_FLAGS = (
+    "--execute",
+    "--ExecutePreprocessor.store_widget_state=False",
+    "--HTMLExporter.require_js_url=",
+    "--HTMLExporter.mathjax_url=",
+)
+
+
+def test_nbconvert_offline_command_gives_an_interactive_page_with_no_request(executed_notebook: Path, page: Page, page_log: PageLog) -> None:
+    html = nbconvert(executed_notebook, "offline", *OFFLINE_FLAGS)
+    views = open_offline(page, html, ["attention", "eigen"])
+    assert page.locator("#cw-bundle").count() == 1, "the bundle is loaded once per page"
+    click_through(views["attention"], "attention")
+    click_through(views["eigen"], "eigen")
+    page_log.assert_offline_clean()
+
+
+def test_nbconvert_default_execute_draws_our_views_and_only_the_template_reaches_for_the_network(
+    executed_notebook: Path, page: Page, page_log: PageLog
+) -> None:
+    """Plain ``--execute``: our views still draw and work; nbconvert's template asks CDNs for require.js and MathJax."""
+    html = nbconvert(executed_notebook, "default", "--execute")
+    views = open_offline(page, html, ["attention"])
+    click_through(views["attention"], "attention")
+    ours = [u for u in page_log.network() if not TEMPLATE_URLS.search(u)]
+    assert not ours, f"requests not made by nbconvert's template: {ours}"
+    errors = [e for e in page_log.console_errors if not TEMPLATE_URLS.search(e) and "ERR_INTERNET_DISCONNECTED" not in e]
+    assert not errors and not page_log.page_errors and not page_log.dialogs, (errors, page_log.page_errors)
