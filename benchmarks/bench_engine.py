@@ -24,8 +24,10 @@ Prints a markdown table. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +58,20 @@ class Measurement:
     peak_bytes: int
 
 
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: RSS figures may then undercount reused memory
+        return None
+
+
+LIBC = _libc()
+if LIBC is not None:
+    # Serve every allocation above 64 KiB by mmap and return it on free, so RSS
+    # rises with each call's own allocations instead of reusing retained heap.
+    LIBC.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD (fixing it also disables the dynamic threshold)
+
+
 class PeakRSS:
     """Sample this process's RSS in a thread; ``peak`` is the maximum above the level at entry."""
 
@@ -73,6 +89,8 @@ class PeakRSS:
 
     def __enter__(self) -> PeakRSS:
         gc.collect()
+        if LIBC is not None:
+            LIBC.malloc_trim(0)
         self.base = self.process.memory_info().rss
         self._thread.start()
         return self
@@ -83,12 +101,13 @@ class PeakRSS:
         self.peak = max(self.peak, self.process.memory_info().rss - self.base)
 
 
-def measure(fn: Callable[[], Any]) -> Measurement:
-    """Run ``fn`` once, timing it and sampling its peak extra memory."""
+def measure(fn: Callable[[], Any], label: str) -> Measurement:
+    """Run ``fn`` once, timing it and sampling its peak extra memory (progress on stderr)."""
     with PeakRSS() as rss:
         start = time.perf_counter()
         result = fn()
         seconds = time.perf_counter() - start
+    print(f"  {label}: {seconds:.2f} s, peak extra {rss.peak / 2**20:.0f} MB", file=sys.stderr, flush=True)
     return Measurement(result, seconds, rss.peak)
 
 
@@ -188,25 +207,29 @@ def main() -> None:
           f"model {model!r}; TransformerLens: {'yes' if bridge is not None else 'no'}\n")
 
     rows: list[tuple[str, Measurement, Measurement | None, str, str]] = []
-    ours = measure(lambda: copying_scores(model, "ov", "eigen"))
-    theirs = measure(lambda: tl_eigen_scores(bridge)) if bridge is not None else None
+    ours = measure(lambda: copying_scores(model, "ov", "eigen"), "circuitwidgets eigen")
+    theirs = measure(lambda: tl_eigen_scores(bridge), "TransformerLens eigen") if bridge is not None else None
     note = "" if theirs is None else f"max |Δ| {np.nanmax(np.abs(ours.result - theirs.result)):.1e}"
     rows.append(("eigenvalue copying scores, 144 heads (OV)", ours, theirs, TL_ANCHORS["eigen"], note))
 
     for kind in ("Q", "K", "V"):
-        ours = measure(lambda kind=kind: composition_scores(model, kind))  # type: ignore[misc]
-        theirs = measure(lambda kind=kind: tl_composition(bridge, kind)) if bridge is not None else None  # type: ignore[misc]
+        ours = measure(lambda kind=kind: composition_scores(model, kind), f"circuitwidgets composition {kind}")  # type: ignore[misc]
+        theirs = (
+            measure(lambda kind=kind: tl_composition(bridge, kind), f"TransformerLens composition {kind}")  # type: ignore[misc]
+            if bridge is not None
+            else None
+        )
         note = ""
         if theirs is not None:
             mask = ~np.isnan(ours.result)
             note = f"max |Δ| {np.abs(ours.result[mask] - theirs.result[mask]).max():.1e}"
         rows.append((f"composition scores, all pairs ({kind})", ours, theirs, TL_ANCHORS["composition"], note))
-    base = measure(lambda: composition_baseline(D, DH))
+    base = measure(lambda: composition_baseline(D, DH), "circuitwidgets composition baseline")
     rows.append(("composition baseline (100 Monte-Carlo samples, once)", base, None, "", f"value {base.result:.4f}"))
 
     circuit = full_qk(model, 0, 0)
-    ours = measure(lambda: circuit.topk(args.k, progress_bar=False))
-    theirs = measure(lambda: tl_topk(bridge, args.k)) if bridge is not None else None
+    ours = measure(lambda: circuit.topk(args.k, progress_bar=False), f"circuitwidgets top-{args.k}")
+    theirs = measure(lambda: tl_topk(bridge, args.k), f"TransformerLens top-{args.k}") if bridge is not None else None
     throughput = 2 * V * V * DH / ours.seconds / 1e9
     note = f"{throughput:.1f} GFLOP/s = {100 * throughput / rate:.0f} % of matmul rate"
     if theirs is not None:

@@ -36,7 +36,7 @@ DEFAULT_TEXT = '''class Stack:
         return self.items.pop()
 '''
 
-BIGRAM_SOURCES = ["def", "(", "self", "import", " return", "class", " for", "\n    "]
+BIGRAM_SOURCES = [" def", "(", "self", "import", " return", "class", " for", " in"]
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,20 @@ def explorer(model: CircuitModel) -> CircuitExplorer:
     return CircuitExplorer(model, TEXT, k=4, profile_k=3)
 
 
-@pytest.fixture
-def fresh(model: CircuitModel) -> CircuitExplorer:
+@pytest.fixture(scope="module")
+def lazy(model: CircuitModel) -> CircuitExplorer:
+    """An explorer whose skip-trigrams are precomputed for head (0, 0) only."""
     return CircuitExplorer(model, TEXT, k=3, profile_k=2, trigram_heads=[(0, 0)])
+
+
+@pytest.fixture
+def fresh(lazy: CircuitExplorer) -> CircuitExplorer:
+    """``lazy`` with its selections back at their defaults."""
+    with lazy.hold_trait_notifications():
+        lazy.selected_layer, lazy.selected_head = 0, 0
+        lazy.trigram_source_token, lazy.trigram_selected_row, lazy.trigram_source_message = -1, -1, ""
+        lazy.composition_selected_edge, lazy.composition_edge_kind = [], ""
+    return lazy
 
 
 # --- data ----------------------------------------------------------------------
@@ -123,8 +134,8 @@ def test_explorer_tokens_stay_text_in_exported_html(explorer: CircuitExplorer) -
 # --- the shared selection --------------------------------------------------------
 
 
-def test_selecting_a_head_from_any_view_is_one_kernel_selection(fresh: CircuitExplorer) -> None:
-    fresh.selected_layer, fresh.selected_head = 0, 0
+def test_selecting_a_head_from_any_view_is_one_kernel_selection(model: CircuitModel) -> None:
+    fresh = CircuitExplorer(model, TEXT, k=3, profile_k=2, trigram_heads=[(0, 0)], selected_layer=0, selected_head=0)
     seen: list[tuple[str, Any]] = []
     fresh.observe(lambda c: seen.append((c["name"], c["new"])), names=["selected_layer", "selected_head"])
     from_view(fresh, selected_layer=1, selected_head=1)

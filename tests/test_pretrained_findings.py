@@ -51,10 +51,12 @@ def test_shipped_models_are_listed() -> None:
 
 
 def test_zero_layer_bigrams_after_def_come_names(zero_layer: cw.CircuitModel) -> None:
-    logits = (zero_layer.W_E @ zero_layer.W_U)
-    def_id = zero_layer.to_tokens("def", prepend_bos=False)[0, 0]
+    # In indented code the keyword is the token " def"; a name follows it, as a
+    # separate space-prefixed token.
+    logits = zero_layer.W_E @ zero_layer.W_U
+    (def_id,) = zero_layer.tokenizer.encode(" def")
     top = [zero_layer.tokenizer.token_str(int(i)) for i in logits[def_id].topk(10).indices]
-    names = [t for t in top if t.strip().isidentifier()]
+    names = [t for t in top if t.startswith(" ") and t[1:].isidentifier()]
     assert len(names) >= 7, top
 
 

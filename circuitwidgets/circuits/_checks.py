@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -116,8 +115,3 @@ def progress(items: Iterable[T], total: int | None, desc: str, enabled: bool | N
 
     disable = None if enabled is None else not enabled
     yield from tqdm(items, total=total, desc=desc, disable=disable, leave=False)
-
-
-def nan_to_none(value: float) -> float | None:
-    """``None`` for NaN, else the value (for records)."""
-    return None if math.isnan(value) else value

@@ -67,7 +67,7 @@ def measure_findings(model: CircuitModel) -> dict[str, Any]:
     """The paper's findings as measured on ``model`` (numbers only, rounded)."""
     L = model.cfg.n_layers
     out: dict[str, Any] = {}
-    samples = ["def", "(", "self", "import", " return"]
+    samples = [" def", "(", "self", "import", " return"]
     out["top_bigrams"] = {
         s: [model.tokenizer.token_str(int(i)) for i in (model.W_E[model.to_tokens(s, prepend_bos=False)[0, 0]] @ model.W_U).topk(8).indices]
         for s in samples

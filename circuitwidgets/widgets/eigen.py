@@ -178,7 +178,8 @@ class EigenScatter(CircuitWidget):
     k, max_tokens, seed
         See :func:`eigen_scatter_data`.
     **kwargs
-        Initial traits, for example ``method="diagonal"`` or ``selected_layer=1``.
+        Initial traits, for example ``method="diagonal"`` or ``selected_layer=1``
+        (by default the head with the highest induction score is selected).
 
     Examples
     --------
@@ -228,6 +229,11 @@ class EigenScatter(CircuitWidget):
             data = eigen_scatter_data(model, k=k, max_tokens=max_tokens, seed=seed)
             if model.cfg.n_layers < 2:
                 data["qk_circuit"] = "qk"
+            data["method"] = data["methods"][0]
+            induction = data["detectors"][DETECTORS.index("induction")]
+            if induction.size:
+                layer, head = np.unravel_index(int(np.nanargmax(induction)), induction.shape)
+                data["selected_layer"], data["selected_head"] = int(layer), int(head)
             kwargs = {**data, **kwargs}
         super().__init__(**kwargs)
 

@@ -48,3 +48,18 @@ describe("export", () => {
     cleanup();
   });
 });
+
+describe("gradients", () => {
+  it("reads CSS linear gradients as colour stops", async () => {
+    const { parseLinearGradient } = await import("../src/lib/export");
+    expect(parseLinearGradient("linear-gradient(to right, rgb(1, 2, 3) 0%, rgb(4, 5, 6) 100%)")).toEqual({
+      vertical: false,
+      stops: [
+        { colour: "rgb(1, 2, 3)", offset: 0 },
+        { colour: "rgb(4, 5, 6)", offset: 1 },
+      ],
+    });
+    expect(parseLinearGradient("linear-gradient(to bottom, red, blue)")?.vertical).toBe(true);
+    expect(parseLinearGradient("url(x.png)")).toBeNull();
+  });
+});

@@ -20,10 +20,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from _pages import PageLog
 from playwright.sync_api import Locator, Page
 
 HERE = Path(__file__).resolve().parent
@@ -56,13 +57,21 @@ class Server:
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            self.argv, cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            self.argv,
+            cwd=self.cwd,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log.close()
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} before answering:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode} before answering:\n{self.log_tail()}"
+                )
             try:
                 with urllib.request.urlopen(self.probe_url, timeout=5) as response:
                     if response.status < 500:
@@ -73,7 +82,9 @@ class Server:
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.name} did not answer {self.probe_url} within {timeout_s:.0f}s:\n{self.log_tail()}")
+                raise TimeoutError(
+                    f"{self.name} did not answer {self.probe_url} within {timeout_s:.0f}s:\n{self.log_tail()}"
+                )
             time.sleep(0.3)
 
     def log_tail(self, n: int = 4000) -> str:
@@ -95,10 +106,8 @@ class Server:
             try:
                 proc.wait(timeout=wait)
                 # the server is gone; its children (kernels) may linger in the group
-                try:
+                with suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 break
             except subprocess.TimeoutExpired:
                 continue
@@ -125,7 +134,9 @@ def _lab_settings(config_dir: Path) -> None:
     """No news, no update checks: nothing in the UI reaches the network or covers the page."""
     settings = config_dir / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True, exist_ok=True)
-    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
 
 
 class JupyterServer:
@@ -195,8 +206,9 @@ class NotebookPage:
     ``.jp-InputPrompt``, ``.jp-OutputArea-output``).
     """
 
-    def __init__(self, page: Page) -> None:
+    def __init__(self, page: Page, log: PageLog | None = None) -> None:
         self.page = page
+        self.log = PageLog() if log is None else log
 
     @property
     def cells(self) -> Locator:
@@ -207,6 +219,12 @@ class NotebookPage:
         self.page.goto(url, timeout=timeout_s * 1000)
         self.cells.first.wait_for(timeout=timeout_s * 1000)
         self.run("print('cw-kernel-ready')", timeout_s=timeout_s)
+
+    def no_dialog(self) -> None:
+        """Fail with its text when a JupyterLab dialog covers the notebook."""
+        dialog = self.page.locator(".jp-Dialog")
+        if dialog.count():
+            raise AssertionError(f"a dialog covers the notebook: {dialog.first.inner_text()!r}")
 
     def _prompt(self, index: int) -> str:
         return str(self.cells.nth(index).locator(".jp-InputPrompt").first.text_content() or "")
@@ -220,6 +238,7 @@ class NotebookPage:
         cell = self.cells.nth(index)
         editor = cell.locator(".cm-content").first
         deadline = time.monotonic() + timeout_s
+        self.no_dialog()
         editor.click()
         self.page.keyboard.press("Control+a")
         self.page.keyboard.press("Delete")
@@ -276,9 +295,17 @@ class NotebookPage:
     def display(self, code: str, name: str, timeout_s: float = CELL_TIMEOUT_S) -> Locator:
         """Run ``code`` (whose last line displays a widget) and return its view root once attached."""
         index = self.cells.count() - 1
+        seen = len(self.log.page_errors), len(self.log.console_errors)
         self.run(code, timeout_s=timeout_s)
         view = self.view(index, name)
-        view.wait_for(timeout=60_000)
+        deadline = time.monotonic() + 60
+        while view.count() == 0:
+            errors = self.log.ours(self.log.page_errors[seen[0] :] + self.log.console_errors[seen[1] :])
+            if errors:
+                raise AssertionError(f"view {name!r} not shown; the page logged: {errors}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"view {name!r} not shown within 60s of its cell finishing")
+            time.sleep(0.2)
         return view
 
 

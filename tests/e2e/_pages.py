@@ -27,6 +27,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
+#: Marks of our code in an error's text or stack (anywidget loads the bundle from a blob: URL).
+OURS = re.compile(r"circuitwidgets|anywidget|cw-|blob:", re.IGNORECASE)
+
 #: Default wait for anything in a page, ms.
 TIMEOUT_MS = 30_000
 
@@ -56,6 +59,11 @@ class PageLog:
                 continue
             out.append(url)
         return out
+
+    def ours(self, errors: list[str]) -> list[str]:
+        """Of ``errors`` (console or page), those raised by our views: their text or stack names
+        circuitwidgets or anywidget, or a ``blob:`` module (how anywidget loads our bundle)."""
+        return [e for e in errors if OURS.search(e)]
 
     def assert_offline_clean(self) -> None:
         """No network attempted, no console error, no uncaught exception, no dialog."""
@@ -89,7 +97,7 @@ def watch(target: Page | BrowserContext, log: PageLog | None = None, *, offline:
 
     def on_page(page: Page) -> None:
         page.on("console", on_console)
-        page.on("pageerror", lambda exc: log.page_errors.append(str(exc)))
+        page.on("pageerror", lambda exc: log.page_errors.append(f"{exc}\n{exc.stack or ''}"[:3000]))
         page.on("dialog", on_dialog)
         page.on("request", lambda req: log.requests.append(req.url))
         page.on("websocket", lambda ws: log.websockets.append(ws.url))
@@ -184,11 +192,36 @@ def assert_drawn(view: Locator) -> dict[str, Any]:
     return desc
 
 
+_STYLED_JS = """
+(root) => {
+  const scope = root.getRootNode();
+  const sheets = [...(scope.styleSheets || []), ...(scope.adoptedStyleSheets || [])];
+  for (const sheet of sheets) {
+    let rules;
+    try { rules = sheet.cssRules; } catch { continue; }
+    for (const rule of rules) {
+      try { if (rule.selectorText && root.matches(rule.selectorText)) return true; } catch { /* selector of another engine */ }
+    }
+  }
+  return false;
+}
+"""
+
+
+def is_styled(view: Locator) -> bool:
+    """Whether a stylesheet that reaches the view (in its document or shadow root) has a rule for its root."""
+    return bool(view.evaluate(_STYLED_JS))
+
+
+def in_shadow_root(view: Locator) -> bool:
+    return bool(view.evaluate("(root) => root.getRootNode() instanceof ShadowRoot"))
+
+
 def fingerprint(view: Locator) -> tuple[Any, ...]:
     """What a click should change: status text and canvas pixels and selection markers."""
     desc = describe(view)
     marks = view.evaluate(
-        "(root) => [...root.querySelectorAll('[aria-pressed=\"true\"], .cw-selected, [aria-selected=\"true\"], [data-cw-selected]')]"
+        '(root) => [...root.querySelectorAll(\'[aria-pressed="true"], .cw-selected, [aria-selected="true"], [data-cw-selected]\')]'
         ".map(e => e.outerHTML.slice(0, 80)).join('|')"
     )
     return (desc["status"], tuple(c["hash"] for c in desc["canvases"]), marks)
@@ -237,6 +270,43 @@ def screenshot(target: Locator | Page, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     target.screenshot(path=str(path), animations="disabled")
     return path
+
+
+def wait_view(page: Page, log: PageLog, name: str, nth: int = 0, timeout_s: float = TIMEOUT_MS / 1000) -> Locator:
+    """Wait for the ``nth`` ``[data-cw-view=name]``; fail at once when the page throws or logs an error of ours."""
+    view = page.locator(f'[data-cw-view="{name}"]').nth(nth)
+    deadline = time.monotonic() + timeout_s
+    while view.count() == 0:
+        errors = log.page_errors + log.ours(log.console_errors)
+        if errors:
+            raise AssertionError(f"view {name!r} not shown; the page raised: {errors}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"view {name!r} not shown within {timeout_s:.0f}s")
+        time.sleep(0.1)
+    return view
+
+
+def open_offline(page: Page, log: PageLog, path: Path, views: list[str]) -> dict[str, Locator]:
+    """Open ``path`` from file:// and wait for each of ``views`` to be drawn and styled."""
+    page.goto(path.resolve().as_uri())
+    found = {}
+    for name in views:
+        view = wait_view(page, log, name)
+        assert_drawn(view)
+        assert is_styled(view), f"{name}: no stylesheet rule reaches the view"
+        found[name] = view
+    return found
+
+
+def click_through(view: Locator, name: str) -> None:
+    """Every click of ``_widgets.CLICKS`` changes the view and its status says what is selected."""
+    from _widgets import CLICKS
+
+    for selector, _traits, status in CLICKS[name]:
+        before = fingerprint(view)
+        view.locator(selector).first.click()
+        wait_changed(view, before, f"{name}: click on {selector}")
+        wait_status(view, status)
 
 
 # --- hostile text ----------------------------------------------------------------

@@ -126,7 +126,7 @@ def model() -> Any:
 def eigen_scatter() -> Any:
     from circuitwidgets import EigenScatter
 
-    return EigenScatter(model(), max_tokens=256)
+    return EigenScatter(model(), max_tokens=256, selected_layer=0, selected_head=0)
 
 
 def skip_trigram_table() -> Any:
@@ -138,7 +138,7 @@ def skip_trigram_table() -> Any:
 def composition_map() -> Any:
     from circuitwidgets import CompositionMap
 
-    return CompositionMap(model(), n_samples=20)
+    return CompositionMap(model(), n_samples=20, selected_layer=0, selected_head=0)
 
 
 def term_importance() -> Any:
@@ -150,10 +150,12 @@ def term_importance() -> Any:
 def circuit_explorer() -> Any:
     from circuitwidgets import CircuitExplorer
 
-    return CircuitExplorer(model(), TEXT, k=10, profile_k=4, max_tokens=256, progress_bar=False)
+    return CircuitExplorer(
+        model(), TEXT, k=10, profile_k=4, max_tokens=256, progress_bar=False, selected_layer=1, selected_head=0
+    )
 
 
-#: ``_view`` name → builder.
+#: ``_view`` name → builder. Each starts from a stated selection that the clicks below change.
 BUILDERS = {
     "attention": attention_patterns,
     "eigen": eigen_scatter,
@@ -179,7 +181,9 @@ CLICKS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
     "composition": [('[data-cw-head="0.2"]', {"selected_layer": 0, "selected_head": 2}, r"L0H2 selected")],
     "skiptrigrams": [('tr[data-cw-row="2"]', {"selected_row": 2}, r"row 3")],
     "termimportance": [('[data-cw-order="1"]', {"selected_order": 1}, r"selected")],
-    "explorer": [('[data-cw-view="eigen"] [data-cw-head="0.1"]', {"selected_layer": 0, "selected_head": 1}, r"L0H1 selected")],
+    "explorer": [
+        ('[data-cw-view="eigen"] [data-cw-head="0.1"]', {"selected_layer": 0, "selected_head": 1}, r"L0H1 selected")
+    ],
 }
 
 #: Python statements that change the selection, and the status they must produce in the view.

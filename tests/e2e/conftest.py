@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +35,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     if report.when == "call" and report.failed:
-        for name in ("page", "lab", "notebook7_page"):
+        for name in ("page", "lab", "notebook7", "marimo_page"):
             page = item.funcargs.get(name) if hasattr(item, "funcargs") else None
             page = getattr(page, "page", page)
             if isinstance(page, Page) and not page.is_closed():
                 FAILURES.mkdir(parents=True, exist_ok=True)
-                try:
+                with suppress(Exception):  # the page may be gone; the report matters more
                     page.screenshot(path=str(FAILURES / f"{item.name}.png"), full_page=True, timeout=10_000)
-                except Exception:  # the page may be gone; the report matters more
-                    pass
     return report
 
 
@@ -51,6 +50,7 @@ def bundle() -> Path:
     """The built bundle the widgets load, rebuilt first when ``js/src`` is newer (as ``make setup`` does)."""
     from circuitwidgets.widgets._base import BUNDLE_PATH
 
+    shutil.rmtree(FAILURES, ignore_errors=True)  # screenshots of the previous run's failures
     src = REPO / "js" / "src"
     # Only in a source checkout whose package is the one under test (not a patched copy).
     if src.is_dir() and REPO in BUNDLE_PATH.parents:
@@ -58,7 +58,9 @@ def bundle() -> Path:
         if any(p.stat().st_mtime > built_at for p in src.rglob("*.ts")):
             if not (REPO / "js" / "node_modules").is_dir():
                 pytest.fail("the bundle is missing or older than js/src: run `make setup`")
-            result = subprocess.run(["npm", "--prefix", "js", "run", "build"], cwd=REPO, capture_output=True, text=True, timeout=120)
+            result = subprocess.run(
+                ["npm", "--prefix", "js", "run", "build"], cwd=REPO, capture_output=True, text=True, timeout=120
+            )
             if result.returncode != 0:
                 pytest.fail(f"`npm --prefix js run build` failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
     if not BUNDLE_PATH.is_file():

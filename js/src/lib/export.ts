@@ -49,6 +49,24 @@ function textAttrs(style: CSSStyleDeclaration): Record<string, string> {
   };
 }
 
+/** Colour stops of a CSS `linear-gradient(...)` (left to right or top to bottom), or null. */
+export function parseLinearGradient(css: string): { vertical: boolean; stops: { colour: string; offset: number }[] } | null {
+  const m = /^linear-gradient\((.*)\)$/.exec(css.trim());
+  if (!m) return null;
+  const parts = (m[1] as string).split(/,(?![^(]*\))/).map((p) => p.trim());
+  let vertical = false;
+  if (parts[0] && /^(to |[\d.]+deg)/.test(parts[0])) {
+    const dir = parts.shift() as string;
+    vertical = dir === "to bottom" || dir === "180deg";
+  }
+  const stops = parts.map((p, i) => {
+    const sm = /^(.*?)(?:\s+([\d.]+)%)?$/.exec(p);
+    const offset = sm?.[2] !== undefined ? Number(sm[2]) / 100 : parts.length > 1 ? i / (parts.length - 1) : 0;
+    return { colour: (sm?.[1] ?? p).trim(), offset };
+  });
+  return stops.length ? { vertical, stops } : null;
+}
+
 /**
  * The view under `root` as an SVG document (a string). Layout comes from the
  * live page, so call it on a rendered, visible view.
@@ -68,6 +86,9 @@ export function snapshotSvg(root: HTMLElement): string {
   const bg = doc.createElementNS(SVG_NS, "rect");
   for (const [k, v] of Object.entries({ x: "0", y: "0", width: String(width), height: String(height), fill: "#ffffff" })) bg.setAttribute(k, v);
   svg.append(bg);
+  const defs = doc.createElementNS(SVG_NS, "defs");
+  svg.append(defs);
+  let gradients = 0;
 
   const style = (e: Element): CSSStyleDeclaration | null => (win ? win.getComputedStyle(e) : null);
 
@@ -185,6 +206,24 @@ export function snapshotSvg(root: HTMLElement): string {
     if (node !== root && box.width > 0 && box.height > 0 && !intersects(box, clip)) return;
     if (s && node instanceof HTMLElement) {
       if (!isTransparent(s.backgroundColor)) addRect(box, { fill: s.backgroundColor, rx: String(parseFloat(s.borderTopLeftRadius) || 0) });
+      const gradient = s.backgroundImage && s.backgroundImage !== "none" ? parseLinearGradient(s.backgroundImage) : null;
+      if (gradient && box.width > 0 && box.height > 0) {
+        const id = `cw-gradient-${gradients++}`;
+        const g = doc.createElementNS(SVG_NS, "linearGradient");
+        g.setAttribute("id", id);
+        g.setAttribute("x1", "0");
+        g.setAttribute("y1", "0");
+        g.setAttribute("x2", gradient.vertical ? "0" : "1");
+        g.setAttribute("y2", gradient.vertical ? "1" : "0");
+        for (const stop of gradient.stops) {
+          const st = doc.createElementNS(SVG_NS, "stop");
+          st.setAttribute("offset", String(stop.offset));
+          st.setAttribute("stop-color", stop.colour);
+          g.append(st);
+        }
+        defs.append(g);
+        addRect(box, { fill: `url(#${id})` });
+      }
       const bw = parseFloat(s.borderTopWidth) || 0;
       if (bw > 0 && s.borderTopStyle !== "none" && !isTransparent(s.borderTopColor)) {
         addRect(

@@ -159,8 +159,8 @@ export function sizeCanvas(canvas: HTMLCanvasElement, width: number, height: num
   const h = Math.max(1, Math.round(height * dpr));
   if (canvas.width !== w) canvas.width = w;
   if (canvas.height !== h) canvas.height = h;
-  canvas.style.width = `${width}px`;
-  canvas.style.height = `${height}px`;
+  if (canvas.style.width !== `${width}px`) canvas.style.width = `${width}px`;
+  if (canvas.style.height !== `${height}px`) canvas.style.height = `${height}px`;
   const ctx = canvas.getContext("2d");
   ctx?.setTransform(dpr, 0, 0, dpr, 0, 0);
   return ctx;

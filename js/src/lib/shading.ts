@@ -58,7 +58,7 @@ export function applyShades(
   let changed = 0;
   for (let i = 0; i < spans.length; i++) {
     const idx = next[i] as number;
-    if (idx === prev[i] && lutKey === prevKey[i]) continue;
+    if (idx === prev[i] && (idx < 0 || lutKey === prevKey[i])) continue;
     prev[i] = idx;
     prevKey[i] = lutKey;
     changed++;

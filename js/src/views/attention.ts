@@ -391,6 +391,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
         button.dataset.cwHead = `${layer}.${head}`;
         button.title = `Layer ${layer}, head ${head}`;
         button.setAttribute("aria-label", `Layer ${layer}, head ${head}`);
+        button.classList.toggle("cw-pending", !headReady(p, layer, head));
         const c = el(doc, "canvas");
         sizeCanvas(c, thumbPx, thumbPx);
         button.append(c);
@@ -453,7 +454,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
 
   function drawMain(s: { layer: number; head: number; dest: number; src: number }, p: Patterns, d: Data): void {
     const L = layout();
-    main.style.width = `${L.width}px`;
+    if (main.style.width !== `${L.width}px`) main.style.width = `${L.width}px`;
     const ctx = sizeCanvas(canvas, L.width, L.height);
     if (ctx === null) return;
     const n = p.nTokens;
@@ -744,12 +745,17 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   }
 
   // ---- one frame
-  function draw(): void {
-    const started = performance.now();
-    const d = data;
-    const p = shown();
-    const s = sel();
-    if (d === null || p === null || s === null) return;
+  /** Write text only when it changed (a rewrite invalidates layout even when equal). */
+  function setText(node: HTMLElement, text: string): void {
+    if (node.textContent !== text) node.textContent = text;
+  }
+
+  let chromeKey = "";
+  /** Controls, caption, legend: only when something they show changed, not on every hover. */
+  function drawChrome(s: { layer: number; head: number; dest: number; src: number }, p: Patterns, d: Data): void {
+    const key = [s.layer, s.head, kind(), tokenMode, hoverMode, view.r0, view.c0, view.size, model.get("show_diagonals"), version].join("|");
+    if (key === chromeKey) return;
+    chromeKey = key;
     thumbButtons.forEach((b, i) => b.classList.toggle("cw-selected", i === s.layer * p.nHeads + s.head));
     kindControl.update(kind());
     tokenControl.update(tokenMode);
@@ -760,24 +766,39 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     if (logitButton) logitButton.disabled = d.effect === null;
     diagBox.checked = Boolean(model.get("show_diagonals"));
     resetButton.disabled = isFull(view, p.nTokens);
-    zoomText.textContent = isFull(view, p.nTokens)
-      ? p.nTokens > 16 ? "wheel to zoom, drag to pan" : ""
-      : `rows ${view.r0}–${view.r0 + view.size - 1}, columns ${view.c0}–${view.c0 + view.size - 1} of ${p.nTokens}`;
-
-    caption.textContent = `${headName(s.layer, s.head)}: rows are destinations (queries), columns sources (keys)`;
+    setText(
+      zoomText,
+      isFull(view, p.nTokens)
+        ? p.nTokens > 16
+          ? "wheel to zoom, drag to pan"
+          : ""
+        : `rows ${view.r0}–${view.r0 + view.size - 1}, columns ${view.c0}–${view.c0 + view.size - 1} of ${p.nTokens}`,
+    );
+    setText(caption, `${headName(s.layer, s.head)}: rows are destinations (queries), columns sources (keys)`);
     canvas.setAttribute("aria-label", `Attention pattern of layer ${s.layer}, head ${s.head}`);
-    drawMain(s, p, d);
     drawLegend(s, d);
-    tokensHead.textContent =
+    setText(
+      tokensHead,
       tokenMode === "logit" && d.effect !== null
         ? "Tokens shaded by this head's direct effect on the logit of the next token (blue lowers, red raises)."
         : hoverMode === "dest"
           ? "Hover a token to shade where it attends; click to select it as destination."
-          : "Hover a token to shade which tokens attend to it; click to select it as source.";
+          : "Hover a token to shade which tokens attend to it; click to select it as source.",
+    );
+  }
+
+  function draw(): void {
+    const started = performance.now();
+    const d = data;
+    const p = shown();
+    const s = sel();
+    if (d === null || p === null || s === null) return;
+    drawChrome(s, p, d);
+    drawMain(s, p, d);
     shadeTokens(s, p, d);
     markTokens(s);
-    hoverLine.textContent = hoverText(s, p, d);
-    panel.status.textContent = statusText(s, p, d);
+    setText(hoverLine, hoverText(s, p, d));
+    setText(panel.status, statusText(s, p, d));
     root.dataset.cwDrawMs = (performance.now() - started).toFixed(2);
     if (!painted && headReady(p, s.layer, s.head)) {
       painted = true;
@@ -964,7 +985,11 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       queueAllThumbs();
       frame.schedule();
     }),
-    onTraits(model, ["selected_layer", "selected_head", "selected_dest", "selected_src", "show_diagonals", "diagonals"], frame.schedule),
+    onTraits(model, ["diagonals"], () => {
+      version++;
+      frame.schedule();
+    }),
+    onTraits(model, ["selected_layer", "selected_head", "selected_dest", "selected_src", "show_diagonals"], frame.schedule),
     onTraits(model, ["selected_dest"], () => {
       const d = model.get("selected_dest");
       if (typeof d === "number" && d >= 0) scrollToToken(d);

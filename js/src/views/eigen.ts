@@ -122,6 +122,33 @@ export function eigenScore(eigs: readonly [number, number][]): number {
   return mag > 0 ? sum / mag : Number.NaN;
 }
 
+export interface LabelBox {
+  x: number;
+  y: number;
+  width: number;
+  height: number;
+}
+
+/**
+ * Greedy label placement: for each point (in order) the first of four spots
+ * around it (right-above, right-below, left-above, left-below) whose box
+ * overlaps no label placed before; the first spot when all overlap.
+ */
+export function placeLabels(points: readonly { x: number; y: number; width: number; height: number }[], gap = 7): LabelBox[] {
+  const placed: LabelBox[] = [];
+  const hit = (a: LabelBox, b: LabelBox) => a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+  for (const p of points) {
+    const spots: LabelBox[] = [
+      { x: p.x + gap, y: p.y - gap - p.height, width: p.width, height: p.height },
+      { x: p.x + gap, y: p.y + gap, width: p.width, height: p.height },
+      { x: p.x - gap - p.width, y: p.y - gap - p.height, width: p.width, height: p.height },
+      { x: p.x - gap - p.width, y: p.y + gap, width: p.width, height: p.height },
+    ];
+    placed.push(spots.find((s) => !placed.some((q) => hit(s, q))) ?? (spots[0] as LabelBox));
+  }
+  return placed;
+}
+
 const CSS = `
 .cw-eigen .cw-body { display: flex; gap: 18px; align-items: flex-start; flex-wrap: wrap; }
 .cw-eigen .cw-side { min-width: 250px; }
@@ -132,7 +159,7 @@ const CSS = `
 .cw-eigen .cw-swatch { display: inline-block; width: 10px; height: 10px; border-radius: 50%; }
 `;
 
-const PLOT = { width: 380, height: 380, left: 54, right: 14, top: 14, bottom: 46, strip: 34 };
+const PLOT = { width: 380, height: 390, left: 54, right: 14, top: 26, bottom: 46, strip: 34 };
 
 export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () => void {
   const doc = root.ownerDocument;
@@ -164,7 +191,7 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
   const plotBox = el(doc, "div", "cw-plot");
   const side = el(doc, "div", "cw-side");
   panel.body.append(plotBox, side);
-  const note = el(doc, "div", "cw-note");
+  const note = el(doc, "div", "cw-note cw-method-note");
   const legend = el(doc, "div", "cw-legend");
   plotBox.append(legend);
   panel.body.after(note);
@@ -255,7 +282,7 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
     });
     svg.append(axes);
     if (method === "eigen") {
-      svg.append(svgEl(doc, "text", { x: x(1) - 2, y: y(1) + 12, "text-anchor": "end", "font-size": 10.5, fill: "#777", "font-style": "italic" }, "copying & matching"));
+      svg.append(svgEl(doc, "text", { x: x(1), y: 12, "text-anchor": "end", "font-size": 10.5, fill: "#777", "font-style": "italic" }, "copying & matching ↗"));
     }
     const stripY = PLOT.height + 8;
     if (hasStrip) {
@@ -265,6 +292,7 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
     }
     const few = points.length <= 32;
     const labels = svgEl(doc, "g");
+    const wanted: { x: number; y: number; width: number; height: number; text: string; selected: boolean }[] = [];
     const ordered = [...points].sort((a, b) => Number(a.layer === sel.layer && a.head === sel.head) - Number(b.layer === sel.layer && b.head === sel.head));
     for (const p of ordered) {
       if (!Number.isFinite(p.x)) continue;
@@ -284,17 +312,31 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
       svgTitle(doc, g, `${headName(p.layer, p.head)}: OV ${fmt(p.x)}, QK ${Number.isNaN(p.y) ? "n/a" : fmt(p.y)}`);
       svg.append(g);
       if ((few && !Number.isNaN(p.y)) || selected) {
-        // outside the clickable group, so the group's box is the marker alone
-        labels.append(
-          svgEl(
-            doc,
-            "text",
-            { x: px + 8, y: py - 7, "font-size": selected ? 12 : 10, "font-weight": selected ? 600 : 400, fill: selected ? "#111" : "#555", "pointer-events": "none" },
-            headName(p.layer, p.head),
-          ),
-        );
+        const text = headName(p.layer, p.head);
+        wanted.push({ x: px, y: py, width: text.length * (selected ? 7.4 : 6.2), height: selected ? 12 : 10, text, selected });
       }
     }
+    // the selected head's label first (it wins its spot), then the others; outside the
+    // clickable groups, so each group's box is its marker alone
+    wanted.sort((a, b) => Number(b.selected) - Number(a.selected));
+    placeLabels(wanted).forEach((box, i) => {
+      const w = wanted[i] as (typeof wanted)[number];
+      labels.append(
+        svgEl(
+          doc,
+          "text",
+          {
+            x: box.x,
+            y: box.y + box.height - 1,
+            "font-size": w.selected ? 12 : 10,
+            "font-weight": w.selected ? 600 : 400,
+            fill: w.selected ? "#111" : "#555",
+            "pointer-events": "none",
+          },
+          w.text,
+        ),
+      );
+    });
     svg.append(labels);
     return svg;
   }

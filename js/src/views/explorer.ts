@@ -12,7 +12,6 @@
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray } from "../lib/arrays";
 import { el, ensureStyle } from "../lib/dom";
-import { exportToolbar } from "../lib/export";
 import { makePanel, setTitle } from "../lib/panel";
 import { type ScopeSpec, scopedModel } from "../lib/scoped";
 import { indexOr, onTraits } from "../lib/selection";
@@ -28,33 +27,17 @@ type Render = (props: RenderProps<any>) => void | (() => void);
 const HEAD = { selected_layer: "selected_layer", selected_head: "selected_head" } as const;
 
 /** The views of the explorer, where their state lives, and their place in the grid. */
-export const SECTIONS: readonly { view: string; title: string; render: Render; spec: ScopeSpec; area: string; frame: boolean }[] = [
-  { view: "eigen", title: "", render: renderEigen, spec: { prefix: "eigen_", data: "eigen_data", shared: HEAD }, area: "eigen", frame: false },
-  {
-    view: "attention",
-    title: "Attention patterns of the text",
-    render: renderAttention,
-    spec: { prefix: "attention_", data: "attention_data", shared: HEAD },
-    area: "attention",
-    frame: true,
-  },
-  { view: "composition", title: "", render: renderComposition, spec: { prefix: "composition_", data: "composition_data", shared: HEAD }, area: "composition", frame: false },
+export const SECTIONS: readonly { view: string; render: Render; spec: ScopeSpec; area: string }[] = [
+  { view: "eigen", render: renderEigen, spec: { prefix: "eigen_", data: "eigen_data", shared: HEAD }, area: "eigen" },
+  { view: "attention", render: renderAttention, spec: { prefix: "attention_", data: "attention_data", shared: HEAD }, area: "attention" },
+  { view: "composition", render: renderComposition, spec: { prefix: "composition_", data: "composition_data", shared: HEAD }, area: "composition" },
   {
     view: "skiptrigrams",
-    title: "",
     render: renderSkipTrigrams,
     spec: { prefix: "trigram_", data: "trigram_data", shared: { layer: "selected_layer", head: "selected_head" } },
     area: "trigrams",
-    frame: false,
   },
-  {
-    view: "termimportance",
-    title: "",
-    render: renderTermImportance,
-    spec: { prefix: "terms_", data: "terms_data", shared: { selected_layer: "selected_layer" } },
-    area: "terms",
-    frame: false,
-  },
+  { view: "termimportance", render: renderTermImportance, spec: { prefix: "terms_", data: "terms_data", shared: { selected_layer: "selected_layer" } }, area: "terms" },
 ];
 
 const CSS = `
@@ -62,8 +45,6 @@ const CSS = `
   grid-template-areas: "eigen attention" "composition trigrams" "terms terms"; align-items: start; }
 @media (max-width: 1100px) { .cw-explorer > .cw-body { grid-template-columns: minmax(0, 1fr); grid-template-areas: "eigen" "attention" "composition" "trigrams" "terms"; } }
 .cw-explorer .cw-cell { border: 1px solid var(--jp-border-color2, #e0e0e0); border-radius: 6px; padding: 10px 12px; min-width: 0; overflow-x: auto; background: var(--jp-layout-color0, #fff); }
-.cw-explorer .cw-cell-head { display: flex; align-items: baseline; gap: 12px; margin-bottom: 6px; }
-.cw-explorer .cw-cell-title { font-weight: 600; font-size: 14px; flex: 1 1 auto; }
 .cw-explorer > .cw-status { font-size: 13px; font-weight: 600; }
 `;
 
@@ -107,15 +88,6 @@ export function renderExplorer(props: RenderProps): () => void {
     const cell = el(doc, "section", "cw-cell");
     cell.style.gridArea = section.area;
     const viewRoot = el(doc, "div");
-    if (section.frame) {
-      const head = el(doc, "div", "cw-cell-head");
-      head.append(el(doc, "div", "cw-cell-title", section.title));
-      const toolbar = exportToolbar(doc, section.view, () => cell);
-      head.append(toolbar.element);
-      cleanups.push(toolbar.cleanup);
-      cell.append(head);
-      viewRoot.dataset.cwView = section.view;
-    }
     cell.append(viewRoot);
     panel.body.append(cell);
     try {

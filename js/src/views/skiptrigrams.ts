@@ -281,7 +281,6 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
   let page = 0;
   let pageSize = PAGE_SIZES[0] as number;
   let localMessage = "";
-  let listed: Trigram[] = [];
   let lastListingKey = "";
 
   // controls
@@ -423,7 +422,6 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
     sizeSelect.value = String(pageSize);
     const live = m.get("live") as Partial<LiveProfile> | undefined;
     const { state, rows } = currentListing(d, sel.layer, sel.head, sel.source, live);
-    listed = rows;
     const key = `${sel.layer}.${sel.head}.${sel.source}`;
     if (key !== lastListingKey) {
       lastListingKey = key;
@@ -443,9 +441,8 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
       }),
     );
 
-    // message line
-    const kernelMessage = String(m.get("source_message") ?? "");
-    let text = localMessage || kernelMessage;
+    // message line: the user's last search, else what the listing lacks, else the kernel's answer
+    let text = String(m.get("source_message") ?? "");
     if (state === "head-missing") {
       text = offline
         ? `${headName(sel.layer, sel.head)} was not precomputed in this page; its skip-trigrams need a live kernel (or precompute it: heads=…).`
@@ -455,6 +452,7 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
         ? `The skip-trigrams of source ${srcText} at ${headName(sel.layer, sel.head)} were not precomputed in this page; other source tokens need a live kernel. The search box suggests the sources stored here.`
         : `Computing the skip-trigrams of source ${srcText} in the kernel…`;
     }
+    if (localMessage) text = localMessage;
     message.textContent = text;
 
     caption.textContent =
@@ -624,7 +622,6 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
 
   load();
   draw();
-  void listed;
 
   return () => {
     frame.cancel();

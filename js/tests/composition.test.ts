@@ -1,0 +1,73 @@
+// @vitest-environment happy-dom
+import { afterEach, describe, expect, it } from "vitest";
+import { decodeArray } from "../src/lib/arrays";
+import { colourLimit, heatmapCells, toCompData } from "../src/views/composition";
+import { compositionState, H, mount, nextFrame } from "./weightspace-fixtures";
+
+let cleanups: (() => void)[] = [];
+afterEach(() => {
+  for (const c of cleanups) c();
+  cleanups = [];
+  document.body.replaceChildren();
+});
+
+function view(extra = {}) {
+  const r = mount(compositionState(extra));
+  cleanups.push(r.cleanup);
+  return r;
+}
+
+describe("composition logic", () => {
+  it("maps earlier heads to rows and later heads to columns, empty where undefined", () => {
+    const s = compositionState();
+    const d = toCompData(decodeArray(s.scores), s.baseline_value);
+    const limit = colourLimit(d, true);
+    expect(limit).toBeCloseTo(0.3 + 0.08 - 0.15, 5);
+    const cells = heatmapCells(d, 0, true, limit);
+    expect(cells.rows).toBe(H);
+    expect(cells.cols).toBe(H);
+    expect(cells.index(0, 0)).toBeLessThan(128); // 0.1 − 0.15 < 0: blue side
+    expect(heatmapCells(d, 2, true, limit).index(2, 2)).toBe(255);
+  });
+});
+
+describe("composition view", () => {
+  it("draws the strongest edges and a node per head", () => {
+    const { el } = view();
+    expect(el.dataset.cwView).toBe("composition");
+    expect(el.querySelectorAll("[data-cw-edge]")).toHaveLength(6);
+    expect(el.querySelectorAll("[data-cw-head]")).toHaveLength(2 * H);
+    expect(el.querySelector("[data-cw-edge]")?.getAttribute("data-cw-kind")).toBe("V");
+  });
+
+  it("clicking an edge selects both heads", async () => {
+    const { m, el } = view();
+    const edge = el.querySelector("[data-cw-edge='0.2-1.2'][data-cw-kind='V']") as Element;
+    edge.querySelector("path")!.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+    expect(m.saves).toEqual([{ selected_edge: [0, 2, 1, 2], edge_kind: "V", selected_layer: 1, selected_head: 2 }]);
+    await nextFrame();
+    expect(el.querySelector("[data-cw-status]")?.textContent).toMatch(/^Edge L0H2 → L1H2 \(V, 0\.230 above baseline\) selected; L1H2 selected/);
+  });
+
+  it("filters edges by kind and toggles the baseline", async () => {
+    const { m, el } = view();
+    [...el.querySelectorAll<HTMLButtonElement>(".cw-segmented button")].find((b) => b.dataset.value === "Q")!.click();
+    await nextFrame();
+    expect(m.get("kind")).toBe("Q");
+    const kinds = new Set([...el.querySelectorAll("[data-cw-edge]")].map((e) => e.getAttribute("data-cw-kind")));
+    expect([...kinds]).toEqual(["Q"]);
+    const box = el.querySelector("input[type='checkbox']") as HTMLInputElement;
+    box.checked = false;
+    box.dispatchEvent(new Event("change"));
+    expect(m.get("subtract_baseline")).toBe(false);
+    await nextFrame();
+    expect(el.querySelectorAll("[data-cw-edge]")).toHaveLength(6);
+    expect(el.querySelector(".cw-note")?.textContent).toMatch(/raw/);
+  });
+
+  it("clicking a head node selects it", () => {
+    const { m, el } = view();
+    el.querySelector("[data-cw-head='1.1'] circle")!.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+    expect(m.saves).toEqual([{ selected_layer: 1, selected_head: 1 }]);
+  });
+});

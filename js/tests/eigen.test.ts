@@ -1,0 +1,111 @@
+// @vitest-environment happy-dom
+import { afterEach, describe, expect, it } from "vitest";
+import { decodeArray } from "../src/lib/arrays";
+import { eigenScore, headEigenvalues, placeLabels, scatterPoints, scoreDomain, toEigenData } from "../src/views/eigen";
+import { eigenState, H, L, mount, nextFrame } from "./weightspace-fixtures";
+
+let cleanups: (() => void)[] = [];
+afterEach(() => {
+  for (const c of cleanups) c();
+  cleanups = [];
+  document.body.replaceChildren();
+});
+
+function view(extra = {}) {
+  const r = mount(eigenState(extra));
+  cleanups.push(r.cleanup);
+  return r;
+}
+
+function data() {
+  const s = eigenState();
+  return toEigenData(decodeArray(s.scores), decodeArray(s.eigenvalues), decodeArray(s.kcomp_source), decodeArray(s.detectors));
+}
+
+describe("eigen scatter logic", () => {
+  it("places every head at (OV score, chosen QK score) of a method", () => {
+    const pts = scatterPoints(data(), 1, "qk");
+    expect(pts).toHaveLength(L * H);
+    expect(pts[H + 2]).toEqual({ layer: 1, head: 2, x: expect.closeTo(0.2 + 0.3 + 0.1, 5), y: expect.closeTo(-0.2 + 0.3 + 0.1, 5) });
+    const kcomp = scatterPoints(data(), 0, "qk_kcomp");
+    expect(kcomp.filter((p) => Number.isNaN(p.y)).map((p) => p.layer)).toEqual([0, 0, 0]);
+  });
+
+  it("reads eigenvalues and scores them as Σλ/Σ|λ|", () => {
+    const e = headEigenvalues(data(), 0, 1, 1);
+    expect(e).toEqual([[2, 0], [-1, 1]]);
+    expect(eigenScore(e)).toBeCloseTo(1 / (2 + Math.SQRT2), 6);
+    expect(eigenScore([])).toBeNaN();
+    expect(scoreDomain("eigen")).toEqual([-1, 1]);
+    expect(scoreDomain("topk")).toEqual([0, 1]);
+  });
+
+  it("refuses arrays of the wrong shape", () => {
+    const s = eigenState();
+    expect(() => toEigenData(decodeArray(s.scores), decodeArray(s.eigenvalues), decodeArray(s.kcomp_source), decodeArray(s.scores))).toThrow(/detectors/);
+  });
+});
+
+describe("eigen scatter view", () => {
+  it("draws one clickable point per head and says what is selected", () => {
+    const { el } = view();
+    expect(el.dataset.cwView).toBe("eigen");
+    const points = el.querySelectorAll("[data-cw-head]");
+    expect(points).toHaveLength(L * H);
+    expect(el.querySelector("[data-cw-status]")?.textContent).toMatch(/^L0H0 selected/);
+    expect(el.querySelector("[data-cw-export='svg']")).not.toBeNull();
+  });
+
+  it("clicking a head selects it in the kernel and shows its eigenvalues and detectors", async () => {
+    const { m, el } = view();
+    el.querySelector("[data-cw-head='1.2'] circle, [data-cw-head='1.2'] rect, [data-cw-head='1.2'] path")!.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+    expect(m.saves).toEqual([{ selected_layer: 1, selected_head: 2 }]);
+    await nextFrame();
+    expect(el.querySelector("[data-cw-status]")?.textContent).toMatch(/^L1H2 selected/);
+    expect(el.querySelector(".cw-side-title")?.textContent).toBe("L1H2: eigenvalues");
+    expect(el.querySelector(".cw-side")?.textContent).toContain("0.90");
+    expect(el.querySelector(".cw-side")?.textContent).toContain("QK via L0H2");
+  });
+
+  it("switches the score definition in the front end", async () => {
+    const { m, el } = view();
+    const diag = [...el.querySelectorAll<HTMLButtonElement>(".cw-segmented button")].find((b) => b.dataset.value === "diagonal")!;
+    diag.click();
+    expect(m.get("method")).toBe("diagonal");
+    await nextFrame();
+    expect(diag.getAttribute("aria-pressed")).toBe("true");
+    expect(el.querySelector(".cw-method-note")?.textContent).toContain("diagonal note");
+  });
+
+  it("follows the kernel and ignores an invalid selection", async () => {
+    const { m, el } = view();
+    m.fromKernel({ selected_layer: 1, selected_head: 1 });
+    await nextFrame();
+    expect(el.querySelector("[data-cw-status]")?.textContent).toMatch(/^L1H1 selected/);
+    m.fromKernel({ selected_head: 99 });
+    await nextFrame();
+    expect(el.querySelector("[data-cw-status]")?.textContent).toMatch(/^L1H0 selected/);
+  });
+
+  it("cleans up its listeners and elements", () => {
+    const { m, el, cleanup } = view();
+    expect(m.listenerCount()).toBeGreaterThan(0);
+    cleanup();
+    cleanups = [];
+    expect(m.listenerCount()).toBe(0);
+    expect(el.childElementCount).toBe(0);
+  });
+});
+
+describe("label placement", () => {
+  it("moves a label to a free spot when the first one is taken", () => {
+    const boxes = placeLabels([
+      { x: 100, y: 100, width: 30, height: 10 },
+      { x: 101, y: 100, width: 30, height: 10 },
+      { x: 300, y: 300, width: 30, height: 10 },
+    ]);
+    expect(boxes[0]).toEqual({ x: 107, y: 83, width: 30, height: 10 });
+    expect(boxes[1]).toEqual({ x: 108, y: 107, width: 30, height: 10 }); // right-below
+    expect(boxes[2]).toEqual({ x: 307, y: 283, width: 30, height: 10 });
+  });
+});

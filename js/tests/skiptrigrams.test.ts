@@ -1,0 +1,149 @@
+// @vitest-environment happy-dom
+import { afterEach, describe, expect, it } from "vitest";
+import { decodeArray } from "../src/lib/arrays";
+import { currentListing, findToken, headListing, precomputedSources, sortListing, sourceListing, toTrigramData } from "../src/views/skiptrigrams";
+import { mount, nextFrame, TOKENS, trigramState } from "./weightspace-fixtures";
+
+let cleanups: (() => void)[] = [];
+afterEach(() => {
+  for (const c of cleanups) c();
+  cleanups = [];
+  document.body.replaceChildren();
+});
+
+function view(extra = {}) {
+  const r = mount(trigramState(extra));
+  cleanups.push(r.cleanup);
+  return r;
+}
+
+function data() {
+  const s = trigramState();
+  return toTrigramData(
+    decodeArray(s.token_ids),
+    s.token_strs,
+    decodeArray(s.rows),
+    decodeArray(s.row_values),
+    decodeArray(s.profile_sources),
+    decodeArray(s.profile_tokens),
+    decodeArray(s.profile_values),
+    decodeArray(s.ready),
+  );
+}
+
+const rowsText = (el: HTMLElement) => [...el.querySelectorAll("tr[data-cw-row]")].map((tr) => tr.getAttribute("data-cw-row"));
+
+describe("skip-trigram logic", () => {
+  it("lists a head's rows in canonical order, skipping padding", () => {
+    const rows = headListing(data(), 0, 0)!;
+    expect(rows.map((r) => [r.source, r.dest, r.out])).toEqual([[1, 2, 1], [2, 3, 4], [3, 4, 5], [4, 5, 6]]);
+    expect(headListing(data(), 1, 2)).toBeNull();
+  });
+
+  it("orders a source's triples by the sum of the ranks, then destination rank", () => {
+    const rows = sourceListing(9, [10, 11], [2, 1], [20, 21], [3, 0.5]);
+    expect(rows.map((r) => [r.dest, r.out])).toEqual([[10, 20], [10, 21], [11, 20], [11, 21]]);
+    expect(rows[1]).toMatchObject({ qk: 2, ov: 0.5 });
+  });
+
+  it("says whether a listing is precomputed, live, or needs the kernel", () => {
+    const d = data();
+    expect(currentListing(d, 0, 0, -1, null).state).toBe("ok");
+    expect(currentListing(d, 1, 2, -1, null).state).toBe("head-missing");
+    expect(currentListing(d, 0, 0, 101, null).rows.map((r) => r.out)).toEqual([7, 1, 7, 1]);
+    expect(currentListing(d, 0, 0, 107, null).state).toBe("source-missing");
+    const live = { layer: 0, head: 0, source: 7, dest: [1], qk: [0.3], out: [2], ov: [0.4] };
+    expect(currentListing(d, 0, 0, 107, live)).toMatchObject({ state: "ok", rows: [{ source: 7, dest: 1, out: 2 }] });
+    expect(currentListing(d, 0, 1, 107, live).state).toBe("source-missing");
+    expect(precomputedSources(d, 0, 0)).toEqual([1, 2, 3, 4]);
+  });
+
+  it("sorts by value or by token text", () => {
+    const rows = headListing(data(), 0, 0)!;
+    expect(sortListing(rows, TOKENS, "qk", "desc")).toEqual([3, 2, 1, 0]);
+    expect(sortListing(rows, TOKENS, "ov", "asc")).toEqual([3, 2, 1, 0]);
+    expect(sortListing(rows, TOKENS, "rank", "asc")).toEqual([0, 1, 2, 3]);
+    // by code unit: "\n" < " the" < "<b>x</b>" < "cat"
+    expect(sortListing(rows, TOKENS, "source", "asc")).toEqual([2, 0, 1, 3]);
+  });
+
+  it("finds a token by its text or its visible form", () => {
+    expect(findToken(TOKENS, [0, 1, 2, 3], " the")).toBe(1);
+    expect(findToken(TOKENS, [0, 1, 2, 3], "·the")).toBe(1);
+    expect(findToken(TOKENS, [0, 1, 2, 3], "⏎")).toBe(3);
+    expect(findToken(TOKENS, [0, 1, 2, 3], "zzz")).toBe(-1);
+  });
+});
+
+describe("skip-trigram view", () => {
+  it("shows the rows with tokens as text and flags copying", () => {
+    const { el } = view();
+    expect(el.dataset.cwView).toBe("skiptrigrams");
+    expect(rowsText(el)).toEqual(["0", "1", "2", "3"]);
+    expect(el.querySelector("tbody b")).toBeNull();
+    expect([...el.querySelectorAll("tbody .cw-tok")].map((t) => t.textContent)).toContain("<b>x</b>");
+    expect(el.querySelector("tr[data-cw-row='0'] .cw-copy")?.textContent).toBe("copy");
+    expect(el.querySelector("tr[data-cw-row='1'] .cw-copy")).toBeNull();
+    expect(el.querySelector("[data-cw-status]")?.textContent).toBe("L0H0 selected");
+  });
+
+  it("selecting a row sets selected_row and describes it", async () => {
+    const { m, el } = view();
+    (el.querySelector("tr[data-cw-row='2'] td") as HTMLElement).click();
+    expect(m.saves).toEqual([{ selected_row: 2 }]);
+    await nextFrame();
+    expect(el.querySelector("tr.cw-selected")?.getAttribute("data-cw-row")).toBe("2");
+    expect(el.querySelector("[data-cw-status]")?.textContent).toMatch(/row 3: “⏎” … “cat” → “dog”/);
+  });
+
+  it("sorts by a column and pages", async () => {
+    const { el } = view();
+    (el.querySelector("th[data-sort='qk']") as HTMLElement).click();
+    await nextFrame();
+    expect(rowsText(el)).toEqual(["3", "2", "1", "0"]);
+    const size = el.querySelector("select:not([title])") as HTMLSelectElement | null;
+    expect(size).not.toBeNull();
+  });
+
+  it("clicking a source token lists that source's precomputed triples", async () => {
+    const { m, el } = view();
+    (el.querySelector("tr[data-cw-row='1'] [data-cw-source]") as HTMLElement).click();
+    expect(m.get("source_token")).toBe(102);
+    await nextFrame();
+    expect(rowsText(el)).toEqual(["0", "1", "2", "3"]);
+    expect(el.querySelector(".cw-title")?.textContent).toContain("source “<b>x</b>”");
+  });
+
+  it("offline: a source that was not precomputed is explained, not computed", async () => {
+    const { m, el } = view({ __offline__: true, source_token: 107 });
+    expect(rowsText(el)).toEqual([]);
+    expect(el.querySelector(".cw-message")?.textContent).toMatch(/not precomputed in this page; other source tokens need a live kernel/);
+    const input = el.querySelector("input[type='search']") as HTMLInputElement;
+    input.value = "unknown";
+    (el.querySelector(".cw-search button") as HTMLButtonElement).click();
+    await nextFrame();
+    expect(m.get("source_query")).toBe("");
+    expect(el.querySelector(".cw-message")?.textContent).toMatch(/needs a live kernel/);
+    input.value = "·the";
+    (el.querySelector(".cw-search button") as HTMLButtonElement).click();
+    expect(m.get("source_token")).toBe(101);
+  });
+
+  it("live: an unknown search text goes to the kernel, and its answer is shown", async () => {
+    const { m, el } = view();
+    const input = el.querySelector("input[type='search']") as HTMLInputElement;
+    input.value = "elephant";
+    input.dispatchEvent(new KeyboardEvent("keydown", { key: "Enter", bubbles: true }));
+    expect(m.saves.at(-1)).toEqual({ source_query: "elephant" });
+    m.fromKernel({ source_query: "", source_message: "“elephant” is not a token of this model" });
+    await nextFrame();
+    expect(el.querySelector(".cw-message")?.textContent).toContain("is not a token");
+  });
+
+  it("a head that was not precomputed: offline says so, live waits for the kernel", async () => {
+    const off = view({ __offline__: true, layer: 1, head: 2 });
+    expect(off.el.querySelector(".cw-message")?.textContent).toMatch(/was not precomputed in this page/);
+    const live = view({ layer: 1, head: 2 });
+    expect(live.el.querySelector(".cw-message")?.textContent).toMatch(/Computing/);
+  });
+});

@@ -1,0 +1,471 @@
+"""AttentionPatterns: built from a model or from arrays, validated, encoded, streamed, and in step with the view."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import traitlets
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from ipywidgets.widgets.widget import _remove_buffers
+
+from circuitwidgets import AttentionPatterns
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, CircuitWidgetsError, NonFiniteError, ShapeError
+from circuitwidgets.model import CircuitModel
+from circuitwidgets.widgets._arrays import array_from_json
+from circuitwidgets.widgets.attention import decode_patterns, repeat_period
+
+# --- helpers -------------------------------------------------------------------
+
+IDS = [1, 7, 3, 9, 4, 1, 7, 3, 9, 4, 1, 7]  # a repeated sequence, period 5
+
+
+def causal_patterns(n_layers: int, n_heads: int, n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    a = rng.random((n_layers, n_heads, n, n)) * np.tril(np.ones((n, n)))
+    return (a / a.sum(-1, keepdims=True)).astype(np.float32)
+
+
+class Recorder:
+    """Stands in for the comm: records what the kernel sends to the view."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[dict[str, Any], list[Any]]] = []
+
+    def __call__(self, msg: dict[str, Any], buffers: Any = None) -> None:
+        self.sent.append((msg, list(buffers or [])))
+
+    def updates(self) -> list[dict[str, Any]]:
+        return [m["state"] for m, _ in self.sent if m.get("method") == "update"]
+
+    def custom(self) -> list[tuple[dict[str, Any], list[Any]]]:
+        return [(m["content"], b) for m, b in self.sent if m.get("method") == "custom"]
+
+
+def from_view(widget: AttentionPatterns, **state: Any) -> None:
+    """An update message as the front end sends it over the comm."""
+    widget._handle_msg({"content": {"data": {"method": "update", "state": state, "buffer_paths": []}}, "buffers": []})
+
+
+def custom_from_view(widget: AttentionPatterns, content: dict[str, Any]) -> None:
+    widget._handle_msg({"content": {"data": {"method": "custom", "content": content}}, "buffers": []})
+
+
+def on_the_wire(widget: AttentionPatterns, name: str) -> np.ndarray:
+    """A trait as the front end receives it (JSON state plus binary buffers), decoded again."""
+    state, paths, buffers = _remove_buffers(widget.get_state(name))
+    json.dumps(state)
+    assert paths == [[name, "view"]]
+    value = dict(state[name])
+    value["view"] = memoryview(bytes(buffers[0]))
+    out = array_from_json(value)
+    assert out is not None
+    return out
+
+
+@pytest.fixture
+def model(random_model: Callable[..., CircuitModel]) -> CircuitModel:
+    return random_model(n_layers=2, n_heads=3, d_model=16, d_head=4, d_vocab=20, n_ctx=32, biases=True)
+
+
+@pytest.fixture
+def widget(model: CircuitModel, monkeypatch: pytest.MonkeyPatch) -> tuple[AttentionPatterns, Recorder]:
+    w = AttentionPatterns(model, IDS)
+    rec = Recorder()
+    monkeypatch.setattr(w, "_send", rec)
+    return w, rec
+
+
+def dense(model: CircuitModel) -> dict[str, Any]:
+    """Everything the widget shows, computed densely from the model's cache."""
+    ids = torch.tensor(IDS)
+    _, cache = model.run_with_cache(ids[None])
+    L, H, n = model.cfg.n_layers, model.cfg.n_heads, len(IDS)
+    A = np.stack([cache["pattern", l][0].numpy() for l in range(L)])
+    norms = np.stack([torch.linalg.vector_norm(torch.einsum("phe,hed->hpd", cache["v", l][0], model.W_O[l]), dim=-1).numpy() for l in range(L)])
+    weighted = A * norms[:, :, None, :]
+    weighted /= weighted.sum(-1, keepdims=True)
+    effect = np.full((L, H, n), np.nan)
+    for l in range(L):
+        result = cache["result", l][0]  # [pos, H, d_model]
+        for i in range(n - 1):
+            effect[l, :, i] = (result[i] @ model.W_U[:, IDS[i + 1]]).numpy()
+    return {"A": A, "norms": norms, "weighted": weighted, "effect": effect}
+
+
+# --- built from a model: the paper's quantities --------------------------------
+
+
+def test_model_constructor_runs_every_layer_and_matches_the_cache(model: CircuitModel) -> None:
+    w = AttentionPatterns(model, IDS)
+    want = dense(model)
+    assert w.tokens == model.to_str_tokens(torch.tensor(IDS))
+    assert (w.n_layers, w.n_heads, w.n_tokens) == (2, 3, len(IDS))
+    assert w.causal is True and w.patterns.shape == (2, 3, len(IDS) * (len(IDS) + 1) // 2)
+    assert np.abs(w.attention - want["A"]).max() <= 0.5 / 255 + 1e-6
+
+
+def test_value_weighted_pattern_is_attention_times_value_norm_normalised_per_row(model: CircuitModel) -> None:
+    w = AttentionPatterns(model, IDS)
+    want = dense(model)
+    np.testing.assert_allclose(w.value_norms, want["norms"], rtol=1e-5, atol=1e-6)
+    assert w.value_attention is not None
+    assert np.abs(w.value_attention - want["weighted"]).max() <= 0.5 / 255 + 1e-6
+    # the unnormalised product the view reports is A · ‖v W_O‖
+    l, h, i, j = 1, 2, 7, 3
+    assert w.attention[l, h, i, j] * w.value_norms[l, h, j] == pytest.approx(want["A"][l, h, i, j] * want["norms"][l, h, j], abs=want["norms"].max() / 255)
+
+
+def test_logit_effect_is_head_output_dotted_with_the_next_tokens_unembedding(model: CircuitModel) -> None:
+    w = AttentionPatterns(model, IDS)
+    want = dense(model)
+    assert w.logit_effect is not None and w.logit_effect.dtype == np.float32
+    np.testing.assert_allclose(w.logit_effect[..., :-1], want["effect"][..., :-1], rtol=1e-5, atol=1e-5)
+    assert np.isnan(w.logit_effect[..., -1]).all(), "the last position has no next token"
+
+
+def test_text_input_is_tokenised_with_bos(model: CircuitModel) -> None:
+    pytest.importorskip("tokenizers")
+    from circuitwidgets import load_pretrained
+
+    m = load_pretrained("attn-only-1l")
+    w = AttentionPatterns(m, "def f(x): return x")
+    assert w.tokens == m.to_str_tokens("def f(x): return x")
+    assert w.tokens[0] == m.to_str_tokens(torch.tensor([m.tokenizer.bos_token_id]))[0]
+    assert w.value_patterns is not None and w.logit_effect is not None
+
+
+def test_induction_diagonal_is_offered_for_a_repeated_sequence(model: CircuitModel) -> None:
+    w = AttentionPatterns(model, IDS)
+    assert repeat_period(IDS) == 5
+    assert w.diagonals == [{"offset": 1, "label": "previous token"}, {"offset": 4, "label": "induction (repeat every 5)"}]
+    assert w.show_diagonals is False
+    assert repeat_period(list("abcdefgh")) is None
+
+
+# --- transport -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["patterns", "value_patterns"])
+def test_binary_encoding_round_trips_within_one_step_per_weight(widget: tuple[AttentionPatterns, Recorder], name: str, model: CircuitModel) -> None:
+    w, _ = widget
+    received = on_the_wire(w, name)
+    assert received.dtype == np.uint8
+    decoded = decode_patterns(received, w.n_tokens, w.causal)
+    want = dense(model)["A" if name == "patterns" else "weighted"]
+    err = np.abs(decoded - want).max()
+    assert err <= 1 / 255 and err <= 0.5 / 255 + 1e-6
+
+
+def test_arrays_cross_as_buffers_and_json_holds_no_floats(widget: tuple[AttentionPatterns, Recorder]) -> None:
+    w, _ = widget
+    state, paths, buffers = _remove_buffers(w.get_state())
+    assert sorted(p[0] for p in paths) == ["logit_effect", "patterns", "value_norms", "value_patterns"]
+    n = w.n_tokens
+    assert sum(memoryview(b).nbytes for b in buffers) == 2 * (6 * n * (n + 1) // 2) + 2 * (6 * n * 4)
+    state.pop("_esm")  # the bundle
+    assert len(json.dumps(state)) < 2000
+
+
+def test_full_patterns_round_trip_too() -> None:
+    rng = np.random.default_rng(3)
+    a = rng.random((2, 2, 7, 7)).astype(np.float32)
+    a /= a.sum(-1, keepdims=True)
+    w = AttentionPatterns.from_arrays(list("abcdefg"), a)
+    assert w.causal is False and w.patterns.shape == (2, 2, 7, 7)
+    assert np.abs(decode_patterns(on_the_wire(w, "patterns"), 7, False) - a).max() <= 0.5 / 255 + 1e-6
+
+
+def test_from_arrays_accepts_value_norms_and_logit_effects() -> None:
+    a = causal_patterns(1, 2, 5)
+    norms = np.arange(10, dtype=np.float32).reshape(2, 5) + 1
+    effect = np.ones((2, 5), dtype=np.float32)
+    effect[:, -1] = np.nan
+    w = AttentionPatterns.from_arrays(list("abcde"), a, value_norms=norms, logit_effect=effect)
+    expected = a[0] * norms[:, None, :]
+    expected /= expected.sum(-1, keepdims=True)
+    assert w.value_attention is not None
+    assert np.abs(w.value_attention[0] - expected).max() <= 0.5 / 255 + 1e-6
+    assert w.logit_effect is not None and w.logit_effect.shape == (1, 2, 5)
+
+
+# --- validation: typed errors naming argument, expected, received -----------------
+
+
+@pytest.mark.parametrize(
+    ("tokens", "attention", "error", "message"),
+    [
+        (list("abc"), np.ones((3, 3)) / 3, ShapeError, r"attention: expected \[n_heads, dest, src\].*got shape \(3, 3\)"),
+        (list("abc"), np.ones((2, 3, 4)) / 4, ShapeError, r"dest == src == 3 .*got shape \(1, 2, 3, 4\)"),
+        (list("abc"), np.ones((1, 2, 2, 3, 3)), ShapeError, r"got shape \(1, 2, 2, 3, 3\)"),
+        (list("abc"), np.ones((0, 3, 3)), ShapeError, r"at least one layer and one head"),
+        (list("abc"), np.full((1, 3, 3), np.nan), NonFiniteError, r"attention: expected finite weights, got NaN"),
+        (list("abc"), np.full((1, 3, 3), np.inf), NonFiniteError, r"infinite"),
+        (list("abc"), np.full((1, 3, 3), 2.0), ArgumentError, r"expected weights in \[0, 1\].*got a row summing to 6"),
+        (list("abc"), np.array([[[1.5, 0, 0], [0, 1, 0], [1.5, -0.5, 0]]]), ArgumentError, r"expected weights in \[0, 1\].*got values in \[-0.5, 1.5\]"),
+        (list("abc"), np.full((1, 3, 3), -0.5), ArgumentError, r"not scores"),
+        (list("abc"), np.full((1, 3, 3), 0.2), ArgumentError, r"summing to 1.*got a row summing to 0\.6"),
+        (list("abc"), np.array([["a"]]), ArgumentTypeError, r"attention: expected real numbers"),
+        ([], np.zeros((1, 0, 0)), ShapeError, r"tokens: expected at least one token, got an empty sequence"),
+        ("abc", np.ones((1, 3, 3)) / 3, ArgumentTypeError, r"tokens: expected a list of token strings, got str"),
+        ([1, 2, 3], np.ones((1, 3, 3)) / 3, ArgumentTypeError, r"tokens: expected str entries, got int at index 0"),
+    ],
+)
+def test_bad_arrays_raise_typed_errors_that_say_what_was_expected(tokens: Any, attention: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        AttentionPatterns.from_arrays(tokens, attention)
+
+
+def test_causal_claim_is_checked() -> None:
+    a = np.full((1, 3, 3), 1 / 3)
+    with pytest.raises(ArgumentError, match=r"causal=True but head 0 attends above the diagonal.*destination 0 → source 1"):
+        AttentionPatterns.from_arrays(list("abc"), a, causal=True)
+    assert AttentionPatterns.from_arrays(list("abc"), a).causal is False
+
+
+def test_float16_rounding_is_tolerated_but_not_mistakes() -> None:
+    a = torch.softmax(torch.randn(2, 64, 64), dim=-1).half()
+    assert AttentionPatterns.from_arrays([str(i) for i in range(64)], a).n_heads == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"value_norms": np.ones((2, 4))}, ShapeError, r"value_norms: expected shape \(1, 2, 5\).*got \(2, 4\)"),
+        ({"value_norms": -np.ones((2, 5))}, ArgumentError, r"value_norms: expected norms ≥ 0"),
+        ({"value_norms": np.full((2, 5), np.nan)}, NonFiniteError, r"value_norms: expected finite values"),
+        ({"logit_effect": np.full((2, 5), np.inf)}, NonFiniteError, r"logit_effect: expected finite values \(or NaN\)"),
+    ],
+)
+def test_bad_optional_arrays_are_refused(kwargs: dict[str, Any], error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        AttentionPatterns.from_arrays(list("abcde"), causal_patterns(1, 2, 5), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("text_or_tokens", "error", "message"),
+    [
+        ("", ShapeError, r"text_or_tokens: expected a non-empty text"),
+        ([], ShapeError, r"text_or_tokens: expected at least one token, got 0"),
+        ([[1, 2], [3, 4]], ShapeError, r"expected token ids \[pos\] or \[1, pos\], got shape \(2, 2\)"),
+        ([1.5, 2.0], ArgumentTypeError, r"expected integer token ids, got dtype torch.float"),
+        (["a", "b"], ArgumentTypeError, r"got a list of str; .*from_arrays"),
+        ([1, 99], ArgumentError, r"tokens: expected ids in \[0, 20\)"),
+        (list(range(40)), ShapeError, r"expected at most n_ctx=32 positions, got 40"),
+    ],
+)
+def test_bad_model_inputs_raise_typed_errors(model: CircuitModel, text_or_tokens: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        AttentionPatterns(model, text_or_tokens)
+
+
+def test_a_model_of_another_library_is_refused_plainly() -> None:
+    with pytest.raises(ArgumentTypeError, match=r"model: expected a circuitwidgets.CircuitModel, got dict"):
+        AttentionPatterns({"W_Q": 1}, [1, 2])  # type: ignore[arg-type]
+
+
+@given(
+    shape=hnp.array_shapes(min_dims=1, max_dims=5, max_side=5),
+    fill=st.sampled_from(["softmax", "random", "nan", "negative", "ones"]),
+    n=st.integers(0, 5),
+)
+@settings(max_examples=80, deadline=None)
+def test_random_inputs_raise_only_our_typed_errors(shape: tuple[int, ...], fill: str, n: int) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.random(shape)
+    if fill == "softmax":
+        a = np.exp(a) / np.exp(a).sum(-1, keepdims=True)
+    elif fill == "nan":
+        a.flat[0] = np.nan
+    elif fill == "negative":
+        a = -a
+    elif fill == "ones":
+        a = np.ones(shape)
+    error: CircuitWidgetsError | None = None
+    try:
+        w = AttentionPatterns.from_arrays([f"t{i}" for i in range(n)], a)
+    except CircuitWidgetsError as exc:  # anything else fails the test
+        error = exc
+    if error is not None:
+        assert isinstance(error, (ValueError, TypeError)) and str(error)
+    else:
+        assert w.n_tokens == n and np.abs(w.attention.sum(-1) - 1).max() < 0.5
+
+
+# --- selection and view state, both ways -------------------------------------------
+
+
+def test_view_state_traits_default_and_validate(widget: tuple[AttentionPatterns, Recorder]) -> None:
+    w, rec = widget
+    assert (w.selected_layer, w.selected_head, w.selected_dest, w.selected_src, w.pattern_kind) == (0, 0, -1, -1, "raw")
+    w.pattern_kind = "value"
+    assert rec.updates()[-1] == {"pattern_kind": "value"}
+    with pytest.raises(traitlets.TraitError, match=r"pattern_kind.*expected one of \('raw', 'value'\), got 'weird'"):
+        w.pattern_kind = "weird"
+    raw_only = AttentionPatterns.from_arrays(list("ab"), causal_patterns(1, 1, 2))
+    with pytest.raises(traitlets.TraitError, match=r"value-weighted patterns need a model"):
+        raw_only.pattern_kind = "value"
+    with pytest.raises(traitlets.TraitError, match=r"diagonals.*expected entries"):
+        w.diagonals = [{"offset": "1"}]
+
+
+def test_clicks_in_the_view_reach_python_and_fire_observers(widget: tuple[AttentionPatterns, Recorder]) -> None:
+    w, _ = widget
+    seen: list[tuple[str, Any]] = []
+    w.observe(lambda c: seen.append((c["name"], c["new"])), names=["selected_layer", "selected_head", "selected_dest", "selected_src", "show_diagonals"])
+    from_view(w, selected_layer=1, selected_head=2)
+    from_view(w, selected_dest=11, selected_src=6)
+    from_view(w, show_diagonals=True)
+    assert (w.selected_layer, w.selected_head, w.selected_dest, w.selected_src, w.show_diagonals) == (1, 2, 11, 6, True)
+    assert sorted(seen) == sorted([("selected_layer", 1), ("selected_head", 2), ("selected_dest", 11), ("selected_src", 6), ("show_diagonals", True)])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"selected_layer": 2},
+        {"selected_head": 3},
+        {"selected_head": -1},
+        {"selected_dest": len(IDS)},
+        {"selected_src": -2},
+        {"selected_head": "1"},
+        {"selected_head": 1.5},
+        {"selected_head": True},
+        {"selected_head": None},
+        {"selected_dest": [1]},
+        {"pattern_kind": "logits"},
+        {"pattern_kind": 3},
+        {"show_diagonals": "yes"},
+        {"diagonals": [{"offset": 1, "label": "x", "extra": 2}]},
+        {"patterns": {"view": b"\0" * 3, "dtype": "uint8", "shape": [1, 1, 3]}},
+        {"selected_head": 1, "selected_dest": 99},  # all or nothing
+    ],
+)
+def test_invalid_state_from_the_view_is_rejected_and_the_view_resynchronised(
+    widget: tuple[AttentionPatterns, Recorder], bad: dict[str, Any]
+) -> None:
+    w, rec = widget
+    w.selected_head, w.selected_dest = 2, 3
+    keys = ["selected_layer", "selected_head", "selected_dest", "selected_src", "pattern_kind", "show_diagonals", "diagonals"]
+    before = {k: getattr(w, k) for k in keys}
+    patterns = w.patterns
+    fired: list[Any] = []
+    w.observe(fired.append, names=[*keys, "patterns"])
+    rec.sent.clear()
+    from_view(w, **bad)
+    assert {k: getattr(w, k) for k in keys} == before
+    assert w.patterns is patterns
+    assert fired == []
+    resent = rec.updates()
+    assert resent, "the view must be told the values the kernel keeps"
+    assert set(bad) <= set(resent[-1])
+
+
+def test_setting_selection_from_python_is_validated_and_sent(widget: tuple[AttentionPatterns, Recorder]) -> None:
+    w, rec = widget
+    w.selected_dest = 4
+    assert rec.updates()[-1] == {"selected_dest": 4}
+    with pytest.raises(traitlets.TraitError, match=r"selected_dest.*expected -1 \(none\) or 0\.\.11, got 12"):
+        w.selected_dest = 12
+    assert w.selected_dest == 4
+
+
+# --- streaming -------------------------------------------------------------------
+
+
+def test_streaming_sends_the_selected_head_first_and_ends_with_complete_traits(model: CircuitModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    w = AttentionPatterns(model, IDS, stream=True, selected_layer=1, selected_head=2)
+    rec = Recorder()
+    monkeypatch.setattr(w, "_send", rec)
+    assert w.streaming and w.patterns.shape == (2, 3, 0) and w.value_patterns is not None and w.value_patterns.shape == (2, 3, 0)
+    stream = w._stream
+    assert stream is not None
+    custom_from_view(w, {"type": "want_heads"})  # the view rendered and asks for what is ready (nothing yet)
+    assert rec.custom() == []
+    stream.step()
+    (content, buffers), = rec.custom()
+    assert content == {"type": "heads", "heads": [[1, 2]], "value": True}
+    n = len(IDS)
+    assert [memoryview(b).nbytes for b in buffers] == [n * (n + 1) // 2] * 2
+    w.selected_layer, w.selected_head = 0, 1  # a head chosen meanwhile jumps the queue
+    stream.step()
+    assert rec.custom()[-1][0]["heads"] == [[0, 1]]
+    # a second view asking later gets everything done so far in one message
+    custom_from_view(w, {"type": "want_heads"})
+    assert rec.custom()[-1][0]["heads"] == [[0, 1], [1, 2]]
+    while stream.step():
+        pass
+    assert not w.streaming
+    final = rec.updates()[-1]
+    assert set(final) == {"patterns", "value_patterns"}
+    sync = AttentionPatterns(model, IDS, stream=False)
+    np.testing.assert_array_equal(w.patterns, sync.patterns)
+    assert w.value_patterns is not None and sync.value_patterns is not None
+    np.testing.assert_array_equal(w.value_patterns, sync.value_patterns)
+
+
+def test_reading_the_data_finishes_a_stream(model: CircuitModel) -> None:
+    w = AttentionPatterns(model, IDS, stream=True)
+    assert w.streaming
+    state = w.get_state()  # what save_html and the explorer read
+    assert not w.streaming
+    assert state["patterns"]["shape"] == [2, 3, len(IDS) * (len(IDS) + 1) // 2]
+    w2 = AttentionPatterns(model, IDS, stream=True)
+    assert w2.get_state("selected_head") == {"selected_head": 0} and w2.streaming  # selection alone does not
+    assert w2.attention.shape == (2, 3, len(IDS), len(IDS)) and not w2.streaming
+
+
+def test_in_an_event_loop_large_inputs_stream_without_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
+    from circuitwidgets.widgets import attention as module
+
+    monkeypatch.setattr(module, "STREAM_BYTES", 1000)
+    a = causal_patterns(3, 4, 40)
+
+    async def build() -> tuple[bool, int, bool]:
+        w = AttentionPatterns.from_arrays([f"t{i}" for i in range(40)], a, selected_layer=2, selected_head=3)
+        started_streaming = w.streaming
+        ticks = 0
+        while w.streaming and ticks < 1000:
+            await asyncio.sleep(0)  # the kernel's other work runs here
+            ticks += 1
+        return started_streaming, ticks, w.streaming
+
+    started, ticks, still = asyncio.run(build())
+    assert started and not still
+    assert ticks >= 12 - 1  # one head per turn of the loop
+
+
+def test_small_inputs_and_scripts_do_not_stream(model: CircuitModel) -> None:
+    assert not AttentionPatterns(model, IDS).streaming  # no event loop running
+
+    async def build() -> bool:
+        return AttentionPatterns(model, IDS).streaming  # below STREAM_BYTES
+
+    assert not asyncio.run(build())
+
+
+# --- compatibility ---------------------------------------------------------------
+
+
+def test_from_model_is_the_constructor_the_explorer_uses(model: CircuitModel) -> None:
+    a = AttentionPatterns.from_model(model, IDS, selected_head=1)
+    b = AttentionPatterns(model, IDS)
+    np.testing.assert_array_equal(a.patterns, b.patterns)
+    assert a.selected_head == 1
+
+
+def test_set_data_replaces_everything_and_drops_model_only_arrays(widget: tuple[AttentionPatterns, Recorder]) -> None:
+    w, _ = widget
+    w.pattern_kind = "value"
+    w.selected_layer, w.selected_head, w.selected_dest = 1, 2, 11
+    w.set_data(list("abc"), causal_patterns(1, 2, 3))
+    assert (w.n_layers, w.n_heads, w.n_tokens) == (1, 2, 3)
+    assert (w.selected_layer, w.selected_head, w.selected_dest, w.pattern_kind) == (0, 0, -1, "raw")
+    assert w.value_patterns is None and w.logit_effect is None and w.value_norms is None
