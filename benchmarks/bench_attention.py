@@ -16,12 +16,16 @@ Measured, each (library, N) in a fresh Python process:
   theirs, the HTML string (``str(html)``, which loads its JavaScript from unpkg.com);
 - peak memory: resident set size sampled every 10 ms during the call(s), above the
   process's RSS just before (ours: from_arrays + save_html; theirs: attention_heads);
-- first paint in headless Chromium (``/usr/bin/chromium``), from navigation
-  start: ours, the exported page, until the large pattern and the tokens are
-  drawn (the view stamps ``data-cw-painted`` with ``performance.now()``);
-  theirs, their *offline* output (``RenderedHTML.local_src``: the same props with
-  their 1.3 MB ``iife.js`` inlined instead of the CDN import, since the machine
-  is offline), until their first canvas exists (polled every animation frame);
+- first paint in headless Chromium (``/usr/bin/chromium``, network requests
+  aborted), from navigation start: ours, the exported page, until the large
+  pattern and the tokens are drawn (the view stamps ``data-cw-painted`` with
+  ``performance.now()``); theirs, their *offline* output
+  (``RenderedHTML.local_src``: the same props with their 1.3 MB ``iife.js``
+  inlined instead of the unpkg.com import, since the machine is offline), until
+  the animation frame after their first canvas appears (a MutationObserver
+  injected before the page loads). A page gets ``--paint-timeout`` seconds;
+  one whose inline script is longer than V8's maximum string length cannot
+  run and is not tried;
 - hover redraw (ours): 10 hovers over tokens and 10 over cells of the large
   pattern; per hover, the view's draw (``data-cw-draw-ms``) plus the style and
   layout it causes (forced in a later callback of the same frame).
@@ -61,6 +65,8 @@ from typing import Any
 import numpy as np
 
 HEADS = 12
+#: V8's maximum string length (2**29 - 24 characters): a page whose script is longer cannot run.
+V8_MAX_STRING = 2**29 - 24
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -180,13 +186,18 @@ def worker_circuitsvis(n: int, out_dir: Path) -> dict[str, Any]:
         t0 = time.perf_counter()
         html = attention_heads(attention=attention, tokens=tokens)
         python_s = time.perf_counter() - t0
-    cdn = str(html)
+    size = len(str(html).encode("utf-8"))
+    out: dict[str, Any] = {"python_s": python_s, "html_bytes": size, "peak_mb": rss.mb}
+    if len(html.local_src) > V8_MAX_STRING:
+        out["paint_error"] = "not loadable: its inline script exceeds V8's maximum string length"
+        return out
     page = out_dir / f"circuitsvis-{n}.html"
     with page.open("w", encoding="utf-8") as f:
         f.write("<!doctype html><html><head><meta charset='utf-8'></head><body>\n")
         f.write(html.local_src)
         f.write("\n</body></html>\n")
-    return {"python_s": python_s, "html_bytes": len(cdn.encode("utf-8")), "peak_mb": rss.mb, "page": str(page)}
+    out["page"] = str(page)
+    return out
 
 
 def worker_stream(n: int, layers: int) -> dict[str, Any]:
@@ -319,14 +330,17 @@ def worker_paint(lib: str, path: str, timeout_s: float) -> dict[str, Any]:
                 page.wait_for_function("() => window.__cwFirstCanvas !== undefined", polling=100, timeout=timeout_s * 1000)
                 res["paint_ms"] = float(page.evaluate("() => window.__cwFirstCanvas"))
         except PlaywrightError as exc:
-            res["error"] = "timeout" if "Timeout" in str(exc) else str(exc).splitlines()[0][:60]
+            res["error"] = f"none in {timeout_s:.0f} s" if "Timeout" in str(exc) else str(exc).splitlines()[0][:60]
         browser.close()
     return res
 
 
 def measure_page(lib: str, path: str, timeout_s: float) -> dict[str, Any]:
     """`worker_paint` in its own process, killed if the browser hangs."""
-    return run_worker("paint", lib, path, str(timeout_s), timeout=timeout_s + 30)
+    res = run_worker("paint", lib, path, str(timeout_s), timeout=timeout_s + 20)
+    if str(res.get("error", "")).startswith("over "):
+        res["error"] = f"none in {timeout_s:.0f} s (browser unresponsive)"
+    return res
 
 
 # ---------------------------------------------------------------- report
@@ -351,7 +365,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[128, 512, 1024, 2048])
     parser.add_argument("--no-browser", action="store_true", help="skip first paint and hover")
     parser.add_argument("--no-stream", action="store_true", help="skip the 12 × 12 × 2048 streaming run")
-    parser.add_argument("--paint-timeout", type=float, default=60.0, help="seconds per page before giving up")
+    parser.add_argument("--paint-timeout", type=float, default=30.0, help="seconds per page before giving up")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -376,20 +390,23 @@ def main() -> None:
     if not args.no_browser and Path(CHROMIUM).exists():
         for (lib, n), r in results.items():
             if "page" in r:
-                r.update(measure_page(lib, r["page"], args.paint_timeout))
-                print(f"  paint {lib} N={n}: {r.get('paint_ms', r.get('error'))}", file=sys.stderr, flush=True)
+                res = measure_page(lib, r["page"], args.paint_timeout)
+                if "error" in res:
+                    res["paint_error"] = res.pop("error")
+                r.update(res)
+                print(f"  paint {lib} N={n}: {r.get('paint_ms', r.get('paint_error'))}", file=sys.stderr, flush=True)
     stream = None if args.no_stream else run_worker("stream", "2048", "12", timeout=300)
 
     def paint(r: dict[str, Any]) -> str:
         if "paint_ms" in r:
             return f"{r['paint_ms']:.0f} ms"
-        return f"failed ({r['error']})" if "error" in r else "–"
+        return str(r.get("paint_error", "–"))
 
     rows = []
     for n in args.sizes:
         o, c = results[("ours", n)], results[("circuitsvis", n)]
         if "error" in o or "error" in c:
-            rows.append([str(n), o.get("error", ""), c.get("error", ""), "", "", "", "", "", "", ""])
+            rows.append([str(n), f"ours: {o.get('error', 'ok')}; theirs: {c.get('error', 'ok')}", "", "", "", "", ""])
             continue
         rows.append(
             [

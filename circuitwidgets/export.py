@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import zlib
 from collections.abc import Sequence
 from importlib import resources
@@ -172,6 +173,12 @@ def _as_widget_list(widgets: Any) -> list[Any]:
 def html_page(widgets: Any, title: str = "circuitwidgets", sections: Sequence[str] | None = None) -> str:
     """A complete offline page with ``widgets`` (one or a list), each optionally preceded by a section of HTML."""
     items = _as_widget_list(widgets)
+    if not isinstance(title, str):
+        raise ArgumentTypeError(f"title: expected a str, got {type(title).__name__}")
+    if sections is not None and (
+        isinstance(sections, str) or not isinstance(sections, Sequence) or not all(isinstance(x, str) for x in sections)
+    ):
+        raise ArgumentTypeError(f"sections: expected a list of HTML strings, got {type(sections).__name__}")
     if sections is not None and len(sections) != len(items):
         raise ArgumentError(f"sections: expected one per widget ({len(items)}), got {len(sections)}")
     body = "\n".join(
@@ -199,11 +206,17 @@ def save_html(widgets: Any, path: str | Path, title: str = "circuitwidgets") -> 
 
     Returns the path written.
     """
+    if not isinstance(path, (str, os.PathLike)) or "\x00" in str(path):
+        raise ArgumentTypeError(f"path: expected a file path (str or Path), got {path!r:.80}")
     target = Path(path)
     if target.suffix.lower() not in (".html", ".htm"):
         raise ArgumentError(f"path: expected a file name ending in .html, got {str(target)!r}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(html_page(widgets, title=title), encoding="utf-8")
+    page = html_page(widgets, title=title)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise ArgumentError(f"path: cannot write {str(target)!r} ({exc.strerror or exc})") from None
     return target
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from torch import nn
 from circuitwidgets.errors import (
     ArgumentError,
     ArgumentTypeError,
+    MemoryBudgetError,
     NonFiniteError,
     ShapeError,
     UnsupportedArchitectureError,
@@ -47,6 +48,13 @@ POSITIONAL_SCHEMES = ("shortformer", "standard", "rotary", "none")
 NORMALIZATIONS = ("none", "ln_pre")
 ACTIVATIONS = ("gelu_new", "gelu", "gelu_fast", "relu", "silu")
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+#: Default bytes one :meth:`CircuitModel.run_with_cache` may hold (logits, kept activations, one layer's work).
+FORWARD_MEMORY_BUDGET = 8 * 2**30
+
+
+def _is_int(value: object) -> bool:
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -75,9 +83,9 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("n_heads", "d_model", "d_head", "d_vocab", "n_ctx"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not _is_int(value) or value < 1:
                 raise ArgumentError(f"cfg.{name}: expected a positive int, got {value!r}")
-        if not isinstance(self.n_layers, int) or self.n_layers < 0:
+        if not _is_int(self.n_layers) or self.n_layers < 0:
             raise ArgumentError(f"cfg.n_layers: expected an int >= 0, got {self.n_layers!r}")
         if self.positional_embedding_type not in POSITIONAL_SCHEMES:
             raise UnsupportedArchitectureError(
@@ -87,10 +95,31 @@ class ModelConfig:
             raise UnsupportedArchitectureError(
                 f"cfg.normalization: expected one of {NORMALIZATIONS}, got {self.normalization!r}"
             )
-        if self.has_mlp and (self.d_mlp is None or self.act_fn not in ACTIVATIONS):
+        for name in ("has_mlp", "parallel_attn_mlp"):
+            if not isinstance(getattr(self, name), bool):
+                raise ArgumentError(f"cfg.{name}: expected a bool, got {getattr(self, name)!r}")
+        if self.has_mlp and (not _is_int(self.d_mlp) or self.d_mlp < 1 or self.act_fn not in ACTIVATIONS):  # type: ignore[operator]
             raise UnsupportedArchitectureError(
-                f"cfg: a model with MLPs needs d_mlp and act_fn in {ACTIVATIONS}, got d_mlp={self.d_mlp!r}, act_fn={self.act_fn!r}"
+                f"cfg: a model with MLPs needs d_mlp (a positive int) and act_fn in {ACTIVATIONS}, "
+                f"got d_mlp={self.d_mlp!r}, act_fn={self.act_fn!r}"
             )
+        if self.rotary_dim is not None and (
+            not _is_int(self.rotary_dim) or not 2 <= self.rotary_dim <= self.d_head or self.rotary_dim % 2
+        ):
+            raise ArgumentError(f"cfg.rotary_dim: expected None or an even int in [2, d_head={self.d_head}], got {self.rotary_dim!r}")
+        for name, value, optional in (
+            ("rotary_base", self.rotary_base, False),
+            ("attn_scale", self.attn_scale, True),
+            ("ln_eps", self.ln_eps, False),
+        ):
+            if optional and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ArgumentError(f"cfg.{name}: expected a positive finite number{' or None' if optional else ''}, got {value!r}")
+        if self.bos_token_id is not None and (not _is_int(self.bos_token_id) or not 0 <= self.bos_token_id < self.d_vocab):
+            raise ArgumentError(f"cfg.bos_token_id: expected None or an int in [0, {self.d_vocab}), got {self.bos_token_id!r}")
+        if not isinstance(self.architecture, str):
+            raise ArgumentError(f"cfg.architecture: expected a str, got {self.architecture!r}")
 
     @property
     def scale(self) -> float:
@@ -104,7 +133,12 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """Build from a dictionary, ignoring keys this version does not know."""
+        if not isinstance(data, dict):
+            raise ArgumentTypeError(f"data: expected a dict of config values, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
+        missing = sorted(f.name for f in fields(cls) if f.name not in data and f.default is MISSING)
+        if missing:
+            raise ArgumentError(f"data: expected config values for {missing}, got keys {sorted(map(str, data))}")
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
@@ -150,6 +184,8 @@ def validate_weights(cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> None
             )
         if tuple(tensor.shape) != shapes[name]:
             raise ShapeError(f"weights[{name!r}]: expected shape {shapes[name]}, got {tuple(tensor.shape)}")
+        if tensor.is_meta:
+            raise ArgumentError(f"weights[{name!r}]: expected a tensor with data, got one on the meta device")
         if not torch.isfinite(tensor).all():
             bad = int((~torch.isfinite(tensor)).sum())
             raise NonFiniteError(f"weights[{name!r}]: expected finite values, got {bad} NaN/Inf entries")
@@ -193,6 +229,41 @@ class ActivationCache:
     def keys(self) -> list[str]:
         """Stored keys."""
         return list(self._store)
+
+
+def _as_ids(name: str, tokens: object, device: torch.device | None) -> torch.Tensor:
+    """``tokens`` as an integer tensor, or a typed error naming ``name``."""
+    if isinstance(tokens, (bytes, bytearray)) or tokens is None:
+        raise ArgumentTypeError(f"{name}: expected token ids or a text, got {type(tokens).__name__}")
+    try:
+        t = torch.as_tensor(tokens, device=device)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise ArgumentTypeError(f"{name}: expected token ids (ints) or a text, got {type(tokens).__name__} ({exc})") from None
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ArgumentTypeError(f"{name}: expected integer token ids, got dtype {t.dtype}")
+    return t
+
+
+def _load_tokenizer(root: Path, cfg: ModelConfig) -> TokenizerLike | None:
+    """The tokenizer saved beside a model (``tokenizer.json`` or ``vocab.json``), or ``None``."""
+    if (root / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            raw = Tokenizer.from_file(str(root / "tokenizer.json"))
+        except Exception as exc:  # tokenizers raises a bare Exception on malformed files
+            raise ArgumentError(f"path: {root / 'tokenizer.json'} is not a valid tokenizers file ({exc})") from None
+        bos = raw.id_to_token(cfg.bos_token_id) if cfg.bos_token_id is not None else None
+        return FastTokenizer(raw, bos_token=bos)
+    if (root / "vocab.json").is_file():
+        try:
+            vocab = json.loads((root / "vocab.json").read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ArgumentError(f"path: {root / 'vocab.json'} is not valid JSON ({exc})") from None
+        if not isinstance(vocab, list) or not all(isinstance(v, str) for v in vocab):
+            raise ArgumentError(f"path: {root / 'vocab.json'} must hold a JSON list of token strings, got {type(vocab).__name__}")
+        return VocabTokenizer(vocab, bos_token_id=cfg.bos_token_id)
+    return None
 
 
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:
@@ -262,7 +333,20 @@ class CircuitModel(nn.Module):
             # Direct assignment: the typed properties below shadow these names,
             # which register_buffer would refuse.
             self._buffers[key] = tensor.detach()
+        if tokenizer is not None and not isinstance(tokenizer, TokenizerLike):
+            raise ArgumentTypeError(
+                f"tokenizer: expected an object with vocab_size, bos_token_id, encode and token_str "
+                f"(circuitwidgets.tokenizer.TokenizerLike), got {type(tokenizer).__name__}"
+            )
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"name: expected a str, got {type(name).__name__}")
         self.tokenizer: TokenizerLike = tokenizer if tokenizer is not None else VocabTokenizer.numbered(cfg.d_vocab)
+        vocab_size = self.tokenizer.vocab_size
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+            raise ArgumentTypeError(f"tokenizer: expected an int vocab_size, got {vocab_size!r}")
+        bos = self.tokenizer.bos_token_id
+        if bos is not None and (isinstance(bos, bool) or not isinstance(bos, int) or not 0 <= bos < cfg.d_vocab):
+            raise ArgumentError(f"tokenizer: expected bos_token_id None or an int in [0, {cfg.d_vocab}), got {bos!r}")
         if self.tokenizer.vocab_size > cfg.d_vocab:
             raise ShapeError(
                 f"tokenizer: vocabulary of {self.tokenizer.vocab_size} tokens does not fit the model's d_vocab={cfg.d_vocab}"
@@ -326,6 +410,8 @@ class CircuitModel(nn.Module):
     # ----------------------------------------------------------------- tokens
     def to_tokens(self, text: str | Sequence[str], prepend_bos: bool = True) -> torch.Tensor:
         """Token ids ``[batch, pos]`` of one text or a list of equal-length texts."""
+        if not isinstance(text, (str, list, tuple)):
+            raise ArgumentTypeError(f"text: expected a str or a non-empty list of str, got {type(text).__name__}")
         texts = [text] if isinstance(text, str) else list(text)
         if not texts or not all(isinstance(t, str) for t in texts):
             raise ArgumentTypeError(f"text: expected a str or a non-empty list of str, got {type(text).__name__}")
@@ -344,18 +430,22 @@ class CircuitModel(nn.Module):
         if isinstance(text_or_tokens, str):
             ids = self.to_tokens(text_or_tokens, prepend_bos=prepend_bos)[0].tolist()
         else:
-            t = torch.as_tensor(text_or_tokens)
+            t = _as_ids("text_or_tokens", text_or_tokens, None)
             if t.ndim == 2 and t.shape[0] == 1:
                 t = t[0]
             if t.ndim != 1:
                 raise ShapeError(f"text_or_tokens: expected [pos] or [1, pos] token ids, got shape {tuple(t.shape)}")
+            if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.cfg.d_vocab):
+                raise ArgumentError(
+                    f"text_or_tokens: expected ids in [0, {self.cfg.d_vocab}), got range [{int(t.min())}, {int(t.max())}]"
+                )
             ids = t.tolist()
         return [self.tokenizer.token_str(int(i)) for i in ids]
 
     def _check_tokens(self, tokens: torch.Tensor | Sequence[int] | str) -> torch.Tensor:
         if isinstance(tokens, str):
             return self.to_tokens(tokens)
-        t = torch.as_tensor(tokens, device=self.device)
+        t = _as_ids("tokens", tokens, self.device)
         if t.ndim == 1:
             t = t[None]
         if t.ndim != 2:
@@ -392,6 +482,7 @@ class CircuitModel(nn.Module):
         head_results: Sequence[torch.Tensor | None] | None = None,
         names: Sequence[str] | None = None,
         cache: bool = True,
+        memory_budget: int | None = None,
     ) -> tuple[torch.Tensor, ActivationCache]:
         """Run the model and return ``(logits, cache)``.
 
@@ -411,12 +502,29 @@ class CircuitModel(nn.Module):
             Activation names to keep (default all); see :class:`ActivationCache`.
         cache
             ``False`` keeps nothing (a plain forward pass).
+        memory_budget
+            Bytes the run may hold at once (default :data:`FORWARD_MEMORY_BUDGET`):
+            the logits, the kept activations and one layer's working tensors.
+            A larger estimate raises :class:`MemoryBudgetError` before anything
+            is computed (pass fewer sequences, fewer ``names``, or a larger budget).
         """
         cfg = self.cfg
         t = self._check_tokens(tokens)
         batch, n_pos = t.shape
         store: dict[str, torch.Tensor] = {}
+        if names is not None and (isinstance(names, str) or not all(isinstance(n, str) for n in names)):
+            raise ArgumentTypeError(f"names: expected a list of activation names, got {names!r:.80}")
         keep = set(names) if names is not None else None
+        budget = FORWARD_MEMORY_BUDGET if memory_budget is None else memory_budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ArgumentTypeError(f"memory_budget: expected a positive int (bytes) or None, got {memory_budget!r}")
+        needed = self.forward_bytes(batch, n_pos, names=keep if cache else set())
+        if needed > budget:
+            raise MemoryBudgetError(
+                f"tokens: a forward pass on [batch={batch}, pos={n_pos}] {'keeping ' + (str(sorted(keep)) if keep is not None else 'every activation') if cache else 'without a cache'} "
+                f"needs about {needed:,} bytes ({needed / 2**30:.2f} GiB), more than memory_budget={budget:,} bytes; "
+                "pass fewer sequences, keep fewer activations with names=[...], or raise memory_budget"
+            )
 
         def record(name: str, layer: int | None, value: torch.Tensor) -> None:
             if cache and (keep is None or name in keep):
@@ -455,14 +563,44 @@ class CircuitModel(nn.Module):
             logits = logits + b_U
         return logits, ActivationCache(store)
 
+    def forward_bytes(self, batch: int, n_pos: int, names: set[str] | None = None) -> int:
+        """Estimated peak bytes of :meth:`run_with_cache` on ``[batch, n_pos]`` tokens keeping ``names`` (all when ``None``).
+
+        Counts the logits, the kept activations of every layer and one layer's
+        working tensors (scores, pattern, q/k/v/z, head results, MLP hidden), in
+        the weights' dtype. A lower bound on the true peak, within a small factor.
+        """
+        cfg = self.cfg
+        b, p, H, dh, d = batch, n_pos, cfg.n_heads, cfg.d_head, cfg.d_model
+        per_layer = {
+            "q": b * p * H * dh, "k": b * p * H * dh, "v": b * p * H * dh, "z": b * p * H * dh,
+            "attn_scores": b * H * p * p, "pattern": b * H * p * p, "result": b * p * H * d,
+            "scale": b * p, "attn_out": b * p * d, "resid_pre": b * p * d, "resid_post": b * p * d,
+            "resid_mid": b * p * d if cfg.has_mlp else 0, "mlp_out": b * p * d if cfg.has_mlp else 0,
+        }
+        once = {"embed": b * p * d, "pos_embed": b * p * d, "resid_final": b * p * d}
+        kept = sum(v * cfg.n_layers for k, v in per_layer.items() if names is None or k in names)
+        kept += sum(v for k, v in once.items() if names is None or k in names)
+        working = sum(per_layer.values()) + b * p * (cfg.d_mlp or 0) + 2 * b * p * d
+        logits = b * p * cfg.d_vocab
+        return int((kept + working + logits) * self.W_E.element_size())
+
     def _check_overrides(self, arg: str, values: Sequence[torch.Tensor | None] | None, shape: tuple[int, ...]) -> None:
         if values is None:
             return
+        if isinstance(values, torch.Tensor) or not isinstance(values, Sequence):
+            raise ArgumentTypeError(f"{arg}: expected a list with one tensor (or None) per layer, got {type(values).__name__}")
         if len(values) != self.cfg.n_layers:
             raise ShapeError(f"{arg}: expected one entry per layer ({self.cfg.n_layers}), got {len(values)}")
         for layer, value in enumerate(values):
-            if value is not None and tuple(value.shape) != shape:
+            if value is None:
+                continue
+            if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+                raise ArgumentTypeError(f"{arg}[{layer}]: expected a floating-point torch.Tensor or None, got {type(value).__name__}")
+            if tuple(value.shape) != shape:
                 raise ShapeError(f"{arg}[{layer}]: expected shape {shape}, got {tuple(value.shape)}")
+            if not bool(torch.isfinite(value).all()):
+                raise NonFiniteError(f"{arg}[{layer}]: expected finite values, got NaN or infinite entries")
 
     def _attention(
         self,
@@ -549,6 +687,14 @@ class CircuitModel(nn.Module):
         """Read a directory written by :meth:`save` (safetensors only; nothing is unpickled)."""
         from safetensors.torch import load_file
 
+        if not isinstance(path, (str, Path)) or (isinstance(path, str) and "\x00" in path):
+            raise ArgumentTypeError(f"path: expected a directory path (str or Path), got {path!r:.80}")
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ArgumentTypeError(f"dtype: expected a floating-point torch.dtype, got {dtype!r}")
+        try:
+            device = torch.device(device)
+        except (TypeError, RuntimeError, ValueError) as exc:
+            raise ArgumentError(f"device: expected a torch device such as 'cpu' or 'cuda:0', got {device!r} ({exc})") from None
         root = Path(path)
         if not (root / "model.safetensors").is_file():
             pickles = sorted(p.name for p in root.glob("*") if p.suffix in _PICKLE_SUFFIXES) if root.is_dir() else []
@@ -567,25 +713,19 @@ class CircuitModel(nn.Module):
             raise ArgumentError(f"path: {root / 'config.json'} is not valid JSON ({exc})") from None
         if not isinstance(config, dict):
             raise ArgumentError(f"path: {root / 'config.json'} must hold a JSON object, got {type(config).__name__}")
-        cfg = ModelConfig.from_dict(config)
+        try:
+            cfg = ModelConfig.from_dict(config)
+        except (ArgumentError, ArgumentTypeError) as exc:
+            raise type(exc)(f"path: {root / 'config.json'} does not describe a model: {exc}") from None
         try:
             stored = load_file(str(root / "model.safetensors"))
         except Exception as exc:  # safetensors raises its own SafetensorError (and OSError)
             raise ArgumentError(f"path: {root / 'model.safetensors'} is not a valid safetensors file ({exc})") from None
-        weights = {k: v.to(dtype=dtype, device=device) for k, v in stored.items()}
-        tokenizer: TokenizerLike | None = None
-        if (root / "tokenizer.json").is_file():
-            bos = None
-            if cfg.bos_token_id is not None:
-                from tokenizers import Tokenizer
-
-                raw = Tokenizer.from_file(str(root / "tokenizer.json"))
-                bos = raw.id_to_token(cfg.bos_token_id)
-                tokenizer = FastTokenizer(raw, bos_token=bos)
-            else:
-                tokenizer = FastTokenizer.from_file(root / "tokenizer.json", bos_token=None)
-        elif (root / "vocab.json").is_file():
-            tokenizer = VocabTokenizer(json.loads((root / "vocab.json").read_text()), bos_token_id=cfg.bos_token_id)
+        try:
+            weights = {k: v.to(dtype=dtype, device=device) for k, v in stored.items()}
+        except (RuntimeError, AssertionError) as exc:  # an unavailable device (no CUDA build, no such GPU)
+            raise ArgumentError(f"device: cannot place the weights on {device} ({exc})") from None
+        tokenizer = _load_tokenizer(root, cfg)
         return cls(cfg, weights, tokenizer=tokenizer, name=str(config.get("name", root.name)))
 
     def __repr__(self) -> str:

@@ -13,6 +13,11 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 
+def _unknown(token_id: int) -> str:
+    """Display string of an id a tokenizer does not have (a model's vocabulary may be padded past it)."""
+    return f"<{token_id}>"
+
+
 @runtime_checkable
 class TokenizerLike(Protocol):
     """What :class:`circuitwidgets.CircuitModel` needs of a tokenizer."""
@@ -66,8 +71,10 @@ class FastTokenizer:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def token_str(self, token_id: int) -> str:
-        """Display string of one token."""
+        """Display string of one token (``<id>`` for an id the tokenizer does not have, e.g. vocabulary padding)."""
         if token_id not in self._cache:
+            if not 0 <= token_id < self.vocab_size:
+                return _unknown(token_id)
             self._cache[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
         return self._cache[token_id]
 
@@ -99,8 +106,10 @@ class HFTokenizer:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def token_str(self, token_id: int) -> str:
-        """Display string of one token."""
+        """Display string of one token (``<id>`` for an id the tokenizer does not have, e.g. vocabulary padding)."""
         if token_id not in self._cache:
+            if not 0 <= token_id < self.vocab_size:
+                return _unknown(token_id)
             self._cache[token_id] = self.tokenizer.decode([token_id])
         return self._cache[token_id]
 
@@ -144,5 +153,7 @@ class VocabTokenizer:
         return ids
 
     def token_str(self, token_id: int) -> str:
-        """The vocabulary string of ``token_id``."""
+        """The vocabulary string of ``token_id`` (``<id>`` beyond the list, e.g. vocabulary padding)."""
+        if not 0 <= token_id < len(self.vocab):
+            return _unknown(token_id)
         return self.vocab[token_id]

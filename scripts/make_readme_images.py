@@ -183,9 +183,11 @@ def screenshot(pages: dict[str, Path], out_dir: Path) -> dict[str, Path]:
                 # Offline, as an exported page is meant to be: only file:, data: and blob: load.
                 context.route(
                     "**/*",
-                    lambda route: route.continue_()
-                    if route.request.url.split(":", 1)[0] in ("file", "data", "blob")
-                    else route.abort(),
+                    lambda route: (
+                        route.continue_()
+                        if route.request.url.split(":", 1)[0] in ("file", "data", "blob")
+                        else route.abort()
+                    ),
                 )
                 page = context.new_page()
                 errors: list[str] = []
@@ -209,10 +211,30 @@ def screenshot(pages: dict[str, Path], out_dir: Path) -> dict[str, Path]:
     return written
 
 
+def ensure_bundle() -> None:
+    """Rebuild the views' bundle when ``js/src`` is newer, so the pictures show the current views."""
+    import subprocess
+
+    from circuitwidgets.widgets._base import BUNDLE_PATH
+
+    src = REPO / "js" / "src"
+    if not src.is_dir() or REPO not in BUNDLE_PATH.parents:
+        return  # an installed package: its bundle is what it is
+    built_at = BUNDLE_PATH.stat().st_mtime if BUNDLE_PATH.is_file() else 0.0
+    if all(p.stat().st_mtime <= built_at for p in src.rglob("*.ts")):
+        return
+    if not (REPO / "js" / "node_modules").is_dir():
+        raise SystemExit(f"{BUNDLE_PATH} is missing or older than js/src: run `make setup`")
+    print("js/src is newer than the bundle: npm --prefix js run build", flush=True)
+    subprocess.run(["npm", "--prefix", "js", "run", "build"], cwd=REPO, check=True, capture_output=True, timeout=300)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("views", nargs="*", help=f"views to draw (default all: {', '.join(VIEWS)})")
-    parser.add_argument("--out", type=Path, default=IMAGES, help=f"output directory (default {IMAGES.relative_to(REPO)})")
+    parser.add_argument(
+        "--out", type=Path, default=IMAGES, help=f"output directory (default {IMAGES.relative_to(REPO)})"
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.views) - set(VIEWS))
     if unknown:
@@ -222,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import circuitwidgets as cw
 
+    ensure_bundle()
     models = _Models()
     with tempfile.TemporaryDirectory(prefix="readme-images-") as tmp:
         pages = {}
@@ -230,8 +253,10 @@ def main(argv: list[str] | None = None) -> int:
             widget = BUILDERS[name](models)
             pages[name] = cw.save_html(widget, Path(tmp) / f"{name}.html", title=name)
             print(f"built {name} in {time.monotonic() - started:.1f}s", flush=True)
-        for name, path in screenshot(pages, args.out).items():
-            print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path} ({path.stat().st_size / 1e3:.0f} kB)")
+        for path in screenshot(pages, args.out).values():
+            print(
+                f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path} ({path.stat().st_size / 1e3:.0f} kB)"
+            )
     return 0
 
 

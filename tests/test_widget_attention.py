@@ -20,7 +20,7 @@ from circuitwidgets import AttentionPatterns
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, CircuitWidgetsError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import array_from_json
-from circuitwidgets.widgets.attention import decode_patterns, repeat_period
+from circuitwidgets.widgets.attention import _upper_max, decode_patterns, repeat_period
 
 # --- helpers -------------------------------------------------------------------
 
@@ -228,6 +228,17 @@ def test_causal_claim_is_checked() -> None:
     with pytest.raises(ArgumentError, match=r"causal=True but head 0 attends above the diagonal.*destination 0 → source 1"):
         AttentionPatterns.from_arrays(list("abc"), a, causal=True)
     assert AttentionPatterns.from_arrays(list("abc"), a).causal is False
+
+
+@pytest.mark.parametrize("n", [1, 2, 127, 128, 129, 300])
+def test_weight_above_the_diagonal_is_found_wherever_it_is(n: int) -> None:
+    a = np.tri(n, dtype=np.float32) / np.arange(1, n + 1, dtype=np.float32)[:, None]
+    assert _upper_max(a) == 0.0
+    for dest, src in [(0, n - 1), (n // 2, n // 2 + 1), (n - 2, n - 1), (0, 1)]:
+        if src > dest and src < n:
+            b = a.copy()
+            b[dest, src] = 0.25
+            assert _upper_max(b) == 0.25
 
 
 def test_float16_rounding_is_tolerated_but_not_mistakes() -> None:

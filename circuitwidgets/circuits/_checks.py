@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -19,25 +20,31 @@ class MLPPathsExcludedWarning(UserWarning):
     """A weight-space analysis was given a model with MLPs; paths through MLPs are left out."""
 
 
-_WARNED: weakref.WeakSet[CircuitModel] = weakref.WeakSet()
+_WARNED: weakref.WeakKeyDictionary[CircuitModel, set[str]] = weakref.WeakKeyDictionary()
 
 
 def check_model(model: object, analysis: str | None = None) -> CircuitModel:
     """Return ``model`` as a :class:`CircuitModel` or raise :class:`ArgumentTypeError`.
 
-    With ``analysis`` (a weight-space analysis's name), warn once per model
-    with MLPs that paths through the MLPs are excluded.
+    With ``analysis`` (a weight-space analysis's name), warn once per model and
+    analysis, for a model with MLPs, that paths through the MLPs are excluded.
+    Only the analysis called from outside the engine warns: the analyses it
+    runs inside (``copying_scores`` computing ``full_ov``, …) stay quiet.
     """
     if not isinstance(model, CircuitModel):
         raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
-    if analysis is not None and model.cfg.has_mlp and model not in _WARNED:
-        _WARNED.add(model)
-        warnings.warn(
-            f"{analysis}: model {model.name!r} has MLPs; weight-space analyses use attention heads and "
-            "the direct path only, so every path through an MLP is excluded",
-            MLPPathsExcludedWarning,
-            stacklevel=3,
-        )
+    if analysis is not None and model.cfg.has_mlp:
+        caller = sys._getframe(2).f_globals.get("__name__", "")
+        warned = _WARNED.setdefault(model, set())
+        if not caller.startswith("circuitwidgets.circuits") and analysis not in warned:
+            warned.add(analysis)
+            warnings.warn(
+                f"{analysis}: model {model.name!r} has MLPs; weight-space analyses use attention heads and the "
+                "direct path only, so every path through an MLP (MLP → head, head → MLP, token → MLP → logits) "
+                "is excluded",
+                MLPPathsExcludedWarning,
+                stacklevel=3,
+            )
     return model
 
 

@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 import torch
 
-from circuitwidgets.circuits._checks import check_budget, check_int, progress
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, ShapeError
+from circuitwidgets.circuits._checks import check_bool, check_budget, check_int, progress
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
 
 #: Bytes one block or tile of the dense product may take in chunked computations.
 DEFAULT_MEMORY_BUDGET = 64 * 2**20
@@ -60,6 +60,19 @@ class TopK(NamedTuple):
     indices: torch.Tensor
 
 
+#: Largest result (values and indices) the top-k methods return; beyond it, a :class:`MemoryBudgetError`.
+MAX_RESULT_BYTES = 2**30
+
+
+def _check_result(name: str, entries: int, bytes_per_entry: int, what: str) -> None:
+    """Refuse a result of ``entries`` entries beyond :data:`MAX_RESULT_BYTES`."""
+    needed = entries * bytes_per_entry
+    if needed > MAX_RESULT_BYTES:
+        raise MemoryBudgetError(
+            f"{name}: returning {what} needs {needed:,} bytes, more than MAX_RESULT_BYTES={MAX_RESULT_BYTES:,}; ask for fewer"
+        )
+
+
 def _narrow(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Re-split ``A @ B`` so the inner dimension is at most ``min(m, n)``.
 
@@ -76,6 +89,15 @@ def _narrow(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return product, torch.eye(n, dtype=A.dtype, device=A.device)
 
 
+def _as_index_tensor(name: str, index: object, device: torch.device) -> torch.Tensor:
+    if isinstance(index, (str, bytes)) or index is None:
+        raise ArgumentTypeError(f"{name}: expected an int, slice or sequence of ints, got {type(index).__name__}")
+    try:
+        return torch.as_tensor(index, device=device)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise ArgumentTypeError(f"{name}: expected an int, slice or sequence of ints, got {type(index).__name__} ({exc})") from None
+
+
 def _index_rows(x: torch.Tensor, index: Index, size: int, name: str) -> torch.Tensor:
     """Rows of ``x`` selected by an int, slice, sequence of ints or index tensor (ints keep the dim)."""
     if isinstance(index, bool):
@@ -85,8 +107,11 @@ def _index_rows(x: torch.Tensor, index: Index, size: int, name: str) -> torch.Te
             raise ArgumentError(f"{name}: expected an index in [{-size}, {size}), got {index}")
         return x[index % size][None]
     if isinstance(index, slice):
-        return x[index]
-    idx = torch.as_tensor(index, device=x.device)
+        try:
+            return x[index]
+        except (TypeError, ValueError) as exc:
+            raise ArgumentTypeError(f"{name}: expected a slice of ints, got {index!r} ({exc})") from None
+    idx = _as_index_tensor(name, index, x.device)
     if idx.dtype == torch.bool:
         if idx.shape != (size,):
             raise ShapeError(f"{name}: expected a boolean mask of shape ({size},), got {tuple(idx.shape)}")
@@ -127,6 +152,9 @@ class LowRankMatrix:
             raise ShapeError(f"B: expected {A.shape[1]} rows to match A {tuple(A.shape)}, got shape {tuple(B.shape)}")
         if A.dtype != B.dtype or A.device != B.device:
             raise ArgumentTypeError(f"B: expected dtype {A.dtype} on {A.device} like A, got {B.dtype} on {B.device}")
+        for name, factor in (("A", A), ("B", B)):
+            if not bool(torch.isfinite(factor).all()):
+                raise NonFiniteError(f"{name}: expected finite values, got {int((~torch.isfinite(factor)).sum())} NaN/Inf entries")
         self.A, self.B = _narrow(A, B)
 
     # ------------------------------------------------------------------ shape
@@ -196,11 +224,13 @@ class LowRankMatrix:
 
     def dense(self, max_entries: int = DEFAULT_DENSE_LIMIT) -> torch.Tensor:
         """The product ``[m, n]``; refuses (``MemoryBudgetError``) beyond ``max_entries`` entries."""
+        max_entries = check_int("max_entries", max_entries, 0)
         m, n = self.shape
         if m * n > max_entries:
             raise MemoryBudgetError(
-                f"max_entries: forming a [{m}, {n}] matrix needs {m * n} entries, more than the allowed {max_entries}; "
-                "slice it first or raise max_entries"
+                f"max_entries: forming a [{m}, {n}] matrix needs {m * n:,} entries ({m * n * self.A.element_size():,} bytes "
+                f"in {self.dtype}), more than the allowed {max_entries:,} entries; slice it first, use topk / diagonal / "
+                "row_blocks, or raise max_entries"
             )
         return self.A @ self.B
 
@@ -358,6 +388,8 @@ class LowRankMatrix:
         """
         m, n = self.shape
         k = check_int("k", k, 1, m * n + 1)
+        check_bool("largest", largest)
+        _check_result("k", k, self.A.element_size() + 16, f"the {k:,} best entries with their rows and columns")
         if not largest:
             top = (-self).topk(k, True, memory_budget, progress_bar)
             return TopEntries(-top.values, top.rows, top.cols)
@@ -394,6 +426,8 @@ class LowRankMatrix:
         """
         m, n = self.shape
         k = check_int("k", k, 1, n + 1)
+        check_bool("largest", largest)
+        _check_result("k", m * k, self.A.element_size() + 8, f"{k:,} entries for each of {m:,} rows")
         values = self.A.new_empty(m, 0)
         indices = torch.empty(m, 0, dtype=torch.long, device=self.device)
         for row_start, col_start, tile in self.tiles(memory_budget, progress_bar):
@@ -436,7 +470,7 @@ class LowRankMatrix:
         in its favour). Cost ``O(m r n)``.
         """
         m, n = self.shape
-        cols = torch.as_tensor(cols, device=self.device)
+        cols = _as_index_tensor("cols", cols, self.device)
         if cols.shape != (m,) or cols.dtype.is_floating_point:
             raise ShapeError(f"cols: expected [{m}] integer column indices, got shape {tuple(cols.shape)} dtype {cols.dtype}")
         if m and (int(cols.min()) < 0 or int(cols.max()) >= n):

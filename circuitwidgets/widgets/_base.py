@@ -8,17 +8,25 @@ Selections (``selected_head``, ``selected_dest``, ...) are :class:`SelectionInde
 traits: integers checked against the size of the data. A value the front end
 sends that is out of range or malformed is rejected, the trait keeps its last
 valid value, and the view is sent that value back so both sides agree again.
+
+What the front end may set at all is declared per widget in ``_from_view``
+(the selections and view settings its JavaScript writes); an update that
+touches any other synced trait (data such as ``tokens`` or ``scores``, the
+bundle, the view name) is refused as a whole, in the same way. Nothing a front
+end sends raises in the kernel: :meth:`CircuitWidget.set_state` logs the
+refusal (logger ``circuitwidgets.widgets._base``) and resynchronises.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anywidget
 import traitlets
 
+from circuitwidgets.errors import ArgumentError
 from circuitwidgets.export import html_fallback
 
 __all__ = [
@@ -27,6 +35,7 @@ __all__ = [
     "BundleNotBuiltError",
     "CircuitWidget",
     "SelectionIndex",
+    "TraitArgumentError",
     "check_selection",
     "read_bundle",
 ]
@@ -61,6 +70,14 @@ def read_bundle(path: Path | None = None) -> str:
             "`npm --prefix js ci && npm --prefix js run build` (or `pip install -e .`, which builds it); "
             "otherwise reinstall circuitwidgets."
         ) from None
+
+
+class TraitArgumentError(ArgumentError, traitlets.TraitError):
+    """An invalid initial trait value given to a widget's constructor.
+
+    Both a circuitwidgets :class:`~circuitwidgets.errors.ArgumentError` (a
+    ``ValueError``) and a :class:`traitlets.TraitError`, so either can be caught.
+    """
 
 
 class SelectionIndex(traitlets.Int):  # type: ignore[type-arg]
@@ -140,9 +157,21 @@ class CircuitWidget(anywidget.AnyWidget):
     def _default_esm(self) -> str:
         return read_bundle()
 
+    _from_view: ClassVar[frozenset[str] | None] = None
+    """Traits the front end may set (the selections and settings its view writes).
+
+    ``None`` (a subclass that does not declare them) accepts every synced trait,
+    each still checked by its own validation.
+    """
+
     def __init__(self, **kwargs: Any) -> None:
         read_bundle()  # fail early and clearly when the bundle is missing
-        super().__init__(**kwargs)
+        try:
+            super().__init__(**kwargs)
+        except traitlets.TraitError as exc:
+            if isinstance(exc, TraitArgumentError):
+                raise
+            raise TraitArgumentError(f"{type(self).__name__}: {exc}") from None
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """anywidget's mime bundle plus a ``text/html`` fallback: the same view, self-contained.
@@ -162,16 +191,54 @@ class CircuitWidget(anywidget.AnyWidget):
         return data, metadata
 
     def set_state(self, sync_data: dict[str, Any]) -> None:
-        """Apply a state update from the front end, rejecting invalid values.
+        """Apply a state update from the front end, rejecting invalid values; never raises.
 
-        When any value is rejected (its trait raises :class:`traitlets.TraitError`)
-        nothing of this update is applied, and the current values are sent back
-        so the view shows what the kernel holds.
+        The update is applied all or nothing. It is refused when it sets a
+        trait the view may not set (see ``_from_view``) or when any value is
+        invalid (its trait or a validator raises); an observer that fails while
+        the update is applied rolls it back too. On refusal the reason is
+        logged and the current values of the update's traits are sent back, so
+        the view shows what the kernel holds.
         """
+        if not isinstance(sync_data, dict):
+            log.warning("%s: ignored an update from the view that is not a dict (%r)", type(self).__name__, sync_data)
+            return
+        keys = [k for k in sync_data if isinstance(k, str) and k in self.keys]
+        writable = type(self)._from_view
+        refused = [k for k in keys if writable is not None and k not in writable]
+        if refused:
+            log.warning("%s: rejected update from the view: it may not set %s; keeping %s", type(self).__name__, refused, keys)
+            self._resync(keys)
+            return
+        before = {k: getattr(self, k) for k in keys}
         try:
             super().set_state(sync_data)
-        except (traitlets.TraitError, TypeError, ValueError) as exc:
-            keys = [k for k in sync_data if k in self.keys]
-            log.warning("%s: rejected update from the view (%s); keeping %s", type(self).__name__, exc, keys)
-            if keys:
-                self.send_state(keys)
+        except (traitlets.TraitError, TypeError, ValueError, OverflowError) as exc:
+            log.warning("%s: rejected update from the view (%.300s); keeping %s", type(self).__name__, exc, keys)
+            self._restore(before)
+            self._resync(keys)
+        except Exception:
+            log.exception("%s: an update from the view failed; keeping %s", type(self).__name__, keys)
+            self._restore(before)
+            self._resync(keys)
+
+    def _restore(self, before: dict[str, Any]) -> None:
+        """Put back the values an update changed before it failed (observers see the rollback)."""
+        changed = {k: v for k, v in before.items() if getattr(self, k) is not v}
+        if not changed:
+            return
+        try:
+            with self.hold_trait_notifications():
+                for key, value in changed.items():
+                    self.set_trait(key, value)
+        except Exception:
+            log.exception("%s: could not restore %s after a failed update", type(self).__name__, sorted(changed))
+
+    def _resync(self, keys: list[str]) -> None:
+        """Send the kernel's values of ``keys`` to the view."""
+        if not keys:
+            return
+        try:
+            self.send_state(keys)
+        except Exception:
+            log.exception("%s: could not resynchronise %s with the view", type(self).__name__, keys)

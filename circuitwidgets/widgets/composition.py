@@ -82,6 +82,9 @@ class CompositionMap(CircuitWidget):
     """
 
     _view = traitlets.Unicode("composition").tag(sync=True)
+    _from_view = frozenset(
+        {"kind", "n_edges", "subtract_baseline", "selected_layer", "selected_head", "selected_edge", "edge_kind"}
+    )
 
     model_name = traitlets.Unicode("").tag(sync=True)
     """Name of the model (caption)."""
@@ -157,7 +160,7 @@ class CompositionMap(CircuitWidget):
     @traitlets.validate("n_edges")
     def _validate_n_edges(self, proposal: traitlets.Bunch) -> int:
         value = proposal["value"]
-        if not 1 <= value <= 200:
+        if isinstance(value, bool) or not 1 <= value <= 200:
             raise traitlets.TraitError(f"The 'n_edges' trait of CompositionMap expected 1..200, got {value}")
         return int(value)
 

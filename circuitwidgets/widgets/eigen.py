@@ -36,6 +36,7 @@ import traitlets
 from numpy.typing import NDArray
 
 from circuitwidgets.circuits import composition_scores, copying_scores, eigenvalues, head_scores, kcomp_eigenvalues
+from circuitwidgets.circuits._checks import check_int
 from circuitwidgets.circuits.copying import eigen_score
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.model import CircuitModel
@@ -118,9 +119,14 @@ def eigen_scatter_data(
     """
     if not isinstance(model, CircuitModel):
         raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
+    if isinstance(methods, str) or not isinstance(methods, Sequence):
+        raise ArgumentTypeError(f"methods: expected a list of names from {METHODS}, got {type(methods).__name__}")
     methods = list(methods)
-    if not methods or any(m not in METHODS for m in methods) or len(set(methods)) != len(methods):
-        raise ArgumentError(f"methods: expected distinct names from {METHODS}, got {methods!r}")
+    if not methods or any(not isinstance(m, str) or m not in METHODS for m in methods) or len(set(methods)) != len(methods):
+        raise ArgumentError(f"methods: expected distinct names from {METHODS}, got {methods!r:.200}")
+    k = check_int("k", k, 1, model.cfg.d_vocab + 1)
+    max_tokens = check_int("max_tokens", max_tokens, 1)
+    seed = check_int("seed", seed, 0, 2**63)
     cfg = model.cfg
     L, H = cfg.n_layers, cfg.n_heads
     sample = _sample_tokens(model, max_tokens, seed)
@@ -188,6 +194,7 @@ class EigenScatter(CircuitWidget):
     """
 
     _view = traitlets.Unicode("eigen").tag(sync=True)
+    _from_view = frozenset({"method", "qk_circuit", "selected_layer", "selected_head"})
 
     model_name = traitlets.Unicode("").tag(sync=True)
     """Name of the model (caption)."""

@@ -118,6 +118,27 @@ class CircuitExplorer(CircuitWidget):
     """
 
     _view = traitlets.Unicode("explorer").tag(sync=True)
+    _from_view = frozenset(
+        {
+            "selected_layer",
+            "selected_head",
+            "eigen_method",
+            "eigen_qk_circuit",
+            "trigram_source_token",
+            "trigram_source_query",
+            "trigram_selected_row",
+            "composition_subtract_baseline",
+            "composition_kind",
+            "composition_n_edges",
+            "composition_selected_edge",
+            "composition_edge_kind",
+            "terms_selected_order",
+            "attention_selected_dest",
+            "attention_selected_src",
+            "attention_pattern_kind",
+            "attention_show_diagonals",
+        }
+    )
 
     model_name = traitlets.Unicode("").tag(sync=True)
     """Name of the model."""
@@ -356,7 +377,7 @@ class CircuitExplorer(CircuitWidget):
 
     @traitlets.validate("composition_n_edges")
     def _validate_n_edges(self, proposal: traitlets.Bunch) -> int:
-        if not 1 <= proposal["value"] <= 200:
+        if isinstance(proposal["value"], bool) or not 1 <= proposal["value"] <= 200:
             raise traitlets.TraitError(
                 f"The 'composition_n_edges' trait of CircuitExplorer expected 1..200, got {proposal['value']}"
             )

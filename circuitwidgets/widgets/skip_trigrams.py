@@ -48,7 +48,8 @@ from numpy.typing import NDArray
 from circuitwidgets.circuits import SkipTrigram, full_ov, full_qk, skip_trigrams
 from circuitwidgets.circuits._records import RecordList
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET, LowRankMatrix
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+from circuitwidgets.circuits._checks import check_budget
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
 from circuitwidgets.widgets._base import NONE, CircuitWidget, SelectionIndex, check_selection
@@ -289,24 +290,60 @@ def skip_trigram_data(
     for name, value in (("k", k), ("profile_k", profile_k)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= model.cfg.d_vocab:
             raise ArgumentError(f"{name}: expected an int in [1, {model.cfg.d_vocab}], got {value!r}")
+    check_budget("memory_budget", memory_budget)
     store = TrigramSource(model, k, profile_k, memory_budget)
+    if isinstance(sources, (str, bytes)) or not isinstance(sources, Iterable):
+        raise ArgumentTypeError(f"sources: expected a list of token ids or one-token strings, got {type(sources).__name__}")
     extra: list[int] = []
     for s in sources:
-        token, reason = store.resolve(s) if isinstance(s, str) else (int(s), "")
-        if token is None or not 0 <= token < model.cfg.d_vocab:
+        token, reason = store.resolve(s) if isinstance(s, str) else (s, "")
+        if isinstance(token, torch.Tensor) and token.ndim == 0 and not token.dtype.is_floating_point:
+            token = int(token)
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < model.cfg.d_vocab:
             raise ArgumentError(
-                f"sources: expected token ids in [0, {model.cfg.d_vocab}) or one-token strings, got {s!r} {reason}"
+                f"sources: expected token ids in [0, {model.cfg.d_vocab}) or one-token strings, got {s!r:.80} {reason}".rstrip()
             )
         extra.append(token)
     cfg = model.cfg
-    all_heads = [(lay, hd) for lay in range(cfg.n_layers) for hd in range(cfg.n_heads)]
-    chosen = all_heads if heads is None else [(int(a), int(b)) for a, b in heads]
-    for lay, hd in chosen:
+    chosen = [(lay, hd) for lay in range(cfg.n_layers) for hd in range(cfg.n_heads)] if heads is None else _check_heads(model, heads)
+    _check_state_size(model, k, profile_k, len(set(extra)))
+    return store.compute_heads(store.empty(list(dict.fromkeys(extra))), chosen, progress_bar)
+
+
+#: Largest widget state (bytes of the arrays) :func:`skip_trigram_data` builds; beyond it, a :class:`MemoryBudgetError`.
+MAX_STATE_BYTES = 256 * 2**20
+
+
+def _check_state_size(model: CircuitModel, k: int, profile_k: int, n_extra: int) -> None:
+    """Refuse arrays (``rows``, ``profile_*``) that would exceed :data:`MAX_STATE_BYTES`."""
+    cfg = model.cfg
+    heads = cfg.n_layers * cfg.n_heads
+    n_rows, n_sources = 2 * k, 2 * k + n_extra
+    needed = heads * (n_rows * (4 * 4 + 2 * 4) + n_sources * 4 + n_sources * 2 * profile_k * (4 + 4) + 1)
+    if needed > MAX_STATE_BYTES:
+        raise MemoryBudgetError(
+            f"k, profile_k: a skip-trigram table with k={k}, profile_k={profile_k} and {n_extra} extra sources over "
+            f"{heads} heads needs about {needed:,} bytes of widget state, more than {MAX_STATE_BYTES:,}; "
+            "use smaller k / profile_k (the view pages through rows; other sources are computed live)"
+        )
+
+
+def _check_heads(model: CircuitModel, heads: object) -> list[tuple[int, int]]:
+    """``heads`` as a list of in-range ``(layer, head)`` int pairs, or a typed error."""
+    cfg = model.cfg
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
+        raise ArgumentTypeError(f"heads: expected (layer, head) pairs, got {type(heads).__name__}")
+    chosen = []
+    for pair in heads:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int) for v in pair):
+            raise ArgumentTypeError(f"heads: expected (layer, head) pairs of ints, got {pair!r:.80}")
+        lay, hd = int(pair[0]), int(pair[1])
         if not (0 <= lay < cfg.n_layers and 0 <= hd < cfg.n_heads):
             raise ArgumentError(
                 f"heads: expected (layer, head) pairs within {cfg.n_layers} × {cfg.n_heads}, got {(lay, hd)}"
             )
-    return store.compute_heads(store.empty(list(dict.fromkeys(extra))), chosen, progress_bar)
+        chosen.append((lay, hd))
+    return chosen
 
 
 def listing(
@@ -364,6 +401,7 @@ class SkipTrigramTable(CircuitWidget):
     """
 
     _view = traitlets.Unicode("skiptrigrams").tag(sync=True)
+    _from_view = frozenset({"layer", "head", "source_token", "source_query", "selected_row"})
 
     model_name = traitlets.Unicode("").tag(sync=True)
     """Name of the model (caption)."""

@@ -75,6 +75,7 @@ class TermImportance(CircuitWidget):
     """
 
     _view = traitlets.Unicode("termimportance").tag(sync=True)
+    _from_view = frozenset({"selected_order", "selected_layer"})
 
     model_name = traitlets.Unicode("").tag(sync=True)
     """Name of the model (caption)."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import unicodedata
 
-from _pages import wait_for
-from _widgets import PWNED_FLAG, hostile_tokens
 from playwright.sync_api import Locator, Page
+
+from ._pages import wait_for
+from ._widgets import PWNED_FLAG, hostile_tokens
 
 
 def printable_core(token: str, limit: int = 30) -> str:

@@ -24,8 +24,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from _pages import PageLog
 from playwright.sync_api import Locator, Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+from ._pages import PageLog
 
 HERE = Path(__file__).resolve().parent
 
@@ -181,6 +183,22 @@ class JupyterServer:
         nbformat.write(nb, self.notebooks / name)
         return name
 
+    def start_kernel(self, path: str, timeout_s: float = START_TIMEOUT_S) -> str:
+        """Start the notebook's kernel through the REST API (as opening it would) and return the kernel id.
+
+        Done before the page opens, so the front end joins a running session
+        instead of asking, on a slow machine, which kernel to start.
+        """
+        body = json.dumps({"path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/api/sessions",
+            data=body,
+            method="POST",
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return str(json.load(response)["kernel"]["id"])
+
     def lab_url(self, path: str) -> str:
         return f"{self.url}/lab/tree/{path}?token={self.token}"
 
@@ -218,13 +236,24 @@ class NotebookPage:
         """Load the notebook and wait until its kernel runs a cell."""
         self.page.goto(url, timeout=timeout_s * 1000)
         self.cells.first.wait_for(timeout=timeout_s * 1000)
-        self.run("print('cw-kernel-ready')", timeout_s=timeout_s)
+        try:
+            self.run("print('cw-kernel-ready')", timeout_s=timeout_s)
+        except Exception as exc:
+            dialog = self.page.locator(".jp-Dialog")
+            text = dialog.first.inner_text() if dialog.count() else "(no dialog)"
+            raise AssertionError(f"the notebook did not run a first cell; dialog: {text!r}") from exc
 
     def no_dialog(self) -> None:
-        """Fail with its text when a JupyterLab dialog covers the notebook."""
+        """Accept a kernel choice (the preferred Python 3); fail with its text on any other dialog."""
         dialog = self.page.locator(".jp-Dialog")
-        if dialog.count():
-            raise AssertionError(f"a dialog covers the notebook: {dialog.first.inner_text()!r}")
+        if not dialog.count():
+            return
+        text = dialog.first.inner_text()
+        if "Select Kernel" in text:
+            dialog.first.locator(".jp-mod-accept").first.click()
+            dialog.first.wait_for(state="detached")
+            return
+        raise AssertionError(f"a dialog covers the notebook: {text!r}")
 
     def _prompt(self, index: int) -> str:
         return str(self.cells.nth(index).locator(".jp-InputPrompt").first.text_content() or "")
@@ -238,8 +267,14 @@ class NotebookPage:
         cell = self.cells.nth(index)
         editor = cell.locator(".cm-content").first
         deadline = time.monotonic() + timeout_s
-        self.no_dialog()
-        editor.click()
+        while True:  # a dialog (kernel choice) may open at any moment while the page settles
+            self.no_dialog()
+            try:
+                editor.click(timeout=5_000)
+                break
+            except PlaywrightTimeoutError:
+                if time.monotonic() > deadline:
+                    raise
         self.page.keyboard.press("Control+a")
         self.page.keyboard.press("Delete")
         self.page.keyboard.insert_text(code)
@@ -253,6 +288,7 @@ class NotebookPage:
                 raise TimeoutError(f"cell {index} did not finish within {timeout_s:.0f}s (prompt {prompt!r}):\n{code}")
             # "[ ]" a few seconds after Shift+Enter: the run was dropped (kernel not yet connected); run again
             if "*" not in prompt and time.monotonic() - sent > 5:
+                self.no_dialog()
                 editor.click()
                 self.page.keyboard.press("Shift+Enter")
                 sent = time.monotonic()

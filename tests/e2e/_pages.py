@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from playwright.sync_api import BrowserContext, ConsoleMessage, Dialog, Locator, Page, Request, Route
+from playwright.sync_api import BrowserContext, ConsoleMessage, Dialog, Error, Locator, Page, Request, Route
 
 #: URL schemes an offline page may load.
 OFFLINE_SCHEMES = ("file", "data", "blob")
@@ -30,6 +30,13 @@ CHROMIUM_ARGS = [
 #: Marks of our code in an error's text or stack (anywidget loads the bundle from a blob: URL).
 OURS = re.compile(r"circuitwidgets|anywidget|cw-|blob:", re.IGNORECASE)
 
+#: Uncaught errors that say nothing about our views. anywidget 0.11 rejects a
+#: promise "Failed to initialize model." whenever loading the module and
+#: ``initialize`` take more than a fixed 2 s, even when the model then
+#: initializes and the view renders (seen with the explorer on 2 loaded
+#: cores); the tests still require the view to draw and sync.
+BENIGN = re.compile(r"^\[anywidget\] Failed to initialize model\.")
+
 #: Default wait for anything in a page, ms.
 TIMEOUT_MS = 30_000
 
@@ -47,6 +54,7 @@ class PageLog:
     requests: list[str] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     websockets: list[str] = field(default_factory=list)
+    benign: list[str] = field(default_factory=list)
 
     def network(self, allowed_hosts: tuple[str, ...] = ()) -> list[str]:
         """Requests (and websockets) to anything but ``file:``/``data:``/``blob:`` or ``allowed_hosts``."""
@@ -91,13 +99,17 @@ def watch(target: Page | BrowserContext, log: PageLog | None = None, *, offline:
             loc = msg.location or {}
             log.console_errors.append(f"{msg.text} @ {loc.get('url', '')}:{loc.get('lineNumber', '')}")
 
+    def on_page_error(exc: Error) -> None:
+        text = f"{exc}\n{exc.stack or ''}"[:3000]
+        (log.benign if BENIGN.search(text) else log.page_errors).append(text)
+
     def on_dialog(dialog: Dialog) -> None:
         log.dialogs.append(f"{dialog.type}: {dialog.message}")
         dialog.dismiss()
 
     def on_page(page: Page) -> None:
         page.on("console", on_console)
-        page.on("pageerror", lambda exc: log.page_errors.append(f"{exc}\n{exc.stack or ''}"[:3000]))
+        page.on("pageerror", on_page_error)
         page.on("dialog", on_dialog)
         page.on("request", lambda req: log.requests.append(req.url))
         page.on("websocket", lambda ws: log.websockets.append(ws.url))
@@ -300,7 +312,7 @@ def open_offline(page: Page, log: PageLog, path: Path, views: list[str]) -> dict
 
 def click_through(view: Locator, name: str) -> None:
     """Every click of ``_widgets.CLICKS`` changes the view and its status says what is selected."""
-    from _widgets import CLICKS
+    from ._widgets import CLICKS
 
     for selector, _traits, status in CLICKS[name]:
         before = fingerprint(view)

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _hosts import JupyterServer, jupyter_server
-from _pages import CHROMIUM_ARGS, REPO, TIMEOUT_MS, PageLog, watch
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+
+from ._hosts import JupyterServer, jupyter_server
+from ._pages import CHROMIUM_ARGS, REPO, TIMEOUT_MS, PageLog, watch
 
 CHROMIUM = Path("/usr/bin/chromium")
 FAILURES = REPO / "test-artifacts" / "failures"
@@ -125,7 +126,7 @@ class Built:
         self.cache: dict[str, Any] = {}
 
     def __call__(self, view: str) -> Any:
-        from _widgets import BUILDERS, widget_exists
+        from ._widgets import BUILDERS, widget_exists
 
         if not widget_exists(view):
             pytest.skip("widget not yet built")

@@ -13,15 +13,18 @@ import re
 from pathlib import Path
 
 import pytest
-from _broken import BROKEN_MESSAGE, break_bundle
-from _pages import PageLog, open_offline
-from _widgets import attention_patterns
 from playwright.sync_api import Page
 
 from circuitwidgets.export import bundle_source, html_page
 
+from ._broken import BROKEN_MESSAGE, break_bundle
+from ._pages import PageLog, open_offline
+from ._widgets import attention_patterns
 
-def test_a_page_whose_render_throws_fails_the_exported_page_checks(tmp_path: Path, page: Page, page_log: PageLog) -> None:
+
+def test_a_page_whose_render_throws_fails_the_exported_page_checks(
+    tmp_path: Path, page: Page, page_log: PageLog
+) -> None:
     good = base64.b64encode(bundle_source().encode()).decode()
     bad = base64.b64encode(break_bundle(bundle_source()).encode()).decode()
     text = html_page(attention_patterns())

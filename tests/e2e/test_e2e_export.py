@@ -15,7 +15,11 @@ from typing import Any
 
 import nbformat
 import pytest
-from _pages import (
+from playwright.sync_api import Page
+
+import circuitwidgets
+
+from ._pages import (
     PageLog,
     assert_drawn,
     click_through,
@@ -25,10 +29,7 @@ from _pages import (
     wait_changed,
     wait_status,
 )
-from _widgets import VIEWS
-from playwright.sync_api import Page
-
-import circuitwidgets
+from ._widgets import VIEWS
 
 
 @pytest.mark.parametrize("name", list(VIEWS))

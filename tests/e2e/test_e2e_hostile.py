@@ -8,12 +8,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from _hostile import assert_tokens_are_text
-from _pages import PageLog, assert_drawn, screenshot
-from _widgets import PWNED_FLAG, hostile_attention, hostile_tokens
 from playwright.sync_api import Page
 
 import circuitwidgets
+
+from ._hostile import assert_tokens_are_text
+from ._pages import PageLog, assert_drawn, screenshot
+from ._widgets import PWNED_FLAG, hostile_attention, hostile_tokens
 
 
 def test_hostile_tokens_stay_text_in_an_exported_page(tmp_path: Path, page: Page, page_log: PageLog) -> None:

@@ -11,9 +11,11 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from _hostile import assert_tokens_are_text
-from _hosts import JupyterServer, NotebookPage
-from _pages import (
+from playwright.sync_api import Browser
+
+from ._hostile import assert_tokens_are_text
+from ._hosts import JupyterServer, NotebookPage
+from ._pages import (
     TIMEOUT_MS,
     PageLog,
     assert_drawn,
@@ -24,8 +26,7 @@ from _pages import (
     wait_status,
     watch,
 )
-from _widgets import CLICKS, SETS, VIEWS, widget_exists
-from playwright.sync_api import Browser
+from ._widgets import CLICKS, SETS, VIEWS, widget_exists
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,9 @@ def lab(jupyter: JupyterServer, browser: Browser) -> Iterator[NotebookPage]:
     try:
         log = watch(context)
         notebook = NotebookPage(context.new_page(), log)
-        notebook.open(jupyter.lab_url(jupyter.write_notebook("lab.ipynb")))
+        path = jupyter.write_notebook("lab.ipynb")
+        jupyter.start_kernel(path)
+        notebook.open(jupyter.lab_url(path))
         notebook.run("from _widgets import BUILDERS, hostile_attention")
         yield notebook
     finally:

@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _hosts import MarimoServer, marimo_server
-from _pages import (
+from playwright.sync_api import Browser, Page
+
+from ._hosts import MarimoServer, marimo_server
+from ._pages import (
     TIMEOUT_MS,
     PageLog,
     assert_drawn,
@@ -26,8 +28,7 @@ from _pages import (
     wait_view,
     watch,
 )
-from _widgets import CLICKS, widget_exists
-from playwright.sync_api import Browser, Page
+from ._widgets import CLICKS, widget_exists
 
 pytest.importorskip("marimo", reason="marimo is an optional extra (pip install circuitwidgets[marimo])")
 

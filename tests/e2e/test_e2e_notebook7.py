@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from _hosts import JupyterServer, NotebookPage
-from _pages import TIMEOUT_MS, assert_drawn, fingerprint, is_styled, screenshot, wait_changed, wait_status, watch
-from _widgets import CLICKS, SETS, widget_exists
 from playwright.sync_api import Browser
+
+from ._hosts import JupyterServer, NotebookPage
+from ._pages import TIMEOUT_MS, assert_drawn, fingerprint, is_styled, screenshot, wait_changed, wait_status, watch
+from ._widgets import CLICKS, SETS, widget_exists
 
 
 @pytest.fixture
@@ -31,6 +32,7 @@ def test_attention_in_notebook7_draws_and_syncs_both_ways(jupyter: JupyterServer
     notebook.page.goto(f"{jupyter.url}/tree?token={jupyter.token}")
     notebook.page.get_by_text("classic.ipynb").first.wait_for()
 
+    jupyter.start_kernel(path)
     notebook.open(jupyter.notebook7_url(path))
     notebook.run("from _widgets import attention_patterns")
     view = notebook.display("w = attention_patterns()\nw", "attention")

@@ -1,0 +1,277 @@
+"""The notebooks run on a fresh install, and what they print is the paper's claims.
+
+Each notebook in ``notebooks/`` is executed once per session with nbclient, in a
+kernel of this very interpreter (a kernelspec written to a temporary directory,
+the only one the kernel manager searches, so no user or system kernelspec can
+substitute another Python; a fresh ``make setup`` venv needs nothing installed). Cells whose outputs are checked carry a tag
+(``metadata.tags``); each test reads one tagged cell's printed text and asserts
+the claim it states, robustly (who is strongest, which layer, which order is
+larger; never exact numbers, which change when the shipped weights do).
+
+The README's pictures are checked too: every image the README shows exists,
+is small, and is one of the views ``scripts/make_readme_images.py`` draws, and
+every view it draws is shown.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+NAMES = ("01_zero_and_one_layer", "02_two_layer_induction", "03_bring_your_own_model")
+KERNEL = "circuitwidgets-notebooks"
+CELL_TIMEOUT_S = 300
+
+pytestmark = pytest.mark.slow
+
+
+# ----------------------------------------------------------------------------- running
+
+
+@pytest.fixture(scope="session")
+def kernel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding one kernelspec: this interpreter, offline for hubs."""
+    pytest.importorskip("ipykernel")
+    from ipykernel.kernelspec import write_kernel_spec
+
+    root = tmp_path_factory.mktemp("kernels")
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # the notebooks never reach a hub; make sure
+    write_kernel_spec(root / KERNEL, overrides={"display_name": "circuitwidgets tests", "env": offline})
+    return root
+
+
+@pytest.fixture(scope="session")
+def executed(kernel_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], nbformat.NotebookNode]:
+    """``executed(name)``: the notebook run top to bottom (once per session), with its outputs.
+
+    The kernel manager looks for kernelspecs in :func:`kernel_dir` only, so no user
+    or system kernelspec named like ours can run another Python.
+    """
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    done: dict[str, nbformat.NotebookNode] = {}
+
+    def run(name: str) -> nbformat.NotebookNode:
+        if name not in done:
+            nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+            km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dir)]))
+            workdir = tmp_path_factory.mktemp(name)
+            started = time.monotonic()
+            NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, resources={"metadata": {"path": str(workdir)}}).execute()
+            elapsed = time.monotonic() - started
+            sys.stderr.write(f"\n{name}.ipynb executed in {elapsed:.0f}s\n")
+            done[name] = nb
+        return done[name]
+
+    return run
+
+
+def printed(nb: nbformat.NotebookNode, tag: str) -> str:
+    """Everything the cell tagged ``tag`` wrote to stdout."""
+    cells = [c for c in nb.cells if tag in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, f"expected one cell tagged {tag!r}, found {len(cells)}"
+    return "".join(o.get("text", "") for o in cells[0].outputs if o.output_type == "stream" and o.name == "stdout")
+
+
+def find(pattern: str, text: str) -> re.Match[str]:
+    match = re.search(pattern, text)
+    assert match, f"expected output matching {pattern!r}, got:\n{text}"
+    return match
+
+
+def number(pattern: str, text: str) -> float:
+    return float(find(pattern, text).group(1))
+
+
+# ----------------------------------------------------------------------------- committed form
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_is_committed_without_outputs(name: str) -> None:
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    dirty = [c.get("id") for c in nb.cells if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+    assert not dirty, f"{name}.ipynb: strip the outputs of cells {dirty}"
+    assert (NOTEBOOKS / f"{name}.ipynb").stat().st_size < 60_000
+
+
+# ----------------------------------------------------------------------------- 01: zero and one layer
+
+
+@pytest.fixture(scope="module")
+def nb01(executed: Callable[[str], nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    return executed("01_zero_and_one_layer")
+
+
+def test_direct_path_reads_as_python_bigrams(nb01: nbformat.NotebookNode) -> None:
+    out = printed(nb01, "bigrams")
+    nexts = {m.group(1): ast.literal_eval(m.group(2)) for m in re.finditer(r"next after ('.*?')\s+(\[.*\])", out)}
+    assert "." in nexts["'self'"][:3], out  # self.
+    assert "self" in nexts["'('"][:3], out  # (self
+
+
+def test_direct_path_agrees_with_held_out_bigrams_far_above_chance(nb01: nbformat.NotebookNode) -> None:
+    out = printed(nb01, "bigram-agreement")
+    agreement = {m.group(1): float(m.group(2)) for m in re.finditer(r"(attn-only-\dl): .*? for ([\d.]+)%", out)}
+    assert agreement, out
+    assert all(v >= 5.0 for v in agreement.values()), out  # chance is 0.05%
+    if "attn-only-0l" in agreement:  # the whole zero-layer model is a bigram table; the 1L direct path a residual
+        assert agreement["attn-only-0l"] >= agreement["attn-only-1l"], out
+
+
+def test_one_layer_logits_are_the_sum_of_direct_path_and_head_terms(nb01: nbformat.NotebookNode) -> None:
+    assert number(r"largest \|logit - \(direct \+ heads\)\| = (\S+)", printed(nb01, "path-expansion")) < 1e-3
+
+
+def test_one_layer_heads_copy_by_every_measure_and_random_heads_do_not(nb01: nbformat.NotebookNode) -> None:
+    out = printed(nb01, "copying-heads")
+    assert abs(number(r"eigenvalue score ([+-][\d.]+) ±", out)) < 0.2, out
+    best = find(r"strongest copying head: \S+ \(eigen ([+-][\d.]+), diagonal ([\d.]+), top-5 ([\d.]+)\)", out)
+    eigen, diagonal, topk = (float(g) for g in best.groups())
+    assert eigen > 0.5 and diagonal > 0.5 and topk > 5 / 2048, out
+    positive, total = (int(g) for g in find(r"positive eigenvalue score: (\d+) of (\d+)", out).groups())
+    assert 2 * positive >= total, out  # most heads copy
+
+
+def test_skip_trigram_bug_search_reports_and_the_bugs_are_live(nb01: nbformat.NotebookNode) -> None:
+    n_bugs = int(number(r"skip-trigram bugs: (\d+) \(head, source\) pairs", printed(nb01, "skip-trigram-bugs")))
+    live = printed(nb01, "bug-live")
+    if n_bugs == 0:
+        assert "no skip-trigram bug found" in live
+        return
+    lines = [line for line in live.splitlines() if " raises " in line]
+    assert len(lines) == 2, live
+    for line in lines:  # at both destinations the head raises both outs, the seen one and the never-seen one
+        effects = [float(v) for v in re.findall(r"' ([+-][\d.]+) \(rank", line)]
+        assert len(effects) == 2 and all(e > 0 for e in effects), line
+
+
+# ----------------------------------------------------------------------------- 02: two layers
+
+
+@pytest.fixture(scope="module")
+def nb02(executed: Callable[[str], nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    return executed("02_two_layer_induction")
+
+
+def test_strongest_composition_is_k_composition_from_layer_0_into_layer_1(nb02: nbformat.NotebookNode) -> None:
+    out = printed(nb02, "composition")
+    assert find(r"strongest composition overall: (\w) from 0\.\d into 1\.\d", out).group(1) == "K", out
+
+
+def test_induction_heads_attend_to_token_after_previous_copy_via_previous_token_head(
+    nb02: nbformat.NotebookNode,
+) -> None:
+    out = printed(nb02, "heads")
+    assert find(r"strongest previous-token head: (\d)\.\d", out).group(1) == "0", out
+    assert "the strongest induction head is in layer 1" in out, out
+    assert "that is the previous-token head: True" in out, out
+
+
+def test_two_layer_model_predicts_the_repeat_and_one_layer_model_much_less(nb02: nbformat.NotebookNode) -> None:
+    out = printed(nb02, "repeated-loss")
+    drops = {m.group(1): float(m.group(2)) for m in re.finditer(r"(attn-only-\dl): .*\(drop ([+-]?[\d.]+)\)", out)}
+    assert drops["attn-only-2l"] > 1.0, out
+    assert drops["attn-only-2l"] > 2 * drops["attn-only-1l"], out
+
+
+def test_induction_head_sits_in_the_eigenvalue_corner(nb02: nbformat.NotebookNode) -> None:
+    out = printed(nb02, "eigen-corner")
+    assert number(r"OV eigenvalue score ([+-][\d.]+)", out) > 0.5, out
+    assert number(r"K-composition QK eigenvalue score ([+-][\d.]+)", out) > 0.5, out
+
+
+def test_order_1_terms_explain_more_loss_than_order_2_and_layer_1_more_than_layer_0(
+    nb02: nbformat.NotebookNode,
+) -> None:
+    out = printed(nb02, "term-importance")
+    order = {
+        int(m.group(1)): float(m.group(2))
+        for m in re.finditer(r"order (\d) terms reduce the loss by ([+-]?[\d.]+)", out)
+    }
+    layer = {
+        int(m.group(1)): float(m.group(2)) for m in re.finditer(r"layer (\d)'s heads alone .* by ([+-]?[\d.]+)", out)
+    }
+    assert order[0] > order[2] and order[1] > order[2], out
+    assert layer[1] > layer[0], out
+
+
+def test_virtual_heads_contribute_less_than_single_heads(nb02: nbformat.NotebookNode) -> None:
+    out = printed(nb02, "virtual-heads")
+    single, virtual = (float(g) for g in find(r"single head ([\d.]+), virtual head ([\d.]+)", out).groups())
+    assert virtual < single, out
+    assert number(r"largest \|logit - \(direct \+ heads \+ virtual heads\)\| = (\S+)", out) < 1e-3, out
+
+
+# ----------------------------------------------------------------------------- 03: your own model
+
+
+@pytest.fixture(scope="module")
+def nb03(executed: Callable[[str], nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    return executed("03_bring_your_own_model")
+
+
+@pytest.mark.parametrize("tag", ["tl-convert", "hf-convert"])
+def test_converted_models_reproduce_their_source_logits(nb03: nbformat.NotebookNode, tag: str) -> None:
+    assert number(r"max \|logit difference\|.*: (\S+)", printed(nb03, tag)) < 1e-4
+
+
+def test_hub_names_are_refused_not_downloaded(nb03: nbformat.NotebookNode) -> None:
+    assert printed(nb03, "refuses-names").startswith("NetworkRefusedError:")
+
+
+def test_a_cell_drives_the_selection_and_reads_it_back(nb03: nbformat.NotebookNode) -> None:
+    assert "selected: layer 1, head 2, destination 5" in printed(nb03, "drive-selection")
+    refused = printed(nb03, "refuse-selection")
+    assert "refused:" in refused and "selected_head" in refused and "still selected: head 2" in refused
+    assert "observed: [('selected_head', 0), ('selected_dest', 3)]" in printed(nb03, "observe")
+    assert "attention view shows layer 0, head 3" in printed(nb03, "link")
+
+
+def test_export_writes_one_page_with_every_widget_and_one_bundle(nb03: nbformat.NotebookNode) -> None:
+    assert "3 widgets, one script bundle: True" in printed(nb03, "export")
+
+
+# ----------------------------------------------------------------------------- README pictures
+
+
+def _readme_script() -> Any:
+    spec = importlib.util.spec_from_file_location("make_readme_images", REPO / "scripts" / "make_readme_images.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_images_exist_are_small_and_match_the_script_views() -> None:
+    script = _readme_script()
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    shown = re.findall(r"!\[[^\]]*\]\((docs/images/[^)\s]+)\)", readme)
+    missing = [p for p in shown if not (REPO / p).is_file()]
+    assert not missing, f"README shows images that do not exist: {missing}"
+    assert len(shown) == len(set(shown))
+    on_disk = {p.stem for p in (REPO / "docs" / "images").glob("*.png")}
+    assert set(script.VIEWS) == set(script.BUILDERS), "every view needs a builder"
+    assert {Path(p).stem for p in shown} == set(script.VIEWS) == on_disk
+    big = {p: (REPO / p).stat().st_size for p in shown if (REPO / p).stat().st_size > script.MAX_BYTES}
+    assert not big, f"images over {script.MAX_BYTES} bytes: {big}"
+
+
+def test_readme_links_every_notebook() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\((notebooks/[^)\s]+\.ipynb)\)", readme))
+    assert linked == {f"notebooks/{name}.ipynb" for name in NAMES}
+    assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} == set(NAMES)
