@@ -239,6 +239,8 @@ def _as_ids(name: str, tokens: object, device: torch.device | None) -> torch.Ten
         t = torch.as_tensor(tokens, device=device)
     except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
         raise ArgumentTypeError(f"{name}: expected token ids (ints) or a text, got {type(tokens).__name__} ({exc})") from None
+    if t.numel() == 0 and not isinstance(tokens, torch.Tensor):
+        t = t.long()  # an empty list has no dtype of its own
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
         raise ArgumentTypeError(f"{name}: expected integer token ids, got dtype {t.dtype}")
     return t

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import sys
 import warnings
 import weakref
@@ -49,9 +50,16 @@ def check_model(model: object, analysis: str | None = None) -> CircuitModel:
 
 
 def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:
-    """``value`` as an int in ``[low, high)`` (either bound optional)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """``value`` as an int in ``[low, high)`` (either bound optional).
+
+    Python ints, numpy integers and 0-d integer tensors are accepted; bools
+    (including ``numpy.bool_``) and floats are not, even when integral.
+    """
+    if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.dtype.is_floating_point and value.dtype != torch.bool:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentTypeError(f"{name}: expected an int, got {type(value).__name__}")
+    value = int(value)
     if (low is not None and value < low) or (high is not None and value >= high):
         lo = "-inf" if low is None else str(low)
         hi = "inf" if high is None else str(high)
@@ -87,8 +95,6 @@ def check_token(model: CircuitModel, name: str, token: object) -> int:
         if len(ids) != 1:
             raise ArgumentError(f"{name}: expected a string that is exactly one token, got {token!r} ({len(ids)} tokens)")
         return int(ids[0])
-    if isinstance(token, torch.Tensor) and token.ndim == 0 and not token.dtype.is_floating_point:
-        token = int(token)
     return check_int(name, token, 0, model.cfg.d_vocab)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import pickle
 import platform
 import sys
 import time
@@ -25,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
+from circuitwidgets.errors import ArgumentError
 from circuitwidgets.training.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from circuitwidgets.training.corpus import load_stdlib_corpus
 from circuitwidgets.training.tokenizer import BOS_TOKEN, encode_corpus, train_bpe
@@ -127,6 +129,25 @@ def _save_checkpoint(ckpt: Path, model: AttnOnlyTransformer, opt: torch.optim.Op
     (ckpt / "state.json").write_text(json.dumps({"step": step}))
 
 
+def _load_optimizer_state(path: Path) -> dict[str, object]:
+    """The optimizer state saved by :func:`_save_checkpoint`, read with ``torch.load(weights_only=True)``.
+
+    Only tensors and plain containers are accepted: a pickle that would build
+    any other object (and so could run code) is refused before anything runs.
+    """
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ArgumentError(
+            f"checkpoint: {path} is not a plain tensor checkpoint and was refused (read with weights_only=True, "
+            f"nothing was run): {first[:200]}"
+        ) from None
+    if not isinstance(state, dict):
+        raise ArgumentError(f"checkpoint: {path} must hold an optimizer state dict, got {type(state).__name__}")
+    return state
+
+
 def export_model(model: AttnOnlyTransformer, tokenizer: Tokenizer, out: Path, meta: dict[str, object], dtype: torch.dtype = torch.float16) -> None:
     """Write a model directory that :meth:`circuitwidgets.CircuitModel.load` reads."""
     out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +203,7 @@ def train(cfg: TrainConfig, out_dir: Path, cache_dir: Path | None = None, progre
     start = 0
     if (ckpt / "state.json").exists():
         model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=cfg.device))
-        opt.load_state_dict(torch.load(ckpt / "optim.pt", weights_only=True))
+        opt.load_state_dict(_load_optimizer_state(ckpt / "optim.pt"))
         start = json.loads((ckpt / "state.json").read_text())["step"]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))

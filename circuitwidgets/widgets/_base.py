@@ -20,6 +20,7 @@ refusal (logger ``circuitwidgets.widgets._base``) and resynchronises.
 from __future__ import annotations
 
 import logging
+import numbers
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -107,7 +108,8 @@ class SelectionIndex(traitlets.Int):  # type: ignore[type-arg]
         self.optional = optional
 
     def validate(self, obj: Any, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
+        """An int (numpy integers are accepted from Python; bools and floats are not)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise traitlets.TraitError(
                 f"The '{self.name}' trait of {type(obj).__name__} expected an int, "
                 f"got {value!r:.80} ({type(value).__name__})"
