@@ -38,7 +38,10 @@ def _works_or_typed_error(fn: Any, *args: Any, **kwargs: Any) -> None:
     try:
         fn(*args, **kwargs)
     except CircuitWidgetsError as exc:
-        assert str(exc), "typed errors carry a message"
+        message = str(exc)
+    else:
+        return
+    assert message, "typed errors carry a message"
 
 
 @SETTINGS

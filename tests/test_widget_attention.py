@@ -17,7 +17,14 @@ from hypothesis.extra import numpy as hnp
 from ipywidgets.widgets.widget import _remove_buffers
 
 from circuitwidgets import AttentionPatterns
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, CircuitWidgetsError, NonFiniteError, ShapeError
+from circuitwidgets.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    CircuitWidgetsError,
+    MemoryBudgetError,
+    NonFiniteError,
+    ShapeError,
+)
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import array_from_json
 from circuitwidgets.widgets.attention import _upper_max, decode_patterns, repeat_period
@@ -235,7 +242,7 @@ def test_weight_above_the_diagonal_is_found_wherever_it_is(n: int) -> None:
     a = np.tri(n, dtype=np.float32) / np.arange(1, n + 1, dtype=np.float32)[:, None]
     assert _upper_max(a) == 0.0
     for dest, src in [(0, n - 1), (n // 2, n // 2 + 1), (n - 2, n - 1), (0, 1)]:
-        if src > dest and src < n:
+        if 0 <= dest < src < n:
             b = a.copy()
             b[dest, src] = 0.25
             assert _upper_max(b) == 0.25
@@ -275,6 +282,12 @@ def test_bad_optional_arrays_are_refused(kwargs: dict[str, Any], error: type[Exc
 def test_bad_model_inputs_raise_typed_errors(model: CircuitModel, text_or_tokens: Any, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         AttentionPatterns(model, text_or_tokens)
+
+
+def test_a_state_too_large_is_refused_from_the_shapes_before_reading_a_weight() -> None:
+    huge = np.broadcast_to(np.float32(1e-5), (1, 1, 100_000, 100_000))  # no memory behind it
+    with pytest.raises(MemoryBudgetError, match=r"100000 tokens would put 5,000,050,000 bytes .* over the limit"):
+        AttentionPatterns.from_arrays([f"t{i}" for i in range(100_000)], huge)
 
 
 def test_a_model_of_another_library_is_refused_plainly() -> None:
@@ -379,6 +392,15 @@ def test_invalid_state_from_the_view_is_rejected_and_the_view_resynchronised(
     assert set(bad) <= set(resent[-1])
 
 
+@pytest.mark.parametrize("state", [{"tokens": ["x"]}, {"causal": False}, {"value_patterns": None}, {"diagonals": []}, {"logit_effect": None}])
+def test_the_view_may_set_only_selections_and_settings(widget: tuple[AttentionPatterns, Recorder], state: dict[str, Any]) -> None:
+    w, rec = widget
+    before = getattr(w, next(iter(state)))
+    from_view(w, **state)
+    assert getattr(w, next(iter(state))) is before or getattr(w, next(iter(state))) == before
+    assert rec.updates() and set(state) <= set(rec.updates()[-1])
+
+
 def test_setting_selection_from_python_is_validated_and_sent(widget: tuple[AttentionPatterns, Recorder]) -> None:
     w, rec = widget
     w.selected_dest = 4
@@ -420,6 +442,15 @@ def test_streaming_sends_the_selected_head_first_and_ends_with_complete_traits(m
     np.testing.assert_array_equal(w.patterns, sync.patterns)
     assert w.value_patterns is not None and sync.value_patterns is not None
     np.testing.assert_array_equal(w.value_patterns, sync.value_patterns)
+
+
+def test_displaying_a_streaming_widget_does_not_end_the_stream(model: CircuitModel) -> None:
+    w = AttentionPatterns(model, IDS, stream=True)
+    bundle = w._repr_mimebundle_()
+    assert bundle is not None and "application/vnd.jupyter.widget-view+json" in bundle[0]
+    assert "text/html" not in bundle[0] and w.streaming
+    w.finish()
+    assert "text/html" in (w._repr_mimebundle_() or ({}, {}))[0]  # small and complete: the offline fallback is back
 
 
 def test_reading_the_data_finishes_a_stream(model: CircuitModel) -> None:

@@ -55,19 +55,22 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import anywidget
 import numpy as np
 import torch
 import traitlets
 from numpy.typing import ArrayLike, NDArray
 
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
 from circuitwidgets.widgets._base import NONE, CircuitWidget, SelectionIndex, check_selection
 
 __all__ = [
+    "MAX_STATE_BYTES",
     "STREAM_BYTES",
     "AttentionPatterns",
+    "check_state_bytes",
     "decode_patterns",
     "encode_patterns",
     "logit_effects",
@@ -82,6 +85,10 @@ _RANGE_TOLERANCE = 1e-3
 
 #: Patterns larger than this (bytes, encoded) stream head by head when an event loop runs.
 STREAM_BYTES = 16 * 2**20
+
+#: Widget state (encoded patterns) larger than this is refused before anything is converted:
+#: 2 GiB holds 12 layers × 12 heads of 4,096 tokens (3,800 with value-weighted patterns too).
+MAX_STATE_BYTES = 2**31
 
 #: A weight above the diagonal at least this large survives quantisation.
 _SURVIVES = 0.5 / 255
@@ -498,6 +505,7 @@ class _Source:
         known_causal: bool,
     ) -> None:
         self.tokens, self.heads, self.norms, self.effect = tokens, heads, norms, effect
+        check_state_bytes(heads.n_layers, heads.n_heads, heads.n, value_weighted=norms is not None)
         self.causal = _validate(heads, causal, row_stochastic=True, known_causal=known_causal)
 
     def prepare(self, widget: AttentionPatterns, stream: bool | None, loop_running: bool) -> tuple[dict[str, Any], _Stream | None]:
@@ -574,6 +582,8 @@ class AttentionPatterns(CircuitWidget):
     """
 
     _view = traitlets.Unicode("attention").tag(sync=True)
+
+    _from_view = frozenset({"selected_layer", "selected_head", "selected_dest", "selected_src", "pattern_kind", "show_diagonals"})
 
     tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
     """Token strings in order (shown as text, never as HTML)."""
@@ -696,6 +706,7 @@ class AttentionPatterns(CircuitWidget):
         """
         token_list = _check_tokens(tokens)
         heads = _Heads(attention, len(token_list))
+        check_state_bytes(heads.n_layers, heads.n_heads, heads.n, value_weighted=value_norms is not None)
         norms = _per_position(value_norms, "value_norms", heads, nan_ok=False)
         if norms is not None and (norms < 0).any():
             raise ArgumentError(f"value_norms: expected norms ≥ 0, got minimum {float(norms.min()):.4g}")
@@ -735,6 +746,18 @@ class AttentionPatterns(CircuitWidget):
                 self.finish()
         state: dict[str, Any] = super().get_state(key=key, drop_defaults=drop_defaults)
         return state
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The widget's mime bundle; while streaming without the ``text/html`` fallback.
+
+        Building the fallback reads the whole state, which would end the stream
+        in the kernel; a streamed state is larger than the fallback's limit
+        (:data:`circuitwidgets.export.FALLBACK_STATE_LIMIT`) in any case.
+        """
+        if self._stream is None:
+            return super()._repr_mimebundle_(**kwargs)
+        bundle: tuple[dict[str, Any], dict[str, Any]] | None = anywidget.AnyWidget._repr_mimebundle_(self, **kwargs)
+        return bundle
 
     @traitlets.observe("selected_layer", "selected_head")
     def _on_selected_head(self, change: traitlets.Bunch) -> None:
@@ -822,6 +845,7 @@ class AttentionPatterns(CircuitWidget):
         """Replace tokens and patterns (raw only); selections that no longer fit are reset."""
         token_list = _check_tokens(tokens)
         heads = _Heads(attention, len(token_list))
+        check_state_bytes(heads.n_layers, heads.n_heads, heads.n, value_weighted=False)
         is_causal = _validate(heads, causal, row_stochastic=True)
         patterns = _encode_all(heads, is_causal)
         n_layers, n_heads, n = heads.n_layers, heads.n_heads, len(token_list)
@@ -875,6 +899,22 @@ class AttentionPatterns(CircuitWidget):
 
 
 # ---------------------------------------------------------------- argument checks
+
+
+def check_state_bytes(n_layers: int, n_heads: int, n_tokens: int, *, value_weighted: bool) -> int:
+    """Bytes of encoded patterns for these sizes (lower triangles); :class:`MemoryBudgetError` above :data:`MAX_STATE_BYTES`.
+
+    Checked from the shapes alone, before any weight is read or converted.
+    """
+    per_head = n_tokens * (n_tokens + 1) // 2
+    total = n_layers * n_heads * per_head * (2 if value_weighted else 1)
+    if total > MAX_STATE_BYTES:
+        raise MemoryBudgetError(
+            f"attention: {n_layers} layers × {n_heads} heads over {n_tokens} tokens would put {total:,} bytes of "
+            f"patterns in the widget state{' (raw and value-weighted)' if value_weighted else ''}, over the limit of "
+            f"{MAX_STATE_BYTES:,} bytes; show fewer tokens, layers or heads"
+        )
+    return total
 
 
 def _check_tokens(tokens: Any) -> list[str]:
@@ -938,6 +978,7 @@ def _from_model(model: Any, text_or_tokens: Any) -> _Source:
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
             raise ArgumentTypeError(f"text_or_tokens: expected integer token ids, got dtype {ids.dtype}")
     ids = model._check_tokens(ids)[0]
+    check_state_bytes(model.cfg.n_layers, model.cfg.n_heads, int(ids.shape[0]), value_weighted=True)
     tokens = model.to_str_tokens(ids)
     _, cache = model.run_with_cache(ids[None], names=["pattern", "v", "z"])
     heads = _Heads([cache["pattern", layer][0] for layer in range(model.cfg.n_layers)], len(tokens))

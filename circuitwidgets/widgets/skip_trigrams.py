@@ -46,9 +46,9 @@ import traitlets
 from numpy.typing import NDArray
 
 from circuitwidgets.circuits import SkipTrigram, full_ov, full_qk, skip_trigrams
+from circuitwidgets.circuits._checks import check_budget
 from circuitwidgets.circuits._records import RecordList
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET, LowRankMatrix
-from circuitwidgets.circuits._checks import check_budget
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait

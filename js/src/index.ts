@@ -31,7 +31,21 @@ function render(props: RenderProps): void | (() => void) {
     props.el.textContent = `circuitwidgets: unknown view ${JSON.stringify(name)}; the Python package and its bundled JavaScript may be out of step (rebuild with \`npm --prefix js run build\`).`;
     return;
   }
-  return view(props);
+  const cleanup = view(props);
+  adoptStylesIntoShadowRoot(props.el);
+  return cleanup;
+}
+
+/**
+ * Views add their stylesheet to `document.head`; hosts that render widgets in
+ * a shadow root (marimo) keep those rules out, so copy ours in.
+ */
+function adoptStylesIntoShadowRoot(el: HTMLElement): void {
+  const root = el.getRootNode();
+  if (!(root instanceof ShadowRoot)) return;
+  for (const style of Array.from(document.head.querySelectorAll<HTMLStyleElement>('style[id^="cw-"]'))) {
+    if (root.querySelector(`style#${CSS.escape(style.id)}`) === null) root.appendChild(style.cloneNode(true));
+  }
 }
 
 export default { render };

@@ -11,6 +11,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from playwright.sync_api import BrowserContext, ConsoleMessage, Dialog, Error, Locator, Page, Request, Route
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+from ._widgets import CLICKS, Click
 
 #: URL schemes an offline page may load.
 OFFLINE_SCHEMES = ("file", "data", "blob")
@@ -310,15 +313,30 @@ def open_offline(page: Page, log: PageLog, path: Path, views: list[str]) -> dict
     return found
 
 
+def perform(view: Locator, click: Click) -> tuple[dict[str, Any], str]:
+    """Click the first uncovered target of ``click`` and wait for the view to change and say so.
+
+    Returns the Python traits the click must have set and the status regex it matched.
+    """
+    for l, h in click.heads:
+        selector, traits, status = click.bind(l, h)
+        target = view.locator(selector).first
+        try:
+            target.click(trial=True, timeout=3_000)  # actionable and not covered by another element
+        except PlaywrightTimeoutError:
+            continue
+        before = fingerprint(view)
+        target.click()
+        wait_changed(view, before, f"click on {selector}")
+        wait_status(view, status)
+        return traits, status
+    raise AssertionError(f"no target of {click.selector} can be clicked (tried heads {click.heads})")
+
+
 def click_through(view: Locator, name: str) -> None:
     """Every click of ``_widgets.CLICKS`` changes the view and its status says what is selected."""
-    from ._widgets import CLICKS
-
-    for selector, _traits, status in CLICKS[name]:
-        before = fingerprint(view)
-        view.locator(selector).first.click()
-        wait_changed(view, before, f"{name}: click on {selector}")
-        wait_status(view, status)
+    for click in CLICKS[name]:
+        perform(view, click)
 
 
 # --- hostile text ----------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -167,31 +168,69 @@ BUILDERS = {
 
 
 # --- what a user does to each view ------------------------------------------------
-#
-# Each entry: (CSS selector inside the view to click, the Python traits that
-# click must set, a regex the view's [data-cw-status] text must then match).
-# A ``{attr}`` in a trait value is read from the clicked element's attribute.
 
-CLICKS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
+
+@dataclass(frozen=True)
+class Click:
+    """A click in a view, what Python must then hold, and what the view's status must say.
+
+    ``selector``, the values of ``traits`` and ``status`` may hold ``{l}`` and
+    ``{h}``: they are filled with the first head of ``heads`` whose element
+    is not covered by another (points of a scatter can overlap).
+    """
+
+    selector: str
+    traits: dict[str, Any]
+    status: str
+    heads: tuple[tuple[int, int], ...] = ((0, 0),)
+
+    def bind(self, l: int, h: int) -> tuple[str, dict[str, Any], str]:
+        def fill(v: Any) -> Any:
+            return int(v.format(l=l, h=h)) if isinstance(v, str) else v
+
+        return (
+            self.selector.format(l=l, h=h),
+            {k: fill(v) for k, v in self.traits.items()},
+            self.status.format(l=l, h=h),
+        )
+
+
+_HEAD_TRAITS = {"selected_layer": "{l}", "selected_head": "{h}"}
+
+#: Clicks per view, each changing the selection the builders above start from.
+CLICKS: dict[str, list[Click]] = {
     "attention": [
-        ('[data-cw-head="1.2"]', {"selected_layer": 1, "selected_head": 2}, r"L1\s*H2|layer 1\D+head 2"),
-        ('[data-cw-token="3"]', {"selected_dest": 3}, r"sat"),
+        Click('[data-cw-head="{l}.{h}"]', _HEAD_TRAITS, r"L{l}\s*H{h}|layer {l}\D+head {h}", ((1, 2),)),
+        Click('[data-cw-token="3"]', {"selected_dest": 3}, r"sat"),
     ],
-    "eigen": [('[data-cw-head="1.1"]', {"selected_layer": 1, "selected_head": 1}, r"L1H1 selected")],
-    "composition": [('[data-cw-head="0.2"]', {"selected_layer": 0, "selected_head": 2}, r"L0H2 selected")],
-    "skiptrigrams": [('tr[data-cw-row="2"]', {"selected_row": 2}, r"row 3")],
-    "termimportance": [('[data-cw-order="1"]', {"selected_order": 1}, r"selected")],
+    "eigen": [
+        Click(
+            '[data-cw-head="{l}.{h}"]',
+            _HEAD_TRAITS,
+            r"L{l}H{h} selected",
+            ((1, 1), (1, 0), (1, 2), (1, 3), (0, 1), (0, 2)),
+        )
+    ],
+    "composition": [Click('[data-cw-head="{l}.{h}"]', _HEAD_TRAITS, r"L{l}H{h} selected", ((0, 2), (0, 1), (1, 1)))],
+    "skiptrigrams": [Click('tr[data-cw-row="2"]', {"selected_row": 2}, r"row 3")],
+    "termimportance": [Click('[data-cw-order="1"]', {"selected_order": 1}, r"selected")],
     "explorer": [
-        ('[data-cw-view="eigen"] [data-cw-head="0.1"]', {"selected_layer": 0, "selected_head": 1}, r"L0H1 selected")
+        Click(
+            '[data-cw-view="eigen"] [data-cw-head="{l}.{h}"]',
+            _HEAD_TRAITS,
+            r"L{l}H{h} selected",
+            ((0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3)),
+        )
     ],
 }
 
-#: Python statements that change the selection, and the status they must produce in the view.
+#: Python statements that change the selection, and the status they must produce in the view
+#: (never a head the clicks above may select, so the view must change).
 SETS: dict[str, tuple[str, str]] = {
     "attention": ("w.selected_layer, w.selected_head = 0, 3", r"L0\s*H3|layer 0\D+head 3"),
     "eigen": ("w.selected_layer, w.selected_head = 0, 3", r"L0H3 selected"),
     "composition": ("w.selected_layer, w.selected_head = 1, 3", r"L1H3 selected"),
     "skiptrigrams": ("w.layer, w.head = 1, 2", r"L1H2 selected"),
     "termimportance": ("w.selected_order = 2", r"selected"),
-    "explorer": ("w.selected_layer, w.selected_head = 0, 2", r"L0H2 selected"),
+    "explorer": ("w.selected_layer, w.selected_head = 1, 0", r"L1H0 selected"),
 }

@@ -25,11 +25,11 @@ from ._pages import (
     click_through,
     fingerprint,
     open_offline,
+    perform,
     screenshot,
     wait_changed,
-    wait_status,
 )
-from ._widgets import VIEWS
+from ._widgets import CLICKS, VIEWS
 
 
 @pytest.mark.parametrize("name", list(VIEWS))
@@ -74,8 +74,7 @@ def test_explorer_links_its_views_in_an_exported_page(
 
     attention = root.locator('[data-cw-view="attention"]').first
     before = fingerprint(attention)
-    root.locator('[data-cw-view="eigen"] [data-cw-head="0.3"]').first.click()
-    wait_status(root, r"L0H3 selected")
+    perform(root, CLICKS["explorer"][0])  # a head in the scatter; the explorer's status names it
     wait_changed(attention, before, "explorer: the attention view follows the head chosen in the scatter")
     page_log.assert_offline_clean()
 

@@ -13,7 +13,7 @@ from playwright.sync_api import Page
 import circuitwidgets
 
 from ._hostile import assert_tokens_are_text
-from ._pages import PageLog, assert_drawn, screenshot
+from ._pages import PageLog, assert_drawn, screenshot, wait_view
 from ._widgets import PWNED_FLAG, hostile_attention, hostile_tokens
 
 
@@ -25,8 +25,7 @@ def test_hostile_tokens_stay_text_in_an_exported_page(tmp_path: Path, page: Page
     scripts_in_file = len(re.findall(r"<script\b", source))
 
     page.goto(path.resolve().as_uri())
-    view = page.locator('[data-cw-view="attention"]').first
-    view.wait_for()
+    view = wait_view(page, page_log, "attention")
     assert_drawn(view)
     assert_tokens_are_text(page, view)
     screenshot(view, "attention-hostile")
@@ -43,7 +42,7 @@ def test_selection_status_shows_a_hostile_token_as_text(tmp_path: Path, page: Pa
     tokens = hostile_tokens()
     path = circuitwidgets.save_html(hostile_attention(), tmp_path / "hostile.html")
     page.goto(path.resolve().as_uri())
-    view = page.locator('[data-cw-view="attention"]').first
+    view = wait_view(page, page_log, "attention")
     view.locator('[data-cw-token="1"]').click()
     status = view.locator("[data-cw-status]").first
     status.wait_for()

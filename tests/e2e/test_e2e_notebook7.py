@@ -8,7 +8,17 @@ import pytest
 from playwright.sync_api import Browser
 
 from ._hosts import JupyterServer, NotebookPage
-from ._pages import TIMEOUT_MS, assert_drawn, fingerprint, is_styled, screenshot, wait_changed, wait_status, watch
+from ._pages import (
+    TIMEOUT_MS,
+    assert_drawn,
+    fingerprint,
+    is_styled,
+    perform,
+    screenshot,
+    wait_changed,
+    wait_status,
+    watch,
+)
 from ._widgets import CLICKS, SETS, widget_exists
 
 
@@ -38,13 +48,11 @@ def test_attention_in_notebook7_draws_and_syncs_both_ways(jupyter: JupyterServer
     view = notebook.display("w = attention_patterns()\nw", "attention")
     assert_drawn(view)
     assert is_styled(view)
-    screenshot(view, "notebook7-attention")
+    view.scroll_into_view_if_needed()
+    screenshot(notebook.page, "notebook7-attention")
 
-    for selector, traits, status in CLICKS["attention"]:
-        before = fingerprint(view)
-        view.locator(selector).first.click()
-        wait_changed(view, before, f"click on {selector}")
-        wait_status(view, status)
+    for click in CLICKS["attention"]:
+        traits, _status = perform(view, click)
         notebook.wait_value("{" + ", ".join(f"{n!r}: w.{n}" for n in traits) + "}", traits)
 
     code, status = SETS["attention"]

@@ -67,7 +67,7 @@ const LEFT = 86; // margin for destination labels
 const TOP = 62; // margin for source labels
 const STRIP_GAP = 8;
 const STRIP_W = 12;
-const LABEL_MIN_CELL = 11; // cells at least this tall get token labels
+const LABEL_MIN_CELL = 9; // cells at least this tall get token labels
 const EMPTY_RGBA: RGBA = [244, 244, 244, 255]; // above the causal diagonal
 const SELECT = "#D55E00"; // Okabe–Ito vermillion
 const HOVER = "#000000";
@@ -488,7 +488,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     const emphasis = (i: number, axis: "row" | "col") =>
       axis === "row" ? i === s.dest || i === hover.dest : i === s.src || i === hover.src;
     if (cs >= LABEL_MIN_CELL) {
-      ctx.font = `${Math.min(12, Math.floor(cs * 0.8))}px ui-monospace, SFMono-Regular, Menlo, monospace`;
+      ctx.font = `${Math.min(12, Math.max(8, Math.floor(cs * 0.85)))}px ui-monospace, SFMono-Regular, Menlo, monospace`;
       ctx.textBaseline = "middle";
       for (let r = 0; r < view.size; r++) {
         const i = view.r0 + r;
