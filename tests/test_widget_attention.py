@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 from collections.abc import Callable
 from typing import Any
@@ -464,6 +465,16 @@ def test_reading_the_data_finishes_a_stream(model: CircuitModel) -> None:
     assert w2.attention.shape == (2, 3, len(IDS), len(IDS)) and not w2.streaming
 
 
+def _run_in_fresh_loop(make_coroutine: Any) -> Any:
+    """Run a coroutine on its own event loop in a worker thread.
+
+    The browser tests' Playwright session keeps an event loop running on the
+    main thread, where ``asyncio.run`` is refused.
+    """
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(make_coroutine())).result()
+
+
 def test_in_an_event_loop_large_inputs_stream_without_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
     from circuitwidgets.widgets import attention as module
 
@@ -479,7 +490,7 @@ def test_in_an_event_loop_large_inputs_stream_without_blocking(monkeypatch: pyte
             ticks += 1
         return started_streaming, ticks, w.streaming
 
-    started, ticks, still = asyncio.run(build())
+    started, ticks, still = _run_in_fresh_loop(build)
     assert started and not still
     assert ticks >= 12 - 1  # one head per turn of the loop
 
@@ -490,7 +501,7 @@ def test_small_inputs_and_scripts_do_not_stream(model: CircuitModel) -> None:
     async def build() -> bool:
         return AttentionPatterns(model, IDS).streaming  # below STREAM_BYTES
 
-    assert not asyncio.run(build())
+    assert not _run_in_fresh_loop(build)
 
 
 # --- compatibility ---------------------------------------------------------------
