@@ -491,7 +491,8 @@ class CircuitModel(nn.Module):
         Parameters
         ----------
         tokens
-            ``[batch, pos]`` ids (or ``[pos]``, or a text).
+            ``[batch, pos]`` ids (or ``[pos]``, or a text); one position works (its
+            pattern is ``[[1]]``), none is a :class:`ShapeError`.
         patterns
             Per layer, a frozen attention pattern ``[batch, n_heads, dest, src]``
             used instead of the computed one (``None`` entries compute it).

@@ -346,6 +346,17 @@ def test_a_model_with_mlps_warns_once_per_analysis_naming_the_excluded_paths() -
     assert all(w.filename == __file__ for w in caught if issubclass(w.category, MLPPathsExcludedWarning))
 
 
+def test_a_widget_on_a_model_with_mlps_warns_once_in_its_own_name() -> None:
+    m = mlp_model("widget-mlp")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        EigenScatter(m, max_tokens=4)
+        EigenScatter(m, max_tokens=4)
+        CircuitExplorer(m, "<1> <2> <3>", k=2, profile_k=2, max_tokens=4)
+    mlp = [str(w.message).split(":")[0] for w in caught if issubclass(w.category, MLPPathsExcludedWarning)]
+    assert mlp == ["EigenScatter", "CircuitExplorer"]
+
+
 def test_each_model_with_mlps_gets_its_own_warning() -> None:
     with pytest.warns(MLPPathsExcludedWarning, match="'first'"):
         circuits.full_qk(mlp_model("first"), 0, 0)

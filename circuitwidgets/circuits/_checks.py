@@ -27,17 +27,17 @@ _WARNED: weakref.WeakKeyDictionary[CircuitModel, set[str]] = weakref.WeakKeyDict
 def check_model(model: object, analysis: str | None = None) -> CircuitModel:
     """Return ``model`` as a :class:`CircuitModel` or raise :class:`ArgumentTypeError`.
 
-    With ``analysis`` (a weight-space analysis's name), warn once per model and
-    analysis, for a model with MLPs, that paths through the MLPs are excluded.
-    Only the analysis called from outside the engine warns: the analyses it
-    runs inside (``copying_scores`` computing ``full_ov``, …) stay quiet.
+    With ``analysis`` (a weight-space analysis's or widget's name), warn once per
+    model and analysis, for a model with MLPs, that paths through the MLPs are
+    excluded. Only what the user called warns: analyses run inside circuitwidgets
+    (``copying_scores`` computing ``full_ov``, a widget computing its data) stay quiet.
     """
     if not isinstance(model, CircuitModel):
         raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
     if analysis is not None and model.cfg.has_mlp:
         caller = sys._getframe(2).f_globals.get("__name__", "")
         warned = _WARNED.setdefault(model, set())
-        if not caller.startswith("circuitwidgets.circuits") and analysis not in warned:
+        if not caller.startswith("circuitwidgets.") and analysis not in warned:
             warned.add(analysis)
             warnings.warn(
                 f"{analysis}: model {model.name!r} has MLPs; weight-space analyses use attention heads and the "

@@ -156,7 +156,8 @@ def path_expansion(model: CircuitModel, tokens: TokensLike) -> PathExpansion:
     model
         The model.
     tokens
-        A text (BOS prepended), or ``[pos]`` / ``[1, pos]`` token ids.
+        A text (BOS prepended), or ``[pos]`` / ``[1, pos]`` token ids; at least two
+        positions (one next token to predict): a single token raises :class:`ShapeError`.
 
     Notes
     -----
@@ -253,9 +254,10 @@ def term_importance(
     model
         The model (for models with MLPs the MLPs run normally in every pass).
     tokens
-        A text or ``[batch, pos]`` token ids.
+        A text or ``[batch, pos]`` token ids, at least two positions (a single
+        token has no next token: :class:`ShapeError`).
     max_order
-        Highest order (default ``n_layers``).
+        Highest order, ``0..n_layers`` (default ``n_layers``; a path has at most one head per layer).
     progress_bar
         Show a tqdm bar (``None``: only when interactive).
 
@@ -266,7 +268,8 @@ def term_importance(
     model = check_model(model)
     ids = _token_ids(model, tokens, batched=True)
     cfg = model.cfg
-    max_order = cfg.n_layers if max_order is None else check_int("max_order", max_order, 0)
+    # A path passes through at most one head per layer: orders above n_layers are empty.
+    max_order = cfg.n_layers if max_order is None else check_int("max_order", max_order, 0, cfg.n_layers + 1)
     logits, cache = model.run_with_cache(ids, names=["pattern"])
     full_loss = _loss(logits, ids)
     frozen: list[torch.Tensor | None] = [cache["pattern", layer] for layer in range(cfg.n_layers)]

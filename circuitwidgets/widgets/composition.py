@@ -24,7 +24,8 @@ import traitlets
 from numpy.typing import NDArray
 
 from circuitwidgets.circuits import composition_baseline, composition_scores
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+from circuitwidgets.circuits._checks import check_model
+from circuitwidgets.errors import ArgumentError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
 from circuitwidgets.widgets._base import CircuitWidget, SelectionIndex, check_selection
@@ -41,8 +42,7 @@ def composition_map_data(model: CircuitModel, *, n_samples: int = 100, seed: int
     Cost: three :func:`~circuitwidgets.circuits.composition_scores` calls
     (``O(L H d_model² d_head)`` each) and one Monte-Carlo baseline.
     """
-    if not isinstance(model, CircuitModel):
-        raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
+    model = check_model(model, "composition_map_data")
     scores = np.stack([composition_scores(model, kind) for kind in KINDS])  # type: ignore[arg-type]
     return {
         "scores": scores.astype(np.float32),
@@ -120,6 +120,7 @@ class CompositionMap(CircuitWidget):
         self, model: CircuitModel | None = None, *, n_samples: int = 100, seed: int = 0, **kwargs: Any
     ) -> None:
         if model is not None:
+            model = check_model(model, "CompositionMap")
             kwargs = {**composition_map_data(model, n_samples=n_samples, seed=seed), **kwargs}
         super().__init__(**kwargs)
 

@@ -36,7 +36,7 @@ import traitlets
 from numpy.typing import NDArray
 
 from circuitwidgets.circuits import composition_scores, copying_scores, eigenvalues, head_scores, kcomp_eigenvalues
-from circuitwidgets.circuits._checks import check_int
+from circuitwidgets.circuits._checks import check_int, check_model
 from circuitwidgets.circuits.copying import eigen_score
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.model import CircuitModel
@@ -117,8 +117,7 @@ def eigen_scatter_data(
         ``methods``, ``method_notes``, ``scores``, ``eigenvalues``, ``kcomp_source``,
         ``detectors``, ``model_name`` (module docstring for shapes).
     """
-    if not isinstance(model, CircuitModel):
-        raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
+    model = check_model(model, "eigen_scatter_data")
     if isinstance(methods, str) or not isinstance(methods, Sequence):
         raise ArgumentTypeError(f"methods: expected a list of names from {METHODS}, got {type(methods).__name__}")
     methods = list(methods)
@@ -233,6 +232,7 @@ class EigenScatter(CircuitWidget):
         self, model: CircuitModel | None = None, *, k: int = 5, max_tokens: int = 1024, seed: int = 0, **kwargs: Any
     ) -> None:
         if model is not None:
+            model = check_model(model, "EigenScatter")
             data = eigen_scatter_data(model, k=k, max_tokens=max_tokens, seed=seed)
             if model.cfg.n_layers < 2:
                 data["qk_circuit"] = "qk"

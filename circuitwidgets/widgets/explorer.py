@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import traitlets
 
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+from circuitwidgets.circuits._checks import check_model
+from circuitwidgets.errors import ArgumentError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import array_to_json
 from circuitwidgets.widgets._base import NONE, CircuitWidget, SelectionIndex, check_selection
@@ -234,8 +235,7 @@ class CircuitExplorer(CircuitWidget):
         progress_bar: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(model, CircuitModel):
-            raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
+        model = check_model(model, "CircuitExplorer")
         if not isinstance(text, str) or not text:
             raise ArgumentError(f"text: expected a non-empty str, got {text!r:.80}")
         ids = model.to_tokens(text)[0].tolist()

@@ -46,7 +46,7 @@ import traitlets
 from numpy.typing import NDArray
 
 from circuitwidgets.circuits import SkipTrigram, full_ov, full_qk, skip_trigrams
-from circuitwidgets.circuits._checks import check_budget
+from circuitwidgets.circuits._checks import check_budget, check_model
 from circuitwidgets.circuits._records import RecordList
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET, LowRankMatrix
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
@@ -285,8 +285,7 @@ def skip_trigram_data(
     memory_budget, progress_bar
         As in :func:`circuitwidgets.circuits.skip_trigrams`.
     """
-    if not isinstance(model, CircuitModel):
-        raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
+    model = check_model(model, "skip_trigram_data")
     for name, value in (("k", k), ("profile_k", profile_k)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= model.cfg.d_vocab:
             raise ArgumentError(f"{name}: expected an int in [1, {model.cfg.d_vocab}], got {value!r}")
@@ -480,6 +479,7 @@ class SkipTrigramTable(CircuitWidget):
     ) -> None:
         self._source: TrigramSource | None = None
         if model is not None:
+            model = check_model(model, "SkipTrigramTable")
             data = skip_trigram_data(
                 model,
                 k=k,
