@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from circuitwidgets import circuits
+from circuitwidgets._text import visible_token
 from circuitwidgets.export import html_page
 from circuitwidgets.model import CircuitModel
 
@@ -48,10 +49,6 @@ class Section:
     widget: Any
 
 
-def _visible(token: str) -> str:
-    return token.replace(" ", "·").replace("\n", "⏎").replace("\t", "→")
-
-
 def _bigram_table(model: CircuitModel, k: int = 6) -> str:
     rows = []
     for text in BIGRAM_SOURCES:
@@ -60,8 +57,8 @@ def _bigram_table(model: CircuitModel, k: int = 6) -> str:
             continue
         logits = model.W_E[ids[0]] @ model.W_U
         top = logits.topk(k).indices.tolist()
-        cells = "".join(f"<td><code>{html.escape(_visible(model.tokenizer.token_str(int(t))))}</code></td>" for t in top)
-        rows.append(f"<tr><th><code>{html.escape(_visible(text))}</code></th>{cells}</tr>")
+        cells = "".join(f"<td><code>{html.escape(visible_token(model.tokenizer.token_str(int(t))))}</code></td>" for t in top)
+        rows.append(f"<tr><th><code>{html.escape(visible_token(text))}</code></th>{cells}</tr>")
     header = "<tr><th>token</th>" + "".join(f"<th>#{i + 1}</th>" for i in range(k)) + "</tr>"
     return f'<table class="cw-table">{header}{"".join(rows)}</table>'
 

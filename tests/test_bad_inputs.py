@@ -890,3 +890,33 @@ def test_selections_set_from_python_accept_numpy_integers_but_not_bools(widgets:
     with pytest.raises(traitlets.TraitError, match="expected an int"):
         w.selected_layer = np.bool_(True)
     w.selected_layer = layer
+
+
+@pytest.mark.parametrize(
+    ("token", "shown"),
+    [
+        (" def", "·def"),
+        ("a\nb\tc", "a⏎b→c"),
+        ("nul\x00\x7f", "nul\\x00\\x7f"),
+        ("abc\u202edef", "abc\\u202edef"),
+        ("\u2066x\u2069\u200b\ufeff", "\\u2066x\\u2069\\u200b\\ufeff"),
+        ("\u05e9\u05dc\u05d5\u05dd e\u0301 🦀", "\u05e9\u05dc\u05d5\u05dd·e\u0301·🦀"),
+    ],
+)
+def test_report_tables_show_invisible_characters_the_same_way_as_the_views(token: str, shown: str) -> None:
+    from circuitwidgets._text import visible_token
+
+    assert visible_token(token) == shown
+
+
+def test_a_huge_baseline_sample_count_is_refused_at_once_naming_it() -> None:
+    """A hypothesis example (n_samples = 2**40) once ran for hours instead of being refused."""
+    from circuitwidgets.circuits import composition_baseline
+    from circuitwidgets.circuits.composition import MAX_BASELINE_SAMPLES
+    from circuitwidgets.errors import MemoryBudgetError
+
+    with pytest.raises(ArgumentError, match=r"n_samples: expected an int in \[1, 100001\), got 1099511627776"):
+        composition_baseline(8, 4, n_samples=2**40)
+    assert composition_baseline(8, 4, n_samples=MAX_BASELINE_SAMPLES // 1000) > 0
+    with pytest.raises(MemoryBudgetError, match=r"d_model, d_head: .*\[1048576, 65536\]"):
+        composition_baseline(2**20, 2**16)

@@ -37,6 +37,7 @@ import torch
 
 from circuitwidgets.circuits._checks import check_bool, check_budget, check_choice, check_int, check_model
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
+from circuitwidgets.errors import MemoryBudgetError
 from circuitwidgets.model import CircuitModel
 
 KINDS = ("Q", "K", "V")
@@ -107,6 +108,12 @@ def raw_composition_scores(
 #: Monte-Carlo samples drawn per ``standard_normal`` call of the baseline.
 BASELINE_GROUP = 16
 
+#: Most samples a baseline may draw (the default 100 gives about 3 significant digits).
+MAX_BASELINE_SAMPLES = 100_000
+
+#: Most memory one group of baseline draws may take (float64 factors).
+MAX_BASELINE_GROUP_BYTES = 2**31
+
 
 def _trace_product(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     """``tr(left rightᵀ)`` over the last two axes."""
@@ -143,12 +150,20 @@ def composition_baseline(d_model: int, d_head: int, n_samples: int = 100, seed: 
     group of up to 16 samples one ``standard_normal((group, 4, d_model * d_head))``
     whose rows ``0..3`` are ``X₁, Y₁, X₂, Y₂`` in row-major order. The score is
     invariant to scaling each matrix, so the variance does not matter. Results
-    are cached per arguments. Cost ``O(n_samples d_model d_head²)``.
+    are cached per arguments. Cost ``O(n_samples d_model d_head²)``; at most
+    :data:`MAX_BASELINE_SAMPLES` samples, and shapes whose group of draws fits in
+    :data:`MAX_BASELINE_GROUP_BYTES`.
     """
     d_model = check_int("d_model", d_model, 1)
     d_head = check_int("d_head", d_head, 1)
-    n_samples = check_int("n_samples", n_samples, 1)
+    n_samples = check_int("n_samples", n_samples, 1, MAX_BASELINE_SAMPLES + 1)
     seed = check_int("seed", seed, 0)
+    group_bytes = BASELINE_GROUP * 4 * d_model * d_head * 8
+    if group_bytes > MAX_BASELINE_GROUP_BYTES:
+        raise MemoryBudgetError(
+            f"d_model, d_head: a baseline for heads of shape [{d_model}, {d_head}] draws {group_bytes:,} bytes at a time, "
+            f"more than the {MAX_BASELINE_GROUP_BYTES:,} allowed"
+        )
     return _baseline(d_model, d_head, n_samples, seed)
 
 

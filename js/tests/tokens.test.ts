@@ -15,6 +15,18 @@ describe("visibleToken", () => {
     expect(visibleToken("\u007f\u0085")).toBe("\\x7f\\x85");
   });
 
+  it("escapes bidirectional controls and zero-width characters as \\uXXXX", () => {
+    expect(visibleToken("abc\u202edef")).toBe("abc\\u202edef");
+    expect(visibleToken("\u2066x\u2069")).toBe("\\u2066x\\u2069");
+    expect(visibleToken("a\u200bb\ufeff")).toBe("a\\u200bb\\ufeff");
+    expect(visibleToken("\u200e\u200f\u2028")).toBe("\\u200e\\u200f\\u2028");
+  });
+
+  it("keeps right-to-left letters and combining marks, which are text", () => {
+    expect(visibleToken("\u05e9\u05dc\u05d5\u05dd")).toBe("\u05e9\u05dc\u05d5\u05dd");
+    expect(visibleToken("e\u0301")).toBe("e\u0301");
+  });
+
   it("keeps other characters, including astral ones", () => {
     expect(visibleToken("déjà 🙂")).toBe("déjà·🙂");
   });

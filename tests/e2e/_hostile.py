@@ -6,6 +6,8 @@ import unicodedata
 
 from playwright.sync_api import Locator, Page
 
+from circuitwidgets._text import is_invisible_format
+
 from ._pages import wait_for
 from ._widgets import PWNED_FLAG, hostile_tokens
 
@@ -71,6 +73,11 @@ def assert_tokens_are_text(page: Page, view: Locator) -> None:
         shown = got["text"] + got["title"]
         core = printable_core(token)
         assert core in shown, f"token {i}: {core!r} not shown as text in {shown[:200]!r}"
+        raw_format = [hex(ord(ch)) for ch in shown if is_invisible_format(ord(ch))]
+        assert not raw_format, f"token {i}: invisible format characters {raw_format} reached the page unescaped"
+        for ch in token:
+            if is_invisible_format(ord(ch)) and len(token) < 100:
+                assert f"\\u{ord(ch):04x}" in shown, f"token {i}: U+{ord(ch):04X} is not shown as an escape in {shown!r}"
         if len(token) > 1000:
             assert got["width"] < 1200, f"token {i} ({len(token)} chars) is not truncated for display: {got['width']}px"
             assert len(got["title"]) >= len(token) or token in got["title"], (

@@ -2,7 +2,8 @@
 //
 // Tokens are user data: they are only ever written with `textContent`,
 // `title` or canvas `fillText`, never parsed as HTML. Whitespace and control
-// characters are made visible so that " the" and "the" do not look alike.
+// characters are made visible so that " the" and "the" do not look alike,
+// and bidirectional controls are escaped so that they cannot reorder a label.
 
 /** Tokens longer than this (in code points, after escaping) are truncated. */
 export const MAX_TOKEN_CHARS = 40;
@@ -17,6 +18,26 @@ function hex2(code: number): string {
   return `\\x${code.toString(16).padStart(2, "0")}`;
 }
 
+function hex4(code: number): string {
+  return `\\u${code.toString(16).padStart(4, "0")}`;
+}
+
+/**
+ * Invisible format characters that would reorder or hide neighbouring text:
+ * bidirectional marks, embeddings, overrides and isolates (U+200E-F,
+ * U+202A-E, U+2066-9), zero-width characters (U+200B-D, U+2060, U+FEFF) and
+ * the line and paragraph separators (U+2028-9). Shown as `\uXXXX` escapes so a
+ * right-to-left override in a token cannot flip the label beside it.
+ */
+export function isInvisibleFormat(code: number): boolean {
+  return (
+    (code >= 0x200b && code <= 0x200f) ||
+    (code >= 0x2028 && code <= 0x202e) ||
+    (code >= 0x2060 && code <= 0x2069) ||
+    code === 0xfeff
+  );
+}
+
 /** The token with spaces, newlines, tabs and control characters made visible. */
 export function visibleToken(token: string): string {
   let out = "";
@@ -27,7 +48,9 @@ export function visibleToken(token: string): string {
       continue;
     }
     const code = ch.codePointAt(0) ?? 0;
-    out += code < 0x20 || (code >= 0x7f && code <= 0x9f) ? hex2(code) : ch;
+    if (code < 0x20 || (code >= 0x7f && code <= 0x9f)) out += hex2(code);
+    else if (isInvisibleFormat(code)) out += hex4(code);
+    else out += ch;
   }
   return out;
 }
