@@ -8,7 +8,9 @@ therefore work with no kernel. A Content-Security-Policy forbids every network
 request, so an exported page cannot reach the network even by accident.
 
 The same fragment is offered as the ``text/html`` fallback of each widget's
-mime bundle, which is what ``jupyter nbconvert --to html`` shows.
+mime bundle, which is what ``jupyter nbconvert --to html`` shows when the
+notebook holds no widget state; :mod:`circuitwidgets.nbexport` (``jupyter
+nbconvert --to circuitwidgets``) builds it from the saved state otherwise.
 """
 
 from __future__ import annotations
@@ -150,11 +152,58 @@ def _json_for_script(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def _widget_block(widget: Any) -> str:
+def _state_block(state: dict[str, Any]) -> str:
     return (
         '<div class="cw-widget">'
-        f'<script type="application/json" class="cw-state">{_json_for_script(widget_state(widget))}</script>'
+        f'<script type="application/json" class="cw-state">{_json_for_script(state)}</script>'
         '<div class="cw-view"></div></div>'
+    )
+
+
+def _widget_block(widget: Any) -> str:
+    return _state_block(widget_state(widget))
+
+
+def is_saved_circuitwidget(entry: Any) -> bool:
+    """Whether a notebook's saved widget-state entry is one of our widgets.
+
+    ``entry`` is one value of ``metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]``
+    as written by nbclient (``--execute``) or JupyterLab ("save widget state").
+    """
+    if not isinstance(entry, dict) or not isinstance(entry.get("state"), dict):
+        return False
+    widget_id = entry["state"].get("_anywidget_id")
+    return isinstance(widget_id, str) and widget_id.startswith("circuitwidgets.")
+
+
+def _put(state: dict[str, Any], path: Sequence[Any], value: Any) -> None:
+    node: Any = state
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+
+
+def saved_state_to_page_state(entry: dict[str, Any]) -> dict[str, Any]:
+    """The page state of one saved widget (see :func:`is_saved_circuitwidget`), JSON-ready.
+
+    Saved states keep binary buffers apart, base64-encoded with the path where
+    each belongs; they are put back in place (deflated when that helps), and
+    the traits a page does not need (the bundle, layout) are dropped.
+    """
+    state = json.loads(json.dumps(entry["state"]))
+    for buffer in entry.get("buffers", []):
+        # The widget-state schema allows base64 and hex encodings.
+        raw = bytes.fromhex(buffer["data"]) if buffer.get("encoding") == "hex" else base64.b64decode(buffer["data"])
+        _put(state, buffer["path"], _encode_buffer(raw))
+    return {k: v for k, v in state.items() if k not in _SKIPPED_TRAITS}
+
+
+def notebook_fragment(state: dict[str, Any], with_bundle: bool) -> str:
+    """One output's HTML for a page state; the page's first one carries the bundle and the model shim (``with_bundle``)."""
+    return (
+        _state_block(state)
+        + (f"{_bundle_block()}<script>{_SHIM}</script>" if with_bundle else "")
+        + "<script>window.__circuitwidgetsMount();</script>"
     )
 
 

@@ -3,6 +3,8 @@
 For each view, ``save_html`` gives a page that draws, answers clicks, attempts no
 request and logs no error; a page with several widgets carries one bundle; and
 ``jupyter nbconvert --to html --execute`` gives the same from a notebook.
+``jupyter nbconvert --to circuitwidgets`` (our exporter) does so from saved
+widget state too, keeping what later cells changed.
 """
 
 from __future__ import annotations
@@ -84,16 +86,18 @@ def test_explorer_links_its_views_in_an_exported_page(
 NOTEBOOK_CELLS = [
     "import sys; sys.path.insert(0, {here!r})\nfrom _widgets import attention_patterns",
     "attention_patterns()",
-    "attention_patterns(selected_layer=1, selected_head=3)",
+    "w = attention_patterns(selected_layer=1, selected_head=3)\nw",
+    # A later cell changes a shown widget: the saved state has it, the display-time fallback does not.
+    "w.selected_head = 1",
 ]
 
 
-def nbconvert(notebook: Path, output: str, *args: str, timeout_s: int = 300) -> Path:
-    """Run ``jupyter nbconvert --to html ... --output OUTPUT`` and return the HTML written."""
-    cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", *args, "--output", output, str(notebook)]
+def nbconvert(notebook: Path, output: str, *args: str, to: str = "html", timeout_s: int = 300) -> Path:
+    """Run ``jupyter nbconvert --to TO ... --output OUTPUT`` and return the file written."""
+    cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", to, *args, "--output", output, str(notebook)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=notebook.parent)
     assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stderr[-4000:]}"
-    return notebook.with_name(f"{output}.html")
+    return notebook.with_name(f"{output}.ipynb" if to == "notebook" else f"{output}.html")
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +142,7 @@ def test_nbconvert_offline_command_gives_an_interactive_page_with_no_request(
 @pytest.mark.xfail(
     strict=True,
     reason="plain --execute stores the widget state, so nbconvert renders the widget-view output, which needs "
-    "@jupyter-widgets/html-manager from unpkg.com: nothing draws offline (use OFFLINE_FLAGS)",
+    "@jupyter-widgets/html-manager from unpkg.com: nothing draws offline (use --to circuitwidgets)",
 )
 def test_nbconvert_default_execute_draws_our_views_and_only_the_template_reaches_for_the_network(
     executed_notebook: Path, page: Page, page_log: PageLog
@@ -156,3 +160,41 @@ def test_nbconvert_default_execute_draws_our_views_and_only_the_template_reaches
         e for e in page_log.console_errors if not TEMPLATE_URLS.search(e) and "ERR_INTERNET_DISCONNECTED" not in e
     ]
     assert not errors and not page_log.page_errors and not page_log.dialogs, (errors, page_log.page_errors)
+
+
+def page_states(page: Page) -> list[dict[str, Any]]:
+    """The widget states a page mounts, in order."""
+    return page.evaluate("[...document.querySelectorAll('script.cw-state')].map(s => JSON.parse(s.textContent))")
+
+
+def assert_our_exporter_page(page: Page, page_log: PageLog, html: Path) -> None:
+    """Two attention views, drawn from the saved state (head 1 of layer 1 in the second), one bundle, no request."""
+    text = html.read_text(encoding="utf-8")
+    assert "widget-state+json" not in text and "unpkg.com" not in text and "require.js" not in text
+    open_offline(page, page_log, html, ["attention"])
+    views = page.locator('[data-cw-view="attention"]')
+    assert views.count() == 2
+    assert_drawn(views.nth(1))
+    assert [(s["selected_layer"], s["selected_head"]) for s in page_states(page)] == [(0, 0), (1, 1)], (
+        "the page must show the state the kernel ended with"
+    )
+    assert page.locator("#cw-bundle").count() == 1 and text.count('id="cw-bundle"') == 1, "one copy of the bundle per page"
+    click_through(views.nth(0), "attention")
+    click_through(views.nth(1), "attention")
+    page_log.assert_offline_clean()
+
+
+def test_our_exporter_with_execute_keeps_later_changes_and_needs_no_network(
+    executed_notebook: Path, page: Page, page_log: PageLog
+) -> None:
+    html = nbconvert(executed_notebook, "ours-executed", "--execute", to="circuitwidgets")
+    assert_our_exporter_page(page, page_log, html)
+
+
+def test_our_exporter_on_a_notebook_saved_with_widget_state(
+    executed_notebook: Path, page: Page, page_log: PageLog
+) -> None:
+    saved = nbconvert(executed_notebook, "saved-with-state", "--execute", to="notebook")
+    assert "application/vnd.jupyter.widget-state+json" in nbformat.read(saved, as_version=4).metadata.get("widgets", {})
+    html = nbconvert(saved, "ours-from-saved", to="circuitwidgets")
+    assert_our_exporter_page(page, page_log, html)

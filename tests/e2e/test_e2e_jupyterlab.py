@@ -7,11 +7,15 @@ then runs a cell that prints the Python traits.
 
 from __future__ import annotations
 
+import json
 import re
+import time
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, Page
 
 from ._hostile import assert_tokens_are_text
 from ._hosts import JupyterServer, NotebookPage
@@ -28,6 +32,9 @@ from ._pages import (
     watch,
 )
 from ._widgets import CLICKS, SETS, VIEWS, widget_exists
+
+#: Scripts that nbconvert's stock template asks CDNs for (not ours).
+TEMPLATE_CDN = re.compile(r"cdnjs\.cloudflare\.com/ajax/libs/(require\.js|mathjax)/")
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +110,110 @@ def test_hostile_tokens_stay_text_in_jupyterlab(lab: NotebookPage) -> None:
     assert not lab.log.dialogs, lab.log.dialogs
     # the last click selected the last token; the kernel saw it
     assert lab.value("w_hostile.selected_dest") in (-1, 16)
+
+
+def _get(jupyter: JupyterServer, path: str) -> bytes:
+    request = urllib.request.Request(f"{jupyter.url}{path}", headers={"Authorization": f"token {jupyter.token}"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return bytes(response.read())
+
+
+def _save_and_wait(lab: NotebookPage, jupyter: JupyterServer, with_state: bool) -> None:
+    """Save as a user would (Ctrl+S) and wait for the file to hold our outputs (and the widget state)."""
+    import nbformat
+
+    path = jupyter.notebooks / "lab.ipynb"
+    before = path.stat().st_mtime_ns
+    lab.cells.last.click()
+    lab.page.keyboard.press("Escape")
+    lab.page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 60
+    while True:
+        if path.stat().st_mtime_ns != before:
+            nb = nbformat.read(path, as_version=4)
+            outputs = [o for c in nb.cells for o in c.get("outputs", []) if "text/html" in o.get("data", {})]
+            has_state = "application/vnd.jupyter.widget-state+json" in nb.metadata.get("widgets", {})
+            if outputs and has_state == with_state:
+                return
+        assert time.monotonic() < deadline, "the notebook was not saved with the expected content"
+        time.sleep(0.5)
+
+
+def _open_export(browser: Browser, html: Path) -> tuple[Page, PageLog]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, device_scale_factor=1)
+    context.set_default_timeout(TIMEOUT_MS)
+    log = watch(context, offline=True)
+    page = context.new_page()
+    page.goto(html.resolve().as_uri())
+    return page, log
+
+
+def _assert_views_work(page: Page, log: PageLog) -> None:
+    """Every view of ours on the page is drawn, and a click changes the attention view."""
+    widgets = page.locator(".cw-widget")
+    assert widgets.count() >= 2
+    for i in range(widgets.count()):
+        view = widgets.nth(i).locator("[data-cw-view]").first
+        view.wait_for(timeout=TIMEOUT_MS)
+        assert_drawn(view)
+    attention = page.locator('[data-cw-view="attention"]').first
+    attention.locator('[data-cw-head="0.1"]').first.click()
+    before = fingerprint(attention)
+    attention.locator('[data-cw-head="0.2"]').first.click()
+    wait_changed(attention, before, "click on head 0.2 in an exported page")
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["plain-save", "widget-state-saved"])
+def test_jupyterlab_export_menu_gives_an_offline_page_with_our_exporter(
+    with_state: bool, lab: NotebookPage, jupyter: JupyterServer, browser: Browser, tmp_path: Path
+) -> None:
+    """File > Save and Export Notebook As: our "HTML (circuitwidgets, offline)" draws every view with no network.
+
+    Also records what the stock "HTML" entry gives: without saved widget state
+    our views draw from their fallback (only the template's CDN scripts are
+    attempted); with saved state nbconvert shows the widget manager's
+    placeholder, which needs a CDN, so nothing of ours is drawn offline.
+    """
+    if not widget_exists("attention"):
+        pytest.skip("widget not yet built")
+    formats = json.loads(_get(jupyter, "/api/nbconvert"))
+    assert formats["circuitwidgets"]["output_mimetype"] == "text/html", formats.get("circuitwidgets")
+    if with_state:
+        body = json.dumps({"raw": json.dumps({"saveState": True})}).encode()
+        request = urllib.request.Request(
+            f"{jupyter.url}/lab/api/settings/@jupyter-widgets/jupyterlab-manager:plugin",
+            data=body,
+            method="PUT",
+            headers={"Authorization": f"token {jupyter.token}", "Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=60).close()
+        # The widget manager reads the setting when the page loads; the views come back from the kernel.
+        lab.open(jupyter.lab_url("lab.ipynb"))
+        lab.page.locator("[data-cw-view]").first.wait_for(timeout=TIMEOUT_MS)
+    _save_and_wait(lab, jupyter, with_state)
+
+    ours = tmp_path / "ours.html"
+    ours.write_bytes(_get(jupyter, "/nbconvert/circuitwidgets/lab.ipynb?download=true"))
+    page, log = _open_export(browser, ours)
+    try:
+        _assert_views_work(page, log)
+        log.assert_offline_clean()
+    finally:
+        page.context.close()
+
+    stock = tmp_path / "stock.html"
+    stock.write_bytes(_get(jupyter, "/nbconvert/html/lab.ipynb?download=true"))
+    page, log = _open_export(browser, stock)
+    try:
+        if with_state:
+            page.wait_for_timeout(2000)
+            assert page.locator("[data-cw-view]").count() == 0, "stock export with saved state now draws offline"
+            assert any("unpkg.com" in u for u in log.network()), log.network()
+        else:
+            _assert_views_work(page, log)
+            assert all(TEMPLATE_CDN.search(u) for u in log.network()), log.network()
+    finally:
+        page.context.close()
 
 
 def test_jupyterlab_session_reached_no_host_but_its_server_and_raised_no_error(lab: NotebookPage) -> None:
