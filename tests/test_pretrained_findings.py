@@ -90,15 +90,10 @@ def test_one_layer_has_strong_copying_heads(one_layer: cw.CircuitModel) -> None:
     assert (scores > 0.5).sum() >= 2, scores
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Not reproduced at our CPU training budget: the shipped attn-only-1l has 2 of its 4 heads above 0.5 "
-    "(see its card.json). Strict, so that a retrained model that reproduces the claim turns this test red until "
-    "the marker is removed.",
-)
 def test_one_layer_most_heads_are_copying_heads(one_layer: cw.CircuitModel) -> None:
+    """The paper's one-layer finding: a majority of heads have OV eigenvalue copying scores above 0.5."""
     scores = circuits.copying_scores(one_layer, circuit="ov", method="eigen")
-    assert scores.shape == (1, one_layer.cfg.n_heads)
+    assert scores.shape == (1, one_layer.cfg.n_heads) and one_layer.cfg.n_heads >= 8
     assert (scores > 0.5).sum() > one_layer.cfg.n_heads / 2, scores
 
 

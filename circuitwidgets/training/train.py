@@ -117,7 +117,19 @@ def _head_scores(model: AttnOnlyTransformer, bos: int, seed: int = 0) -> dict[st
         prev.append(pattern[:, :, dest, dest - 1].mean(dim=(0, 2)).tolist())
         dest = torch.arange(n + 1, 2 * n + 1)
         ind.append(pattern[:, :, dest, dest - n + 1].mean(dim=(0, 2)).tolist())
-    return {"previous_token": prev, "induction": ind}
+    return {"previous_token": prev, "induction": ind, "ov_copying": _ov_copying_scores(model)}
+
+
+@torch.no_grad()
+def _ov_copying_scores(model: AttnOnlyTransformer) -> list[list[float]]:
+    """Eigenvalue copying score of each head's full OV circuit, per layer.
+
+    The nonzero eigenvalues of ``W_E W_V W_O W_U`` are those of the small
+    ``W_O W_U W_E W_V`` [d_head, d_head], so this costs almost nothing per evaluation.
+    """
+    small = model.W_O.double() @ model.W_U.double() @ model.W_E.double() @ model.W_V.double()
+    eig = torch.linalg.eigvals(small)
+    return (eig.sum(-1).real / eig.abs().sum(-1)).tolist()  # type: ignore[no-any-return]
 
 
 def _save_checkpoint(ckpt: Path, model: AttnOnlyTransformer, opt: torch.optim.Optimizer, step: int) -> None:
