@@ -6,6 +6,8 @@ for HTML is separate (``html.escape``); this only makes invisible characters vis
 
 from __future__ import annotations
 
+import re
+
 _VISIBLE = {" ": "\u00b7", "\n": "\u23ce", "\t": "\u2192"}
 
 
@@ -32,3 +34,18 @@ def visible_token(token: str) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})|\\u([0-9a-fA-F]{4})")
+_PLAIN = {v: k for k, v in _VISIBLE.items()}
+
+
+def from_visible(text: str) -> str:
+    """Undo :func:`visible_token`: ``·⏎→`` back to whitespace, ``\\xNN`` and ``\\uXXXX`` back to characters.
+
+    Lets a user search for a token by typing what the view shows. Ambiguous
+    for tokens that literally contain ``·`` or a backslash escape, so callers
+    try the text as typed first.
+    """
+    unescaped = _ESCAPE.sub(lambda m: chr(int(m.group(1) or m.group(2), 16)), text)
+    return "".join(_PLAIN.get(ch, ch) for ch in unescaped)

@@ -850,6 +850,18 @@ def test_a_search_for_a_hostile_token_finds_it_as_text(widgets: dict[str, Any], 
     from_view(w, {"source_token": -1})
 
 
+@pytest.mark.parametrize(("typed", "token"), [("\\u202eevil", "\u202eevil"), ("a\\x00b", "a\x00b")])
+def test_a_token_is_found_by_typing_what_the_view_shows(
+    typed: str, token: str, widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view shows control and bidi characters as escapes; typing the escape finds the token."""
+    w = widgets["SkipTrigramTable"]
+    monkeypatch.setattr(w, "_send", Recorder())
+    from_view(w, {"source_query": typed})
+    assert w.source_token == VOCAB.index(token) and w.source_message == ""
+    from_view(w, {"source_token": -1})
+
+
 def test_a_failure_while_applying_a_view_update_rolls_it_back(
     model: CircuitModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -45,6 +45,7 @@ import torch
 import traitlets
 from numpy.typing import NDArray
 
+from circuitwidgets._text import from_visible
 from circuitwidgets.circuits import SkipTrigram, full_ov, full_qk, skip_trigrams
 from circuitwidgets.circuits._checks import check_budget, check_model
 from circuitwidgets.circuits._records import RecordList
@@ -63,9 +64,6 @@ ORIGIN_QK = 2
 
 #: Longest search text accepted from the view.
 MAX_QUERY_CHARS = 1000
-
-_VISIBLE = {"·": " ", "⏎": "\n", "→": "\t"}
-
 
 class _Vocab:
     """The local vocabulary: token ids in order of first use, with their display strings."""
@@ -230,8 +228,9 @@ class TrigramSource:
         """Token id of a search text (``(None, reason)`` when it is not one token).
 
         Tried in order: a token whose display string is exactly ``query``; the
-        same with the view's visible whitespace (``·``, ``⏎``, ``→``) turned back
-        into spaces, newlines and tabs; the tokenizer's encoding when it is one token.
+        same with the view's visible whitespace (``·``, ``⏎``, ``→``) and escapes
+        (``\\x00``, ``\\u202e``) turned back into the characters they show; the
+        tokenizer's encoding when it is one token.
         """
         if not query:
             return None, ""
@@ -241,7 +240,7 @@ class TrigramSource:
             for i in range(self.model.cfg.d_vocab):
                 by_string.setdefault(name(i), i)
             self._by_string = by_string
-        plain = "".join(_VISIBLE.get(ch, ch) for ch in query)
+        plain = from_visible(query)
         for text in (query, plain):
             if text in self._by_string:
                 return self._by_string[text], ""
