@@ -89,7 +89,6 @@ class _Models:
         from circuitwidgets.training.corpus import load_stdlib_corpus
 
         self.cw, self.circuits, self.np, self.torch = cw, circuits, np, torch
-        self.model1 = cw.load_pretrained("attn-only-1l")
         self.model2 = cw.load_pretrained("attn-only-2l")
         self.held_out = load_stdlib_corpus().val
         induction = circuits.head_scores(self.model2, "induction")
