@@ -17,7 +17,7 @@ changes:
 
 Registered as the ``circuitwidgets`` exporter (entry point
 ``nbconvert.exporters``), so it also appears in JupyterLab's
-"File > Save and Export Notebook As" menu.
+"File > Save and Export Notebook As" menu, as "Circuitwidgets".
 """
 
 from __future__ import annotations

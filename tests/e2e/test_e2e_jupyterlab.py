@@ -167,7 +167,7 @@ def _assert_views_work(page: Page, log: PageLog) -> None:
 def test_jupyterlab_export_menu_gives_an_offline_page_with_our_exporter(
     with_state: bool, lab: NotebookPage, jupyter: JupyterServer, browser: Browser, tmp_path: Path
 ) -> None:
-    """File > Save and Export Notebook As: our "HTML (circuitwidgets, offline)" draws every view with no network.
+    """File > Save and Export Notebook As: the "Circuitwidgets" entry (our exporter) draws every view with no network.
 
     Also records what the stock "HTML" entry gives: without saved widget state
     our views draw from their fallback (only the template's CDN scripts are
