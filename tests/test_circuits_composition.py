@@ -110,5 +110,5 @@ def test_composition_arguments_are_checked() -> None:
         composition_scores(model, "q")  # type: ignore[arg-type]
     with pytest.raises(ArgumentTypeError, match="baseline: expected a bool, got str"):
         composition_scores(model, "K", baseline="yes")  # type: ignore[arg-type]
-    with pytest.raises(ArgumentError, match=r"n_samples: expected an int in \[1, inf\), got 0"):
+    with pytest.raises(ArgumentError, match=r"n_samples: expected an int in \[1, 100001\), got 0"):
         composition_baseline(16, 4, n_samples=0)
