@@ -8,13 +8,15 @@ token-space circuits are :class:`LowRankMatrix` objects.
 Modules: :mod:`.lowrank` (factored matrices), :mod:`.ov_qk` (circuits),
 :mod:`.copying` (eigenvalue and other copying summaries), :mod:`.composition`
 (Q/K/V composition), :mod:`.skip_trigrams`, :mod:`.paths` (bigrams, path
-expansion, term importance), :mod:`.heads` (head detectors).
+expansion, term importance), :mod:`.heads` (head detectors), :mod:`.attention`
+(value norms, value-weighted patterns and logit effects from a forward pass).
 """
 
 from __future__ import annotations
 
 from circuitwidgets.circuits._checks import MLPPathsExcludedWarning
 from circuitwidgets.circuits._records import RecordList
+from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
 from circuitwidgets.circuits.composition import composition_baseline, composition_scores
 from circuitwidgets.circuits.copying import (
     copying_scores,
@@ -63,6 +65,7 @@ __all__ = [
     "full_qk_kcomp",
     "head_scores",
     "kcomp_eigenvalues",
+    "logit_effects",
     "matrix_copying_score",
     "path_expansion",
     "positional_qk",
@@ -71,4 +74,6 @@ __all__ = [
     "skip_trigrams",
     "source_profile",
     "term_importance",
+    "value_norms",
+    "value_weighted",
 ]
