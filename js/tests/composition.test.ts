@@ -1,21 +1,10 @@
 // @vitest-environment happy-dom
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { decodeArray } from "../src/lib/arrays";
 import { colourLimit, heatmapCells, toCompData } from "../src/views/composition";
-import { compositionState, H, mount, nextFrame } from "./weightspace-fixtures";
+import { compositionState, H, nextFrame, viewsCleanedAfterEach } from "./weightspace-fixtures";
 
-let cleanups: (() => void)[] = [];
-afterEach(() => {
-  for (const c of cleanups) c();
-  cleanups = [];
-  document.body.replaceChildren();
-});
-
-function view(extra = {}) {
-  const r = mount(compositionState(extra));
-  cleanups.push(r.cleanup);
-  return r;
-}
+const view = viewsCleanedAfterEach(compositionState);
 
 describe("composition logic", () => {
   it("maps earlier heads to rows and later heads to columns, empty where undefined", () => {

@@ -1,21 +1,10 @@
 // @vitest-environment happy-dom
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { decodeArray } from "../src/lib/arrays";
 import { eigenScore, headEigenvalues, placeLabels, scatterPoints, scoreDomain, toEigenData } from "../src/views/eigen";
-import { eigenState, H, L, mount, nextFrame } from "./weightspace-fixtures";
+import { eigenState, H, L, nextFrame, viewsCleanedAfterEach } from "./weightspace-fixtures";
 
-let cleanups: (() => void)[] = [];
-afterEach(() => {
-  for (const c of cleanups) c();
-  cleanups = [];
-  document.body.replaceChildren();
-});
-
-function view(extra = {}) {
-  const r = mount(eigenState(extra));
-  cleanups.push(r.cleanup);
-  return r;
-}
+const view = viewsCleanedAfterEach(eigenState);
 
 function data() {
   const s = eigenState();
@@ -91,7 +80,6 @@ describe("eigen scatter view", () => {
     const { m, el, cleanup } = view();
     expect(m.listenerCount()).toBeGreaterThan(0);
     cleanup();
-    cleanups = [];
     expect(m.listenerCount()).toBe(0);
     expect(el.childElementCount).toBe(0);
   });

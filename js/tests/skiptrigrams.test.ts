@@ -1,21 +1,10 @@
 // @vitest-environment happy-dom
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { decodeArray } from "../src/lib/arrays";
 import { currentListing, findToken, headListing, precomputedSources, sortListing, sourceListing, toTrigramData } from "../src/views/skiptrigrams";
-import { mount, nextFrame, TOKENS, trigramState } from "./weightspace-fixtures";
+import { nextFrame, TOKENS, trigramState, viewsCleanedAfterEach } from "./weightspace-fixtures";
 
-let cleanups: (() => void)[] = [];
-afterEach(() => {
-  for (const c of cleanups) c();
-  cleanups = [];
-  document.body.replaceChildren();
-});
-
-function view(extra = {}) {
-  const r = mount(trigramState(extra));
-  cleanups.push(r.cleanup);
-  return r;
-}
+const view = viewsCleanedAfterEach(trigramState);
 
 function data() {
   const s = trigramState();

@@ -1,14 +1,9 @@
 // @vitest-environment happy-dom
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { barDomain, orderLabel } from "../src/views/termimportance";
-import { mount, nextFrame, termState } from "./weightspace-fixtures";
+import { nextFrame, termState, viewsCleanedAfterEach } from "./weightspace-fixtures";
 
-let cleanups: (() => void)[] = [];
-afterEach(() => {
-  for (const c of cleanups) c();
-  cleanups = [];
-  document.body.replaceChildren();
-});
+const view = viewsCleanedAfterEach(termState);
 
 describe("term importance", () => {
   it("names orders as the paper does and spans zero", () => {
@@ -21,9 +16,7 @@ describe("term importance", () => {
   });
 
   it("shows a bar with its number per order and per layer; clicking selects", async () => {
-    const r = mount(termState());
-    cleanups.push(r.cleanup);
-    const { m, el } = r;
+    const { m, el } = view();
     expect(el.dataset.cwView).toBe("termimportance");
     expect(el.querySelectorAll("[data-cw-order]")).toHaveLength(3);
     expect(el.querySelectorAll("[data-cw-layer]")).toHaveLength(2);

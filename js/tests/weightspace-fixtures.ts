@@ -6,6 +6,7 @@ import type { CompositionTraits } from "../src/views/composition";
 import type { EigenTraits } from "../src/views/eigen";
 import type { TermTraits } from "../src/views/termimportance";
 import type { TrigramTraits } from "../src/views/skiptrigrams";
+import { afterEach } from "vitest";
 import { FakeModel } from "./fake-model";
 
 export function wire(data: Float32Array | Int32Array | Uint8Array | Float64Array, shape: number[]): WireArray {
@@ -155,6 +156,33 @@ export function mount<T extends Record<string, unknown>>(state: T): { m: FakeMod
   document.body.append(el);
   const c = widget.render({ model: m.asModel(), el } as unknown as RenderProps) as (() => void) | void;
   return { m, el, cleanup: typeof c === "function" ? c : () => undefined };
+}
+
+/**
+ * A `view(extra)` that mounts a view on `makeState(extra)`. Every view it
+ * mounted is cleaned up, and the document emptied, after each test of the
+ * calling file. The returned `cleanup` runs once however often it is called,
+ * so a test may call it itself.
+ */
+export function viewsCleanedAfterEach<T extends Record<string, unknown>>(
+  makeState: (extra?: Partial<T>) => T,
+): (extra?: Partial<T>) => { m: FakeModel<T>; el: HTMLElement; cleanup: () => void } {
+  const pending: (() => void)[] = [];
+  afterEach(() => {
+    for (const c of pending.splice(0)) c();
+    document.body.replaceChildren();
+  });
+  return (extra = {}) => {
+    const r = mount(makeState(extra));
+    let done = false;
+    const cleanup = (): void => {
+      if (done) return;
+      done = true;
+      r.cleanup();
+    };
+    pending.push(cleanup);
+    return { ...r, cleanup };
+  };
 }
 
 export const nextFrame = (): Promise<void> => new Promise((r) => setTimeout(r, 40));
