@@ -52,6 +52,7 @@ import asyncio
 import gc
 import json
 import os
+import runpy
 import subprocess
 import sys
 import tempfile
@@ -67,17 +68,9 @@ import numpy as np
 HEADS = 12
 #: V8's maximum string length (2**29 - 24 characters): a page whose script is longer cannot run.
 V8_MAX_STRING = 2**29 - 24
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+_BROWSER = runpy.run_path(str(Path(__file__).resolve().parents[1] / "tests" / "e2e" / "chromium.py"))
+CHROMIUM = str(_BROWSER["CHROMIUM"])
+CHROMIUM_ARGS: list[str] = _BROWSER["CHROMIUM_ARGS"]
 
 
 # ---------------------------------------------------------------- data

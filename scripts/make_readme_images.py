@@ -18,6 +18,7 @@ and the images the README shows are the same set, so none can go missing.
 from __future__ import annotations
 
 import argparse
+import runpy
 import sys
 import tempfile
 import time
@@ -27,17 +28,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGES = REPO / "docs" / "images"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+_BROWSER = runpy.run_path(str(REPO / "tests" / "e2e" / "chromium.py"))
+CHROMIUM: Path = _BROWSER["CHROMIUM"]
+CHROMIUM_ARGS: list[str] = _BROWSER["CHROMIUM_ARGS"]
 
 #: The views shown in the README, one PNG each (``docs/images/<view>.png``), in README order.
 VIEWS: tuple[str, ...] = ("attention", "eigen", "skiptrigrams", "composition", "termimportance", "explorer")

@@ -18,17 +18,6 @@ from ._widgets import CLICKS, Click
 #: URL schemes an offline page may load.
 OFFLINE_SCHEMES = ("file", "data", "blob")
 
-#: Chromium flags of every test browser (Debian's chromium, never a downloaded one).
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 #: Marks of our code in an error's text or stack (anywidget loads the bundle from a blob: URL).
 OURS = re.compile(r"circuitwidgets|anywidget|cw-|blob:", re.IGNORECASE)

@@ -19,9 +19,9 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from ._hosts import JupyterServer, jupyter_server
-from ._pages import CHROMIUM_ARGS, REPO, TIMEOUT_MS, PageLog, watch
+from ._pages import REPO, TIMEOUT_MS, PageLog, watch
+from .chromium import CHROMIUM, CHROMIUM_ARGS
 
-CHROMIUM = Path("/usr/bin/chromium")
 FAILURES = REPO / "test-artifacts" / "failures"
 
 
