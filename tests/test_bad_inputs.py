@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 import torch
 import traitlets
+from _comm import Recorder, from_view
 from conftest import make_random_model
 
 from circuitwidgets import circuits
@@ -642,24 +643,6 @@ def test_loading_a_model_names_bad_arguments_and_bad_files(model: CircuitModel, 
 # --- widgets: everything the front end can set ---------------------------------
 
 
-class Recorder:
-    """Stands in for the comm: records the state the kernel sends to the view."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def __call__(self, msg: dict[str, Any], buffers: Any = None) -> None:
-        self.sent.append(msg)
-
-    def updates(self) -> list[dict[str, Any]]:
-        return [m["state"] for m in self.sent if m.get("method") == "update"]
-
-
-def from_view(widget: Any, state: dict[str, Any]) -> None:
-    """An update as the front end sends it over the comm (ipywidgets' own message path)."""
-    widget._handle_msg({"content": {"data": {"method": "update", "state": state, "buffer_paths": []}}, "buffers": []})
-
-
 @pytest.fixture(scope="module")
 def widgets(model: CircuitModel) -> dict[str, Any]:
     return {
@@ -775,7 +758,7 @@ def assert_refused(widget: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.
     widget.observe(fired.append, names=synced)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="circuitwidgets.widgets._base"):
-        from_view(widget, state)  # must not raise
+        from_view(widget, **state)  # must not raise
     widget.unobserve(fired.append, names=synced)
     assert _same(_snapshot(widget), before), "the previous valid state is kept"
     assert fired == [], "no observer sees a refused value"
@@ -826,9 +809,9 @@ def test_an_update_with_one_bad_value_is_refused_as_a_whole(
 def test_valid_values_from_the_view_still_reach_the_kernel(widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     w = widgets["CompositionMap"]
     monkeypatch.setattr(w, "_send", Recorder())
-    from_view(w, {"selected_edge": [0, 1, 1, 0], "edge_kind": "K", "n_edges": 200, "subtract_baseline": False})
+    from_view(w, **{"selected_edge": [0, 1, 1, 0], "edge_kind": "K", "n_edges": 200, "subtract_baseline": False})
     assert (w.selected_edge, w.edge_kind, w.n_edges, w.subtract_baseline) == ([0, 1, 1, 0], "K", 200, False)
-    from_view(w, {"selected_edge": [], "edge_kind": "", "n_edges": 12, "subtract_baseline": True})
+    from_view(w, **{"selected_edge": [], "edge_kind": "", "n_edges": 12, "subtract_baseline": True})
 
 
 @pytest.mark.parametrize("query", ["w1\x00", "\x00", "<script>alert(1)</script> w1", "\u202e", "a" * 1000, "${x}"])
@@ -837,7 +820,7 @@ def test_hostile_search_text_is_answered_with_a_message_not_an_error(
 ) -> None:
     w = widgets["SkipTrigramTable"]
     monkeypatch.setattr(w, "_send", Recorder())
-    from_view(w, {"source_query": query})
+    from_view(w, **{"source_query": query})
     assert w.source_token == -1 and w.source_query == ""
     assert "not" in w.source_message and "token of this model" in w.source_message
 
@@ -845,9 +828,9 @@ def test_hostile_search_text_is_answered_with_a_message_not_an_error(
 def test_a_search_for_a_hostile_token_finds_it_as_text(widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     w = widgets["SkipTrigramTable"]
     monkeypatch.setattr(w, "_send", Recorder())
-    from_view(w, {"source_query": "<script>alert(1)</script>"})
+    from_view(w, **{"source_query": "<script>alert(1)</script>"})
     assert w.source_token == VOCAB.index("<script>alert(1)</script>") and w.source_message == ""
-    from_view(w, {"source_token": -1})
+    from_view(w, **{"source_token": -1})
 
 
 @pytest.mark.parametrize(("typed", "token"), [("\\u202eevil", "\u202eevil"), ("a\\x00b", "a\x00b")])
@@ -857,9 +840,9 @@ def test_a_token_is_found_by_typing_what_the_view_shows(
     """The view shows control and bidi characters as escapes; typing the escape finds the token."""
     w = widgets["SkipTrigramTable"]
     monkeypatch.setattr(w, "_send", Recorder())
-    from_view(w, {"source_query": typed})
+    from_view(w, **{"source_query": typed})
     assert w.source_token == VOCAB.index(token) and w.source_message == ""
-    from_view(w, {"source_token": -1})
+    from_view(w, **{"source_token": -1})
 
 
 def test_a_failure_while_applying_a_view_update_rolls_it_back(
@@ -878,7 +861,7 @@ def test_a_failure_while_applying_a_view_update_rolls_it_back(
     rec = Recorder()
     monkeypatch.setattr(w, "_send", rec)
     with caplog.at_level(logging.WARNING, logger="circuitwidgets.widgets._base"):
-        from_view(w, {"source_token": live})
+        from_view(w, **{"source_token": live})
     assert w.source_token == -1
     assert any("failed" in r.getMessage() and r.exc_info for r in caplog.records)
     assert rec.updates()[-1]["source_token"] == -1
@@ -889,7 +872,7 @@ def test_messages_that_are_not_updates_of_known_traits_are_ignored(widgets: dict
     before = _snapshot(w)
     monkeypatch.setattr(w, "_send", Recorder())
     w.set_state(["not", "a", "dict"])  # type: ignore[arg-type]
-    from_view(w, {"no_such_trait": 1, "": None})
+    from_view(w, **{"no_such_trait": 1, "": None})
     assert _same(_snapshot(w), before)
 
 

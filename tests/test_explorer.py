@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _comm import Recorder, from_view
 from conftest import make_random_model
 from ipywidgets.widgets.widget import _remove_buffers
 
@@ -21,21 +22,6 @@ from circuitwidgets.widgets.eigen import DETECTORS
 from circuitwidgets.widgets.term_importance import term_importance_data
 
 # --- helpers -------------------------------------------------------------------
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def __call__(self, msg: dict[str, Any], buffers: Any = None) -> None:
-        self.sent.append(msg)
-
-    def updates(self) -> list[dict[str, Any]]:
-        return [m["state"] for m in self.sent if m.get("method") == "update"]
-
-
-def from_view(widget: Any, **state: Any) -> None:
-    widget._handle_msg({"content": {"data": {"method": "update", "state": state, "buffer_paths": []}}, "buffers": []})
 
 
 def longest_float_list(value: Any) -> int:

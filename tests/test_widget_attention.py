@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import traitlets
+from _comm import Recorder, custom_from_view, from_view
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -39,31 +40,6 @@ def causal_patterns(n_layers: int, n_heads: int, n: int, seed: int = 0) -> np.nd
     rng = np.random.default_rng(seed)
     a = rng.random((n_layers, n_heads, n, n)) * np.tril(np.ones((n, n)))
     return (a / a.sum(-1, keepdims=True)).astype(np.float32)
-
-
-class Recorder:
-    """Stands in for the comm: records what the kernel sends to the view."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[dict[str, Any], list[Any]]] = []
-
-    def __call__(self, msg: dict[str, Any], buffers: Any = None) -> None:
-        self.sent.append((msg, list(buffers or [])))
-
-    def updates(self) -> list[dict[str, Any]]:
-        return [m["state"] for m, _ in self.sent if m.get("method") == "update"]
-
-    def custom(self) -> list[tuple[dict[str, Any], list[Any]]]:
-        return [(m["content"], b) for m, b in self.sent if m.get("method") == "custom"]
-
-
-def from_view(widget: AttentionPatterns, **state: Any) -> None:
-    """An update message as the front end sends it over the comm."""
-    widget._handle_msg({"content": {"data": {"method": "update", "state": state, "buffer_paths": []}}, "buffers": []})
-
-
-def custom_from_view(widget: AttentionPatterns, content: dict[str, Any]) -> None:
-    widget._handle_msg({"content": {"data": {"method": "custom", "content": content}}, "buffers": []})
 
 
 def on_the_wire(widget: AttentionPatterns, name: str) -> np.ndarray:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import traitlets
+from _comm import Recorder, from_view
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -34,24 +35,6 @@ def wire(value: dict[str, Any]) -> dict[str, Any]:
     json.dumps(state)  # the JSON part must hold no bytes
     assert paths == [["x", "view"]]
     return {"view": memoryview(bytes(buffers[0])), "dtype": state["x"]["dtype"], "shape": state["x"]["shape"]}
-
-
-class Recorder:
-    """Stands in for the comm: records the state messages the kernel sends to the view."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def __call__(self, msg: dict[str, Any], buffers: Any = None) -> None:
-        self.sent.append(msg)
-
-    def updates(self) -> list[dict[str, Any]]:
-        return [m["state"] for m in self.sent if m.get("method") == "update"]
-
-
-def from_view(widget: AttentionPatterns, **state: Any) -> None:
-    """Deliver an update message as the front end sends it over the comm."""
-    widget._handle_msg({"content": {"data": {"method": "update", "state": state, "buffer_paths": []}}, "buffers": []})
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _comm import Recorder, from_view
 from conftest import make_random_model
 from ipywidgets.widgets.widget import _remove_buffers
 
@@ -27,24 +28,6 @@ from circuitwidgets.widgets.eigen import CIRCUITS, DETECTORS, eigen_scatter_data
 from circuitwidgets.widgets.skip_trigrams import ORIGIN_OV, ORIGIN_QK
 
 # --- helpers -------------------------------------------------------------------
-
-
-class Recorder:
-    """Stands in for the comm: records the state messages the kernel sends to the view."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def __call__(self, msg: dict[str, Any], buffers: Any = None) -> None:
-        self.sent.append(msg)
-
-    def updates(self) -> list[dict[str, Any]]:
-        return [m["state"] for m in self.sent if m.get("method") == "update"]
-
-
-def from_view(widget: Any, **state: Any) -> None:
-    """Deliver an update as the front end sends it over the comm."""
-    widget._handle_msg({"content": {"data": {"method": "update", "state": state, "buffer_paths": []}}, "buffers": []})
 
 
 def assert_rejected(widget: Any, monkeypatch: pytest.MonkeyPatch, **bad: Any) -> None:
