@@ -341,6 +341,7 @@ def test_clicks_in_the_view_reach_python_and_fire_observers(widget: tuple[Attent
         {"selected_head": True},
         {"selected_head": None},
         {"selected_dest": [1]},
+        {"selected_head": [1]},
         {"pattern_kind": "logits"},
         {"pattern_kind": 3},
         {"show_diagonals": "yes"},
@@ -367,6 +368,7 @@ def test_invalid_state_from_the_view_is_rejected_and_the_view_resynchronised(
     resent = rec.updates()
     assert resent, "the view must be told the values the kernel keeps"
     assert set(bad) <= set(resent[-1])
+    assert {k: resent[-1][k] for k in bad if k in keys} == {k: before[k] for k in bad if k in keys}
 
 
 @pytest.mark.parametrize("state", [{"tokens": ["x"]}, {"causal": False}, {"value_patterns": None}, {"diagonals": []}, {"logit_effect": None}])
