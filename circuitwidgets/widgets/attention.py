@@ -476,24 +476,6 @@ class _Source:
         return data, None
 
 
-class _Array(NDArrayTrait):
-    """:class:`NDArrayTrait` whose change check costs O(1).
-
-    traitlets notifies unless ``bool(old == new)``: for numpy arrays an
-    elementwise comparison, and against the default ``None`` an object-dtype
-    loop (about a second per 25 MB of patterns). Here a different array object
-    is a change.
-    """
-
-    def set(self, obj: Any, value: Any) -> None:
-        new_value = self._validate(obj, value)
-        assert self.name is not None
-        old_value = obj._trait_values.get(self.name, self.default_value)
-        obj._trait_values[self.name] = new_value
-        if new_value is not old_value:
-            obj._notify_trait(self.name, old_value, new_value)
-
-
 # ---------------------------------------------------------------- the widget
 
 
@@ -531,7 +513,7 @@ class AttentionPatterns(CircuitWidget):
     tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
     """Token strings in order (shown as text, never as HTML)."""
 
-    patterns = _Array(dtype="uint8", ndim=(3, 4)).tag(sync=True)
+    patterns = NDArrayTrait(dtype="uint8", ndim=(3, 4)).tag(sync=True)
     """Quantised weights ``round(255 · a)``: ``[n_layers, n_heads, n(n+1)/2]`` (causal,
     lower triangle row by row) or ``[n_layers, n_heads, n, n]``; ``[n_layers, n_heads, 0]``
     while heads are streaming. See the module docs."""
@@ -539,14 +521,14 @@ class AttentionPatterns(CircuitWidget):
     causal = traitlets.Bool(True).tag(sync=True)
     """Whether ``patterns`` (and ``value_patterns``) hold only the lower triangle."""
 
-    value_patterns = _Array(dtype="uint8", ndim=(3, 4), allow_none=True).tag(sync=True)
+    value_patterns = NDArrayTrait(dtype="uint8", ndim=(3, 4), allow_none=True).tag(sync=True)
     """Value-weighted patterns ``A_ij ‖v_j W_O‖``, normalised per row, quantised and laid out like
     ``patterns``; ``None`` when unknown (built from arrays without ``value_norms``)."""
 
-    value_norms = _Array(dtype="float32", ndim=3, allow_none=True).tag(sync=True)
+    value_norms = NDArrayTrait(dtype="float32", ndim=3, allow_none=True).tag(sync=True)
     """``‖v_j W_O‖`` per layer, head and source position, float32 ``[n_layers, n_heads, n]``, or ``None``."""
 
-    logit_effect = _Array(dtype="float32", ndim=3, allow_none=True).tag(sync=True)
+    logit_effect = NDArrayTrait(dtype="float32", ndim=3, allow_none=True).tag(sync=True)
     """Each head's direct effect on the next token's logit, ``(r_i W_O W_U)[t_{i+1}]``, float32
     ``[n_layers, n_heads, n]`` (NaN at the last position), or ``None``."""
 
