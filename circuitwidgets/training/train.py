@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
+from circuitwidgets.circuits import eigen_score
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.training.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from circuitwidgets.training.corpus import load_stdlib_corpus
@@ -126,10 +127,11 @@ def _ov_copying_scores(model: AttnOnlyTransformer) -> list[list[float]]:
 
     The nonzero eigenvalues of ``W_E W_V W_O W_U`` are those of the small
     ``W_O W_U W_E W_V`` [d_head, d_head], so this costs almost nothing per evaluation.
+    The score is the engine's (:func:`circuitwidgets.circuits.eigen_score`).
     """
     small = model.W_O.double() @ model.W_U.double() @ model.W_E.double() @ model.W_V.double()
-    eig = torch.linalg.eigvals(small)
-    return (eig.sum(-1).real / eig.abs().sum(-1)).tolist()  # type: ignore[no-any-return]
+    scores: list[list[float]] = eigen_score(torch.linalg.eigvals(small).cpu().numpy()).tolist()
+    return scores
 
 
 def _save_checkpoint(ckpt: Path, model: AttnOnlyTransformer, opt: torch.optim.Optimizer, step: int) -> None:
