@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
-from circuitwidgets.circuits import eigen_score
+from circuitwidgets.circuits import composition_baseline, eigen_score
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.training.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from circuitwidgets.training.corpus import load_stdlib_corpus
@@ -97,10 +97,55 @@ def _lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     )
 
 
+#: Token windows of the in-context-learning score (0-based positions of the predicted
+#: token in a 256-token held-out window). Olsson et al. (2022) use the 500th and
+#: 50th tokens of a longer context; our context is 256, so the late window ends
+#: near its end and both are ten tokens wide to tame noise.
+ICL_EARLY = (45, 55)
+ICL_LATE = (195, 205)
+
+
 @torch.no_grad()
-def _val_loss(model: AttnOnlyTransformer, tokens: np.ndarray, n_ctx: int, n_batches: int = 8) -> float:
-    losses = [_lm_loss(model(b), b).item() for b in (_batch(tokens, n_ctx, 16, 10_000, i) for i in range(n_batches))]
-    return float(np.mean(losses))
+def _val_losses(model: AttnOnlyTransformer, tokens: np.ndarray, n_ctx: int, n_batches: int = 8) -> tuple[float, float]:
+    """``(validation loss, in-context-learning score)`` on the same held-out batches.
+
+    The in-context-learning score is the mean loss on predicted tokens
+    ``ICL_LATE`` minus that on ``ICL_EARLY`` (negative: later tokens are easier,
+    as a model that reads its context finds them).
+    """
+    per_position = []
+    for i in range(n_batches):
+        batch = _batch(tokens, n_ctx, 16, 10_000, i)
+        logits = model(batch)
+        per_position.append(
+            torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), batch[:, 1:], reduction="none").mean(dim=0)
+        )
+    losses = torch.stack(per_position).mean(dim=0)  # [n_ctx - 1], position p predicts token p + 1
+    late = losses[ICL_LATE[0] - 1 : ICL_LATE[1] - 1].mean() if n_ctx > ICL_LATE[1] else losses[-10:].mean()
+    early = losses[ICL_EARLY[0] - 1 : ICL_EARLY[1] - 1].mean() if n_ctx > ICL_EARLY[1] else losses[:10].mean()
+    return float(losses.mean()), float(late - early)
+
+
+@torch.no_grad()
+def _k_composition(model: AttnOnlyTransformer) -> list[list[list[float]]]:
+    """Baseline-subtracted K-composition of each earlier head into each head of the next layer.
+
+    ``[n_layers - 1][n_heads (earlier)][n_heads (later)]``: the score of
+    :func:`circuitwidgets.circuits.composition_scores` (``‖W_OV^{h1} (W_QK^{h2})ᵀ‖_F /
+    (‖W_OV^{h1}‖_F ‖W_QK^{h2}‖_F)`` minus :func:`~circuitwidgets.circuits.composition_baseline`),
+    dense at training scale (d_model × d_model per head).
+    """
+    cfg = model.cfg
+    ov = model.W_V.double() @ model.W_O.double()  # [L, H, d, d]
+    qk = model.W_Q.double() @ model.W_K.double().transpose(-1, -2)
+    baseline = composition_baseline(cfg.d_model, cfg.d_head)
+    out = []
+    for layer in range(cfg.n_layers - 1):
+        a, b = ov[layer], qk[layer + 1]  # [H, d, d]
+        product = torch.einsum("ide,jfe->ijdf", a, b)  # W_OV^{h1} (W_QK^{h2})ᵀ
+        norms = product.flatten(2).norm(dim=-1) / (a.flatten(1).norm(dim=-1)[:, None] * b.flatten(1).norm(dim=-1)[None])
+        out.append([[round(float(x), 5) for x in row] for row in norms - baseline])
+    return out
 
 
 @torch.no_grad()
@@ -240,14 +285,18 @@ def train(cfg: TrainConfig, out_dir: Path, cache_dir: Path | None = None, progre
         done = step + 1
         if done % cfg.eval_every == 0 or done == cfg.steps:
             scores = _head_scores(model, bos) if cfg.n_layers else {}
+            val_loss, icl = _val_losses(model, val_tokens, cfg.n_ctx)
             record = {
                 "step": done,
                 "tokens": done * cfg.batch_size * cfg.n_ctx,
                 "train_seconds": round(elapsed + time.perf_counter() - t0, 1),
                 "train_loss": round(loss.item(), 4),
-                "val_loss": round(_val_loss(model, val_tokens, cfg.n_ctx), 4),
+                "val_loss": round(val_loss, 4),
+                "icl_score": round(icl, 4),
                 **scores,
             }
+            if cfg.n_layers > 1:
+                record["k_composition"] = _k_composition(model)
             with log_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             bar.set_postfix(val=record["val_loss"])
