@@ -35,6 +35,10 @@ class NetworkRefusedError(ArgumentError):
     """A hub name was given where a loaded model is needed: circuitwidgets never downloads."""
 
 
+class OffsetRequiredError(ArgumentError):
+    """A QK circuit of a rotary head was asked for without choosing the offset Δ = i − j it depends on."""
+
+
 class MemoryBudgetError(ArgumentError):
     """The requested computation would materialise more memory than allowed."""
 

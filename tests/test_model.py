@@ -151,7 +151,10 @@ def test_adjacent_pair_rotary_reordered_to_rotate_half_keeps_scores() -> None:
         rot = torch.stack((-xr[..., 1::2], xr[..., 0::2]), dim=-1).flatten(-2)
         return torch.cat([xr * cos + rot * sin, x[..., rd:]], -1)
 
-    from circuitwidgets.model import _rotary
+    from circuitwidgets.model.rotary import default_frequencies, rotate
+
+    def _rotary(x: torch.Tensor, rotary_dim: int, base: float) -> torch.Tensor:
+        return rotate(x, default_frequencies(rotary_dim, base, torch.float64), torch.arange(x.shape[1]), pos_dim=1)
 
     weights = {"W_Q": q.clone(), "W_K": k.clone()}
     adjacent_pairs_to_rotate_half(weights, rd)

@@ -1,0 +1,49 @@
+"""``ActivationCache``: the activations of one forward pass, by TransformerLens's names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+
+class ActivationCache:
+    """Activations of one forward pass, read as ``cache["pattern", layer]``.
+
+    Names (TransformerLens's): ``q, k, v, z [batch, pos, head, d_head]`` (``q``
+    and ``k`` after rotary; ``k`` and ``v`` repeated per query head under
+    grouped-query attention);
+    ``attn_scores, pattern [batch, head, dest, src]``; ``result [batch, pos, head,
+    d_model]`` (each head's output ``z W_O`` as computed); ``attn_out, mlp_out,
+    resid_pre, resid_mid, resid_post [batch, pos, d_model]``; ``scale [batch, pos,
+    1]`` (layer-norm divisor of the attention input, when normalised); and,
+    without a layer, ``embed``, ``pos_embed``, ``resid_final``.
+    """
+
+    def __init__(self, store: dict[str, torch.Tensor]) -> None:
+        self._store = store
+
+    @staticmethod
+    def key(name: str, layer: int | None = None) -> str:
+        """Storage key of an activation."""
+        return name if layer is None else f"{name}.{layer}"
+
+    def __getitem__(self, item: str | tuple[str, int]) -> torch.Tensor:
+        key = self.key(*item) if isinstance(item, tuple) else item
+        if key not in self._store:
+            raise KeyError(f"cache: no activation {item!r}; available: {sorted(self._store)}")
+        return self._store[key]
+
+    def __contains__(self, item: object) -> bool:
+        key = self.key(*item) if isinstance(item, tuple) else item
+        return key in self._store
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._store)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def keys(self) -> list[str]:
+        """Stored keys."""
+        return list(self._store)

@@ -1,0 +1,502 @@
+"""``CircuitModel``: one canonical transformer for every analysis and view.
+
+Conventions (DESIGN.md §3, as TransformerLens): row vectors, residual
+``[batch, pos, d_model]``, per-head weights (names and shapes in
+:mod:`circuitwidgets.model.weights`; architecture in
+:mod:`circuitwidgets.model.config`).
+
+Norms are folded (DESIGN.md §3a): each norm's weight and bias live inside the
+weights that read its output. What the forward pass still computes is the
+per-token scalar (``1/rms(x)``, or layer norm's centring and ``1/σ``), which
+weight-space analyses leave out, as the paper's appendix does.
+
+Two views of the weights. The properties ``W_Q``, ``W_K``, ``W_V``, ``W_O`` are
+the weights of the weight-space analyses: with QK-norm and output-norm
+multipliers folded in (``W_Q diag(q_norm)``, ``W_O diag(post_attn_norm)``), and
+keys and values per key/value head (``[L, G, ...]``; :attr:`CircuitModel.kv_index`
+maps query heads to them). The forward pass reads the stored tensors
+(:meth:`CircuitModel.weight`) and applies those multipliers after the per-token
+norms, so it computes exactly what the source does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from circuitwidgets.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    MemoryBudgetError,
+    NonFiniteError,
+    ShapeError,
+)
+from circuitwidgets.model.cache import ActivationCache
+from circuitwidgets.model.config import ModelConfig
+from circuitwidgets.model.forward import activation, attention_mask, layer_norm_scale, rms_scale, soft_cap
+from circuitwidgets.model.rotary import default_frequencies, rotate
+from circuitwidgets.model.tokens import as_ids
+from circuitwidgets.model.weights import validate_weights
+from circuitwidgets.tokenizer import TokenizerLike, VocabTokenizer
+
+#: Default bytes one :meth:`CircuitModel.run_with_cache` may hold (logits, kept activations, one layer's work).
+FORWARD_MEMORY_BUDGET = 8 * 2**30
+
+
+class CircuitModel(nn.Module):
+    """A transformer in the canonical form of the paper (row vectors, per-head weights).
+
+    Parameters
+    ----------
+    cfg
+        Shape and architecture.
+    weights
+        Tensors named as in the module docstring; validated for presence, shape
+        and finiteness (a typed error names the offending tensor).
+    tokenizer
+        Anything satisfying :class:`~circuitwidgets.tokenizer.TokenizerLike`;
+        ``None`` gives tokens named ``<id>``.
+    name
+        Display name (used in views and reports).
+    """
+
+    cfg: ModelConfig
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: dict[str, torch.Tensor],
+        tokenizer: TokenizerLike | None = None,
+        name: str = "model",
+    ) -> None:
+        super().__init__()
+        if not isinstance(cfg, ModelConfig):
+            raise ArgumentTypeError(f"cfg: expected a ModelConfig, got {type(cfg).__name__}")
+        validate_weights(cfg, weights)
+        self.cfg = cfg
+        self.name = name
+        self._analysis: dict[str, torch.Tensor] = {}
+        for key, tensor in weights.items():
+            # Direct assignment: the typed properties below shadow these names,
+            # which register_buffer would refuse.
+            self._buffers[key] = tensor.detach()
+        if tokenizer is not None and not isinstance(tokenizer, TokenizerLike):
+            raise ArgumentTypeError(
+                f"tokenizer: expected an object with vocab_size, bos_token_id, encode and token_str "
+                f"(circuitwidgets.tokenizer.TokenizerLike), got {type(tokenizer).__name__}"
+            )
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"name: expected a str, got {type(name).__name__}")
+        self.tokenizer: TokenizerLike = tokenizer if tokenizer is not None else VocabTokenizer.numbered(cfg.d_vocab)
+        vocab_size = self.tokenizer.vocab_size
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+            raise ArgumentTypeError(f"tokenizer: expected an int vocab_size, got {vocab_size!r}")
+        bos = self.tokenizer.bos_token_id
+        if bos is not None and (isinstance(bos, bool) or not isinstance(bos, int) or not 0 <= bos < cfg.d_vocab):
+            raise ArgumentError(f"tokenizer: expected bos_token_id None or an int in [0, {cfg.d_vocab}), got {bos!r}")
+        if self.tokenizer.vocab_size > cfg.d_vocab:
+            raise ShapeError(
+                f"tokenizer: vocabulary of {self.tokenizer.vocab_size} tokens does not fit the model's d_vocab={cfg.d_vocab}"
+            )
+
+    # ------------------------------------------------------------------ weights
+    def weight(self, name: str) -> torch.Tensor | None:
+        """The stored tensor ``name`` (as the forward pass uses it), or ``None`` when the model does not have it."""
+        return self._buffers.get(name)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """All stored tensors by name."""
+        return {k: v for k, v in self._buffers.items() if v is not None}
+
+    def _apply(self, fn: Any, recurse: bool = True) -> CircuitModel:
+        self._analysis = {}  # moved or cast: the folded views are recomputed from the new tensors
+        return super()._apply(fn, recurse)  # type: ignore[no-any-return,no-untyped-call]
+
+    def _folded(self, name: str, multiplier: str, dims: str) -> torch.Tensor:
+        """``name`` with ``multiplier`` folded in (cached), or the stored tensor when there is none."""
+        stored = self._buffers[name]
+        assert stored is not None
+        factor = self._buffers.get(multiplier)
+        if factor is None:
+            return stored
+        if name not in self._analysis:
+            self._analysis[name] = torch.einsum(dims, stored, factor).contiguous()
+        return self._analysis[name]
+
+    @property
+    def W_E(self) -> torch.Tensor:  # noqa: N802 — the paper's name
+        """Token embedding ``[d_vocab, d_model]`` (embedding multipliers such as Gemma's ``√d_model`` folded in)."""
+        return self._buffers["W_E"]  # type: ignore[return-value]
+
+    @property
+    def W_U(self) -> torch.Tensor:  # noqa: N802
+        """Unembedding ``[d_model, d_vocab]`` (the final norm's weight folded in)."""
+        return self._buffers["W_U"]  # type: ignore[return-value]
+
+    @property
+    def W_Q(self) -> torch.Tensor:  # noqa: N802
+        """Queries ``[n_layers, n_heads, d_model, d_head]``, the QK-norm multiplier folded in."""
+        return self._folded("W_Q", "q_norm", "lhde,lhe->lhde")
+
+    @property
+    def W_K(self) -> torch.Tensor:  # noqa: N802
+        """Keys ``[n_layers, n_kv_heads, d_model, d_head]``, the QK-norm multiplier folded in; see :attr:`kv_index`."""
+        return self._folded("W_K", "k_norm", "lgde,lge->lgde")
+
+    @property
+    def W_V(self) -> torch.Tensor:  # noqa: N802
+        """Values ``[n_layers, n_kv_heads, d_model, d_head]``; see :attr:`kv_index`."""
+        return self._buffers["W_V"]  # type: ignore[return-value]
+
+    @property
+    def W_O(self) -> torch.Tensor:  # noqa: N802
+        """Outputs ``[n_layers, n_heads, d_head, d_model]``, the attention output norm's multiplier folded in."""
+        return self._folded("W_O", "post_attn_norm", "lhed,ld->lhed")
+
+    @property
+    def W_pos(self) -> torch.Tensor | None:  # noqa: N802
+        """Positions ``[n_ctx, d_model]`` (``None`` for rotary or no positions)."""
+        return self._buffers.get("W_pos")
+
+    @property
+    def kv_index(self) -> torch.Tensor:
+        """``[n_heads]``: the key/value head each query head reads (``h // (n_heads / n_kv_heads)``)."""
+        return torch.arange(self.cfg.n_heads, device=self.device) // self.cfg.group_size
+
+    def per_query_head(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A ``[n_layers, n_kv_heads, ...]`` tensor repeated to ``[n_layers, n_heads, ...]`` (a copy under GQA)."""
+        return tensor if self.cfg.group_size == 1 else tensor.repeat_interleave(self.cfg.group_size, dim=1)
+
+    def rotary_freq(self, layer: int) -> torch.Tensor | None:
+        """Rotary inverse frequencies of ``layer`` ``[rotary_dim / 2]``, or ``None`` when it has no rotation."""
+        if self.cfg.positional_embedding_type != "rotary":
+            return None
+        stored = self._buffers.get("rotary_freq")
+        if stored is not None:
+            freq = stored[layer]
+            return freq if bool((freq != 0).any()) else None
+        return default_frequencies(self.cfg.rotary_dim or self.cfg.d_head, self.cfg.rotary_base).to(self.device)
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the weights."""
+        return self.W_E.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Dtype of the weights."""
+        return self.W_E.dtype
+
+    # ----------------------------------------------------------------- tokens
+    def to_tokens(self, text: str | Sequence[str], prepend_bos: bool = True) -> torch.Tensor:
+        """Token ids ``[batch, pos]`` of one text or a list of equal-length texts."""
+        if not isinstance(text, (str, list, tuple)):
+            raise ArgumentTypeError(f"text: expected a str or a non-empty list of str, got {type(text).__name__}")
+        texts = [text] if isinstance(text, str) else list(text)
+        if not texts or not all(isinstance(t, str) for t in texts):
+            raise ArgumentTypeError(f"text: expected a str or a non-empty list of str, got {type(text).__name__}")
+        rows = [self.tokenizer.encode(t) for t in texts]
+        bos = self.tokenizer.bos_token_id
+        if prepend_bos and bos is not None:
+            rows = [[bos, *r] for r in rows]
+        if len({len(r) for r in rows}) != 1:
+            raise ShapeError(f"text: texts tokenise to different lengths {[len(r) for r in rows]}; pass them one at a time")
+        if not rows[0]:
+            raise ArgumentError("text: expected at least one token, got an empty text")
+        return torch.tensor(rows, dtype=torch.long, device=self.device)
+
+    def to_str_tokens(self, text_or_tokens: str | torch.Tensor | Sequence[int], prepend_bos: bool = True) -> list[str]:
+        """Display strings of each token (untrusted text: render it as text)."""
+        if isinstance(text_or_tokens, str):
+            ids = self.to_tokens(text_or_tokens, prepend_bos=prepend_bos)[0].tolist()
+        else:
+            t = as_ids("text_or_tokens", text_or_tokens, None)
+            if t.ndim == 2 and t.shape[0] == 1:
+                t = t[0]
+            if t.ndim != 1:
+                raise ShapeError(f"text_or_tokens: expected [pos] or [1, pos] token ids, got shape {tuple(t.shape)}")
+            if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.cfg.d_vocab):
+                raise ArgumentError(
+                    f"text_or_tokens: expected ids in [0, {self.cfg.d_vocab}), got range [{int(t.min())}, {int(t.max())}]"
+                )
+            ids = t.tolist()
+        return [self.tokenizer.token_str(int(i)) for i in ids]
+
+    def _check_tokens(self, tokens: torch.Tensor | Sequence[int] | str) -> torch.Tensor:
+        if isinstance(tokens, str):
+            return self.to_tokens(tokens)
+        t = as_ids("tokens", tokens, self.device)
+        if t.ndim == 1:
+            t = t[None]
+        if t.ndim != 2:
+            raise ShapeError(f"tokens: expected [batch, pos] token ids, got shape {tuple(t.shape)}")
+        if t.dtype.is_floating_point or t.dtype == torch.bool:
+            raise ArgumentTypeError(f"tokens: expected integer token ids, got dtype {t.dtype}")
+        if t.shape[1] == 0:
+            raise ShapeError("tokens: expected at least one position, got 0")
+        if t.shape[1] > self.cfg.n_ctx and self.cfg.positional_embedding_type in ("shortformer", "standard"):
+            raise ShapeError(f"tokens: expected at most n_ctx={self.cfg.n_ctx} positions, got {t.shape[1]}")
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.cfg.d_vocab):
+            raise ArgumentError(f"tokens: expected ids in [0, {self.cfg.d_vocab}), got range [{int(t.min())}, {int(t.max())}]")
+        return t.long()
+
+    # ---------------------------------------------------------------- forward
+    def _normalize(self, x: torch.Tensor, final: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The per-token part of the norm before a sublayer (or, with ``final``, before the unembedding)."""
+        kind = self.cfg.normalization
+        if kind == "none" or (kind == "rms_post" and not final):
+            return x, torch.ones_like(x[..., :1])
+        if kind == "ln_pre":
+            return layer_norm_scale(x, self.cfg.ln_eps)
+        return rms_scale(x, self.cfg.ln_eps)
+
+    def _output_norm(self, out: torch.Tensor, layer: int, multiplier: str) -> torch.Tensor:
+        """A sublayer's output norm (Gemma 2/3, OLMo 2/3), or ``out`` unchanged."""
+        weight = self.weight(multiplier)
+        if weight is None:
+            return out
+        return rms_scale(out, self.cfg.ln_eps)[0] * weight[layer]
+
+    def forward(self, tokens: torch.Tensor | Sequence[int] | str) -> torch.Tensor:
+        """Logits ``[batch, pos, d_vocab]``."""
+        logits, _ = self.run_with_cache(tokens, cache=False)
+        return logits
+
+    @torch.no_grad()
+    def run_with_cache(
+        self,
+        tokens: torch.Tensor | Sequence[int] | str,
+        *,
+        patterns: Sequence[torch.Tensor | None] | None = None,
+        head_results: Sequence[torch.Tensor | None] | None = None,
+        names: Sequence[str] | None = None,
+        cache: bool = True,
+        memory_budget: int | None = None,
+    ) -> tuple[torch.Tensor, ActivationCache]:
+        """Run the model and return ``(logits, cache)``.
+
+        Parameters
+        ----------
+        tokens
+            ``[batch, pos]`` ids (or ``[pos]``, or a text); one position works (its
+            pattern is ``[[1]]``), none is a :class:`ShapeError`.
+        patterns
+            Per layer, a frozen attention pattern ``[batch, n_heads, dest, src]``
+            used instead of the computed one (``None`` entries compute it).
+        head_results
+            Per layer, ``[batch, pos, n_heads, d_model]`` written to the residual
+            stream instead of each head's computed output ``z W_O`` (``b_O`` is still
+            added). The cache still records the computed ``result``: the paper's
+            term-importance algorithm feeds one run's computed outputs into the next.
+        names
+            Activation names to keep (default all); see :class:`ActivationCache`.
+        cache
+            ``False`` keeps nothing (a plain forward pass).
+        memory_budget
+            Bytes the run may hold at once (default :data:`FORWARD_MEMORY_BUDGET`):
+            the logits, the kept activations and one layer's working tensors.
+            A larger estimate raises :class:`MemoryBudgetError` before anything
+            is computed (pass fewer sequences, fewer ``names``, or a larger budget).
+        """
+        cfg = self.cfg
+        t = self._check_tokens(tokens)
+        batch, n_pos = t.shape
+        store: dict[str, torch.Tensor] = {}
+        if names is not None and (isinstance(names, str) or not all(isinstance(n, str) for n in names)):
+            raise ArgumentTypeError(f"names: expected a list of activation names, got {names!r:.80}")
+        keep = set(names) if names is not None else None
+        budget = FORWARD_MEMORY_BUDGET if memory_budget is None else memory_budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ArgumentTypeError(f"memory_budget: expected a positive int (bytes) or None, got {memory_budget!r}")
+        needed = self.forward_bytes(batch, n_pos, names=keep if cache else set())
+        if needed > budget:
+            raise MemoryBudgetError(
+                f"tokens: a forward pass on [batch={batch}, pos={n_pos}] {'keeping ' + (str(sorted(keep)) if keep is not None else 'every activation') if cache else 'without a cache'} "
+                f"needs about {needed:,} bytes ({needed / 2**30:.2f} GiB), more than memory_budget={budget:,} bytes; "
+                "pass fewer sequences, keep fewer activations with names=[...], or raise memory_budget"
+            )
+
+        def record(name: str, layer: int | None, value: torch.Tensor) -> None:
+            if cache and (keep is None or name in keep):
+                store[ActivationCache.key(name, layer)] = value
+
+        self._check_overrides("patterns", patterns, (batch, cfg.n_heads, n_pos, n_pos))
+        self._check_overrides("head_results", head_results, (batch, n_pos, cfg.n_heads, cfg.d_model))
+
+        resid = self.W_E[t]
+        record("embed", None, resid)
+        pos = self.W_pos[:n_pos][None] if self.W_pos is not None else None
+        if pos is not None:
+            record("pos_embed", None, pos.expand(batch, -1, -1))
+        if cfg.positional_embedding_type == "standard":
+            assert pos is not None
+            resid = resid + pos
+        for layer in range(cfg.n_layers):
+            record("resid_pre", layer, resid)
+            frozen = patterns[layer] if patterns is not None else None
+            replaced = head_results[layer] if head_results is not None else None
+            attn_out = self._attention(layer, resid, pos, frozen, replaced, record)
+            if cfg.has_mlp and cfg.parallel_attn_mlp:
+                mlp_out = self._mlp(layer, resid, record)
+                resid = resid + attn_out + mlp_out
+            else:
+                resid = resid + attn_out
+                if cfg.has_mlp:
+                    record("resid_mid", layer, resid)
+                    resid = resid + self._mlp(layer, resid, record)
+            record("resid_post", layer, resid)
+        record("resid_final", None, resid)
+        final, _ = self._normalize(resid, final=True)
+        logits = final @ self.W_U
+        b_U = self.weight("b_U")
+        if b_U is not None:
+            logits = logits + b_U
+        return soft_cap(logits, cfg.final_softcap), ActivationCache(store)
+
+    def forward_bytes(self, batch: int, n_pos: int, names: set[str] | None = None) -> int:
+        """Estimated peak bytes of :meth:`run_with_cache` on ``[batch, n_pos]`` tokens keeping ``names`` (all when ``None``).
+
+        Counts the logits, the kept activations of every layer and one layer's
+        working tensors (scores, pattern, q/k/v/z, head results, MLP hidden), in
+        the weights' dtype. A lower bound on the true peak, within a small factor.
+        """
+        cfg = self.cfg
+        b, p, H, dh, d = batch, n_pos, cfg.n_heads, cfg.d_head, cfg.d_model
+        per_layer = {
+            "q": b * p * H * dh, "k": b * p * H * dh, "v": b * p * H * dh, "z": b * p * H * dh,
+            "attn_scores": b * H * p * p, "pattern": b * H * p * p, "result": b * p * H * d,
+            "scale": b * p, "attn_out": b * p * d, "resid_pre": b * p * d, "resid_post": b * p * d,
+            "resid_mid": b * p * d if cfg.has_mlp else 0, "mlp_out": b * p * d if cfg.has_mlp else 0,
+        }
+        once = {"embed": b * p * d, "pos_embed": b * p * d, "resid_final": b * p * d}
+        kept = sum(v * cfg.n_layers for k, v in per_layer.items() if names is None or k in names)
+        kept += sum(v for k, v in once.items() if names is None or k in names)
+        working = sum(per_layer.values()) + b * p * (cfg.d_mlp or 0) * (2 if cfg.gated_mlp else 1) + 2 * b * p * d
+        logits = b * p * cfg.d_vocab
+        return int((kept + working + logits) * self.W_E.element_size())
+
+    def _check_overrides(self, arg: str, values: Sequence[torch.Tensor | None] | None, shape: tuple[int, ...]) -> None:
+        if values is None:
+            return
+        if isinstance(values, torch.Tensor) or not isinstance(values, Sequence):
+            raise ArgumentTypeError(f"{arg}: expected a list with one tensor (or None) per layer, got {type(values).__name__}")
+        if len(values) != self.cfg.n_layers:
+            raise ShapeError(f"{arg}: expected one entry per layer ({self.cfg.n_layers}), got {len(values)}")
+        for layer, value in enumerate(values):
+            if value is None:
+                continue
+            if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+                raise ArgumentTypeError(f"{arg}[{layer}]: expected a floating-point torch.Tensor or None, got {type(value).__name__}")
+            if tuple(value.shape) != shape:
+                raise ShapeError(f"{arg}[{layer}]: expected shape {shape}, got {tuple(value.shape)}")
+            if not bool(torch.isfinite(value).all()):
+                raise NonFiniteError(f"{arg}[{layer}]: expected finite values, got NaN or infinite entries")
+
+    def _qk_norm(self, x: torch.Tensor, layer: int, multiplier: str) -> torch.Tensor:
+        """QK-norm of queries or keys ``[batch, pos, heads, d_head]`` (per head, or over all heads at once)."""
+        weight = self.weight(multiplier)
+        if weight is None:
+            return x
+        if self.cfg.qk_norm == "all":
+            flat = x.flatten(-2)
+            normed = rms_scale(flat, self.cfg.ln_eps)[0].view_as(x)
+        else:
+            normed = rms_scale(x, self.cfg.ln_eps)[0]
+        return normed * weight[layer]
+
+    def _attention(
+        self,
+        layer: int,
+        resid: torch.Tensor,
+        pos: torch.Tensor | None,
+        frozen: torch.Tensor | None,
+        replaced: torch.Tensor | None,
+        record: Any,
+    ) -> torch.Tensor:
+        cfg = self.cfg
+        x, scale = self._normalize(resid)
+        record("scale", layer, scale)
+        qk_in = x + pos if cfg.positional_embedding_type == "shortformer" and pos is not None else x
+        q = torch.einsum("bpd,hde->bphe", qk_in, self._buffers["W_Q"][layer])  # type: ignore[index]
+        k = torch.einsum("bpd,hde->bphe", qk_in, self._buffers["W_K"][layer])  # type: ignore[index]
+        v = torch.einsum("bpd,hde->bphe", x, self._buffers["W_V"][layer])  # type: ignore[index]
+        for name, tensor in (("b_Q", q), ("b_K", k), ("b_V", v)):
+            bias = self.weight(name)
+            if bias is not None:
+                tensor += bias[layer]
+        q, k = self._qk_norm(q, layer, "q_norm"), self._qk_norm(k, layer, "k_norm")
+        freq = self.rotary_freq(layer)
+        if freq is not None:
+            positions = torch.arange(resid.shape[1], device=resid.device)
+            q, k = rotate(q, freq, positions, pos_dim=1), rotate(k, freq, positions, pos_dim=1)
+        if cfg.group_size > 1:
+            k, v = k.repeat_interleave(cfg.group_size, dim=2), v.repeat_interleave(cfg.group_size, dim=2)
+        record("q", layer, q)
+        record("k", layer, k)
+        record("v", layer, v)
+        if frozen is None:
+            scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q, k) / cfg.scale, cfg.attn_softcap)
+            mask = attention_mask(resid.shape[1], cfg.window(layer), resid.device)
+            scores = scores.masked_fill(~mask, float("-inf"))
+            record("attn_scores", layer, scores)
+            pattern = scores.softmax(dim=-1)
+        else:
+            pattern = frozen.to(v.dtype)
+        record("pattern", layer, pattern)
+        z = torch.einsum("bhqk,bkhe->bqhe", pattern, v)
+        record("z", layer, z)
+        result = torch.einsum("bqhe,hed->bqhd", z, self._buffers["W_O"][layer])  # type: ignore[index]
+        record("result", layer, result)
+        written = replaced.to(result.dtype) if replaced is not None else result
+        out = written.sum(dim=2)
+        b_O = self.weight("b_O")
+        if b_O is not None:
+            out = out + b_O[layer]
+        out = self._output_norm(out, layer, "post_attn_norm")
+        record("attn_out", layer, out)
+        return out
+
+    def _mlp(self, layer: int, resid: torch.Tensor, record: Any) -> torch.Tensor:
+        cfg = self.cfg
+        assert cfg.act_fn is not None
+        x, _ = self._normalize(resid)
+
+        def project(name: str, bias: str) -> torch.Tensor:
+            out = x @ self._buffers[name][layer]  # type: ignore[index]
+            b = self.weight(bias)
+            return out + b[layer] if b is not None else out
+
+        hidden = activation(cfg.act_fn, project("W_gate", "b_gate")) * project("W_in", "b_in") if cfg.gated_mlp else activation(cfg.act_fn, project("W_in", "b_in"))
+        out = hidden @ self._buffers["W_out"][layer]  # type: ignore[index]
+        b_out = self.weight("b_out")
+        if b_out is not None:
+            out = out + b_out[layer]
+        out = self._output_norm(out, layer, "post_mlp_norm")
+        record("mlp_out", layer, out)
+        return out
+
+    # -------------------------------------------------------------- save/load
+    def save(self, path: str | Path) -> None:
+        """Write ``model.safetensors``, ``config.json`` and (when it has one) ``tokenizer.json`` into a directory."""
+        from circuitwidgets.model.io import save_model
+
+        save_model(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> CircuitModel:
+        """Read a directory written by :meth:`save` (safetensors only; nothing is unpickled)."""
+        from circuitwidgets.model.io import load_model
+
+        return load_model(path, dtype=dtype, device=device)
+
+    def __repr__(self) -> str:
+        c = self.cfg
+        return (
+            f"CircuitModel({self.name!r}, n_layers={c.n_layers}, n_heads={c.n_heads}, d_model={c.d_model}, "
+            f"d_head={c.d_head}, d_vocab={c.d_vocab}, n_ctx={c.n_ctx}, positions={c.positional_embedding_type!r}, "
+            f"mlp={c.has_mlp})"
+        )
