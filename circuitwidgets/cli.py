@@ -1,4 +1,9 @@
-"""Command line: ``circuitwidgets train`` and ``circuitwidgets report``."""
+"""Command line: ``circuitwidgets train`` and ``circuitwidgets report``.
+
+Building the parser imports nothing heavy: each subcommand imports what it
+needs (torch, the training code, the report) only when it runs, so ``--help``
+returns at once.
+"""
 
 from __future__ import annotations
 
@@ -7,25 +12,65 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+_DESCRIPTION = """\
+Widgets for "A Mathematical Framework for Transformer Circuits", from the shell.
+
+  circuitwidgets report -o report.html   explain the shipped two-layer model in one offline HTML page
+  circuitwidgets train -o runs/my-run    train an attention-only model on the Python standard library
+
+Run "circuitwidgets COMMAND --help" for a command's options.
+"""
+
+#: Defaults shown by ``circuitwidgets train --help``: those of
+#: ``circuitwidgets.training.train.TrainConfig``, restated here so that the help
+#: does not import torch (``tests/test_cli.py`` checks that the two agree). An
+#: option left out is not passed on, so ``TrainConfig`` alone decides its value.
+TRAIN_DEFAULTS: dict[str, int | float | str] = {
+    "n_layers": 2,
+    "n_heads": 4,
+    "d_model": 128,
+    "d_head": 32,
+    "n_ctx": 256,
+    "vocab_size": 2048,
+    "batch_size": 16,
+    "steps": 8000,
+    "lr": 1e-2,
+    "seed": 0,
+    "threads": 1,
+    "device": "cpu",
+    "eval_every": 500,
+}
+
+#: ``(option, TrainConfig field, type, help)`` of ``circuitwidgets train``.
+_TRAIN_OPTIONS: list[tuple[str, str, type, str]] = [
+    ("--layers", "n_layers", int, "number of attention layers, 0 or more"),
+    ("--heads", "n_heads", int, "attention heads per layer"),
+    ("--d-model", "d_model", int, "width of the residual stream"),
+    ("--d-head", "d_head", int, "width of each head"),
+    ("--n-ctx", "n_ctx", int, "context length in tokens"),
+    ("--vocab-size", "vocab_size", int, "size of the byte-level BPE vocabulary"),
+    ("--batch-size", "batch_size", int, "sequences per step"),
+    ("--steps", "steps", int, "training steps"),
+    ("--lr", "lr", float, "learning rate, constant after warm-up"),
+    ("--seed", "seed", int, "random seed of the initialisation and the batches"),
+    ("--threads", "threads", int, "CPU threads torch may use"),
+    ("--device", "device", str, "torch device, e.g. cpu or cuda"),
+    ("--eval-every", "eval_every", int, "steps between evaluations"),
+]
+
 
 def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from circuitwidgets.training.train import TrainConfig
-
-    d = TrainConfig()
-    p = sub.add_parser("train", help="train an attention-only model on the Python standard library, offline")
-    p.add_argument("--layers", type=int, default=d.n_layers, help="number of attention layers (0, 1, 2, ...)")
-    p.add_argument("--heads", type=int, default=d.n_heads)
-    p.add_argument("--d-model", type=int, default=d.d_model)
-    p.add_argument("--d-head", type=int, default=d.d_head)
-    p.add_argument("--n-ctx", type=int, default=d.n_ctx)
-    p.add_argument("--vocab-size", type=int, default=d.vocab_size)
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--threads", type=int, default=d.threads)
-    p.add_argument("--device", default=d.device, help="torch device, e.g. cpu or cuda")
-    p.add_argument("--eval-every", type=int, default=d.eval_every)
+    p = sub.add_parser(
+        "train",
+        help="train an attention-only model on the Python standard library, offline",
+        description="Train an attention-only transformer on the Python standard library, offline and "
+        "deterministically. A run directory that already holds a checkpoint is resumed.",
+    )
+    for option, name, kind, text in _TRAIN_OPTIONS:
+        p.add_argument(
+            option, dest=name, type=kind, default=argparse.SUPPRESS, metavar=option[2:].upper().replace("-", "_"),
+            help=f"{text} (default: {TRAIN_DEFAULTS[name]})",
+        )
     p.add_argument("--cache", type=Path, default=None, help="where the tokenizer and token arrays are cached")
     p.add_argument("-o", "--out", type=Path, required=True, help="run directory (resumed if it holds a checkpoint)")
 
@@ -33,21 +78,27 @@ def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _run_train(args: argparse.Namespace) -> int:
     from circuitwidgets.training.train import TrainConfig, train
 
-    cfg = TrainConfig(
-        n_layers=args.layers, n_heads=args.heads, d_model=args.d_model, d_head=args.d_head,
-        n_ctx=args.n_ctx, vocab_size=args.vocab_size, batch_size=args.batch_size, steps=args.steps,
-        lr=args.lr, seed=args.seed, threads=args.threads, device=args.device, eval_every=args.eval_every,
-    )
+    given = {name: getattr(args, name) for _, name, _, _ in _TRAIN_OPTIONS if hasattr(args, name)}
+    cfg = TrainConfig(**given)
     train(cfg, args.out, cache_dir=args.cache)
     print(f"model written to {args.out / 'model'}")
     return 0
 
 
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("report", help="write a self-contained HTML page that walks through the paper on a model")
-    p.add_argument("--model", default="attn-only-2l", help="a shipped model name, or a directory written by CircuitModel.save")
+    p = sub.add_parser(
+        "report",
+        help="write a self-contained HTML page that walks through the paper on a model",
+        description="Write one self-contained HTML page that walks through the paper on a model: attention "
+        "patterns, QK and OV circuits, composition and term importance. It opens from disk with no kernel "
+        "and no network.",
+    )
+    p.add_argument(
+        "--model", default="attn-only-2l",
+        help="a shipped model name, or a directory written by CircuitModel.save (default: attn-only-2l)",
+    )
     p.add_argument("--text", default=None, help="text used for term importance (default: a short Python class)")
-    p.add_argument("-o", "--out", type=Path, default=Path("report.html"), help="output HTML file")
+    p.add_argument("-o", "--out", type=Path, default=Path("report.html"), help="output HTML file (default: report.html)")
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -65,12 +116,20 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``circuitwidgets`` command."""
-    parser = argparse.ArgumentParser(prog="circuitwidgets", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    """The ``circuitwidgets`` parser; building it imports neither torch nor the widgets."""
+    parser = argparse.ArgumentParser(
+        prog="circuitwidgets", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(sub)
     _add_report(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``circuitwidgets`` command."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "train":
         return _run_train(args)

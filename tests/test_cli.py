@@ -1,0 +1,99 @@
+"""The command line: help that imports nothing heavy, plain text, and defaults that match training."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from circuitwidgets.cli import TRAIN_DEFAULTS, build_parser, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Modules that building the parser and printing help must not import.
+HEAVY = ("torch", "numpy", "safetensors", "tokenizers", "anywidget", "ipywidgets", "circuitwidgets.training")
+
+_PROBE = """
+import contextlib, io, json, sys
+from circuitwidgets.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        main(sys.argv[1:])
+    except SystemExit as e:
+        code = e.code
+print(json.dumps({"code": code, "help": out.getvalue(), "modules": sorted(sys.modules)}))
+"""
+
+
+def _help_in_fresh_interpreter(*argv: str) -> tuple[int, str, set[str]]:
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=True
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["code"], result["help"], set(result["modules"])
+
+
+@pytest.mark.parametrize("argv", [("--help",), ("report", "--help"), ("train", "--help")], ids=" ".join)
+def test_help_imports_neither_torch_nor_the_widgets(argv: tuple[str, ...]) -> None:
+    code, text, modules = _help_in_fresh_interpreter(*argv)
+    assert code == 0
+    assert text.startswith("usage: circuitwidgets")
+    loaded = sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    assert not loaded, f"`circuitwidgets {' '.join(argv)}` imported {loaded}"
+
+
+@pytest.mark.parametrize("argv", [[], ["report"], ["train"]], ids=lambda a: " ".join(a) or "top")
+def test_help_is_plain_text(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    assert "``" not in text and ":class:" not in text and ":func:" not in text and ":mod:" not in text
+    assert "usage: circuitwidgets" in text
+
+
+def test_top_help_names_both_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    text = capsys.readouterr().out
+    assert "train" in text and "report" in text
+
+
+def test_train_help_shows_the_defaults_of_train_config(capsys: pytest.CaptureFixture[str]) -> None:
+    """The help's defaults are restated (to keep torch out of ``--help``): they must match ``TrainConfig``."""
+    from circuitwidgets.training.train import TrainConfig
+
+    config = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    assert {name: config[name] for name in TRAIN_DEFAULTS} == TRAIN_DEFAULTS
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    train_help = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for value in TRAIN_DEFAULTS.values():
+        assert f"(default: {value})" in train_help
+
+
+def test_train_passes_only_the_options_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An option left out reaches ``TrainConfig`` as its own default; one given overrides it."""
+    from circuitwidgets.training import train as train_module
+
+    seen = []
+    monkeypatch.setattr(train_module, "train", lambda cfg, out, cache_dir=None: seen.append((cfg, out, cache_dir)))
+    assert main(["train", "--layers", "1", "--lr", "0.5", "--device", "meta", "-o", str(tmp_path)]) == 0
+    ((cfg, out, cache),) = seen
+    expected = train_module.TrainConfig(n_layers=1, lr=0.5, device="meta")
+    assert cfg == expected and out == tmp_path and cache is None
+
+
+def test_train_requires_an_output_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--layers", "1"])
+    assert exit_.value.code == 2
+    assert "--out" in capsys.readouterr().err
