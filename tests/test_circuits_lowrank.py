@@ -183,3 +183,83 @@ def test_errors_name_the_argument_and_what_was_received() -> None:
         M.topk(0)
     with pytest.raises(ShapeError, match="other: expected a"):
         M @ torch.zeros(3, 3, dtype=torch.float64)
+
+
+# --- sums and TransformerLens aliases ---------------------------------------------
+
+
+@SETTINGS
+@given(m=dims, n=dims, r1=dims, r2=dims, seed=seeds)
+def test_sum_of_two_factored_matrices_equals_the_dense_sum(m: int, n: int, r1: int, r2: int, seed: int) -> None:
+    left, right = random_lowrank(m, r1, n, seed), random_lowrank(m, r2, n, seed + 1)
+    total = left + right
+    torch.testing.assert_close(total.dense(), left.dense() + right.dense())
+    torch.testing.assert_close((left - right).dense(), left.dense() - right.dense())
+    torch.testing.assert_close(sum([left, right, left]).dense(), 2 * left.dense() + right.dense())  # type: ignore[union-attr]
+    assert total.inner_dim == min(left.inner_dim + right.inner_dim, m, n)
+    assert total.frobenius_norm() == pytest.approx(float((left.dense() + right.dense()).norm()), rel=1e-9, abs=1e-12)
+
+
+@SETTINGS
+@given(n=dims, r1=dims, r2=dims, seed=seeds)
+def test_eigenvalues_of_a_sum_are_those_of_the_dense_sum(n: int, r1: int, r2: int, seed: int) -> None:
+    """An "effective circuit" of two heads: λ([A1 A2][B1; B2]) from the small [B1; B2][A1 A2]."""
+    total = random_lowrank(n, r1, n, seed) + random_lowrank(n, r2, n, seed + 1)
+    ours = total.eigenvalues().numpy()
+    dense = np.linalg.eigvals(total.dense().numpy())
+    padded = np.concatenate([ours, np.zeros(n - ours.size)])
+    np.testing.assert_allclose(np.sort_complex(np.round(padded, 7)), np.sort_complex(np.round(dense, 7)), atol=1e-5)
+    assert total.trace() == pytest.approx(float(torch.trace(total.dense())), abs=1e-9)
+
+
+def test_a_sum_of_rank_one_matrices_keeps_the_added_rank_and_not_more() -> None:
+    g = torch.Generator().manual_seed(5)
+    parts = [LowRankMatrix(torch.randn(30, 1, generator=g, dtype=torch.float64), torch.randn(1, 20, generator=g, dtype=torch.float64)) for _ in range(3)]
+    total = parts[0] + parts[1] + parts[2]
+    assert total.inner_dim == 3
+    assert int(torch.linalg.matrix_rank(total.dense())) == 3
+    assert (total.singular_values()[:3] > 1e-6).all()
+
+
+def test_ab_and_norm_are_aliases_of_dense_and_frobenius_norm() -> None:
+    M = random_lowrank(7, 3, 5, 11)
+    torch.testing.assert_close(M.AB, M.dense(), rtol=0, atol=0)
+    assert M.norm() == M.frobenius_norm()
+    assert isinstance(M.norm(), float)
+
+
+def test_ab_refuses_what_dense_refuses_by_default() -> None:
+    M = LowRankMatrix(torch.zeros(9000, 1), torch.zeros(1, 9000))  # 81M entries > DEFAULT_DENSE_LIMIT
+    with pytest.raises(MemoryBudgetError, match=r"AB: forming a \[9000, 9000\].*dense\(max_entries=") as info:
+        _ = M.AB
+    with pytest.raises(MemoryBudgetError, match="max_entries"):
+        M.dense()
+    assert "81,000,000 entries" in str(info.value)
+
+
+def test_adding_anything_but_a_matching_low_rank_matrix_is_refused_naming_other() -> None:
+    M = random_lowrank(4, 2, 5, 0)
+    with pytest.raises(ShapeError, match=r"other: expected shape \(4, 5\).*got shape \(5, 4\)"):
+        M + M.T
+    with pytest.raises(ShapeError, match=r"other: expected shape \(4, 5\)"):
+        M - random_lowrank(4, 2, 6, 0)
+    with pytest.raises(ArgumentTypeError, match=r"other: expected dtype torch.float64.*got torch.float32"):
+        M + LowRankMatrix(M.A.float(), M.B.float())
+    with pytest.raises(ArgumentTypeError, match=r"other: expected a LowRankMatrix.*M\.dense\(\).*got Tensor"):
+        M + M.dense()
+    with pytest.raises(ArgumentTypeError, match=r"other: expected a LowRankMatrix.*got Tensor"):
+        M.dense() + M
+    with pytest.raises(ArgumentTypeError, match="other: expected a LowRankMatrix to add, got float"):
+        M + 1.0  # type: ignore[operator]
+    with pytest.raises(ArgumentTypeError, match="other: expected a LowRankMatrix to add, got int"):
+        1 + M  # type: ignore[operator]
+    with pytest.raises(ArgumentTypeError, match="other: expected a LowRankMatrix to add, got bool"):
+        False + M  # type: ignore[operator]
+    assert (0 + M) is M
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a second device")
+def test_adding_a_matrix_on_another_device_is_refused_naming_other() -> None:
+    M = random_lowrank(4, 2, 5, 0)
+    with pytest.raises(ArgumentTypeError, match=r"other: expected dtype torch.float64 on cpu.*on cuda"):
+        M + LowRankMatrix(M.A.cuda(), M.B.cuda())

@@ -26,7 +26,8 @@ from circuitwidgets.circuits.copying import (
     matrix_copying_score,
     same_matching_scores,
 )
-from circuitwidgets.circuits.heads import head_scores, repeated_random_tokens
+from circuitwidgets.circuits.heads import KINDS as HEAD_KINDS
+from circuitwidgets.circuits.heads import HeadKind, head_scores, repeated_random_tokens, target_mask
 from circuitwidgets.circuits.lowrank import LowRankMatrix, TopEntries, TopK
 from circuitwidgets.circuits.ov_qk import W_OV, W_QK, direct_path, full_ov, full_qk, full_qk_kcomp, positional_qk
 from circuitwidgets.circuits.paths import (
@@ -40,9 +41,11 @@ from circuitwidgets.circuits.paths import (
 from circuitwidgets.circuits.skip_trigrams import SkipTrigram, SourceProfile, TokenScore, skip_trigrams, source_profile
 
 __all__ = [
+    "HEAD_KINDS",
     "W_OV",
     "W_QK",
     "Bigram",
+    "HeadKind",
     "LowRankMatrix",
     "MLPPathsExcludedWarning",
     "PathExpansion",
@@ -73,6 +76,7 @@ __all__ = [
     "same_matching_scores",
     "skip_trigrams",
     "source_profile",
+    "target_mask",
     "term_importance",
     "value_norms",
     "value_weighted",

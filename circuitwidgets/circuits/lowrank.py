@@ -11,10 +11,16 @@ narrowest dimension). Everything the paper needs is computed from the factors:
   ``‖BA‖_F`` (the "permuted product", which is right for the trace and the
   eigenvalues but wrong for the norm) is the bug that corrupted the paper's first
   composition diagram; it is never used here;
+- sums from concatenated factors, ``A1 B1 + A2 B2 = [A1 A2] [B1; B2]`` (inner
+  dimension ``r1 + r2``, re-split if that exceeds ``min(m, n)``);
 - the diagonal from row-wise dot products; slices by slicing the factors;
 - top-k entries (global, per row, per column) and in-row ranks from dense tiles
   of the product formed one at a time, each at most ``memory_budget`` bytes
   (and :data:`TILE_BYTES`), reduced before the next is formed.
+
+For TransformerLens ``FactoredMatrix`` users, :attr:`LowRankMatrix.AB` (the dense
+product) and :meth:`LowRankMatrix.norm` (the Frobenius norm) are aliases of
+:meth:`LowRankMatrix.dense` and :meth:`LowRankMatrix.frobenius_norm`.
 
 Dtypes: large outputs (factors, slices, blocks, top-k values, the SVD's ``U`` and
 ``Vh``) are in the factors' dtype; small ``r × r`` problems (eigenvalues,
@@ -222,17 +228,67 @@ class LowRankMatrix:
     def __neg__(self) -> LowRankMatrix:
         return LowRankMatrix(-self.A, self.B)
 
-    def dense(self, max_entries: int = DEFAULT_DENSE_LIMIT) -> torch.Tensor:
-        """The product ``[m, n]``; refuses (``MemoryBudgetError``) beyond ``max_entries`` entries."""
-        max_entries = check_int("max_entries", max_entries, 0)
+    def _check_addend(self, other: object) -> LowRankMatrix:
+        """``other`` if it is a :class:`LowRankMatrix` of the same shape, dtype and device, else a typed error."""
+        if not isinstance(other, LowRankMatrix):
+            dense = isinstance(other, torch.Tensor)
+            hint = " (a dense matrix plus a low-rank one is not low-rank: add it to M.dense())" if dense else ""
+            raise ArgumentTypeError(f"other: expected a LowRankMatrix to add{hint}, got {type(other).__name__}")
+        if other.shape != self.shape:
+            raise ShapeError(f"other: expected shape {self.shape} to add to {self!r}, got shape {other.shape}")
+        if other.dtype != self.dtype or other.device != self.device:
+            raise ArgumentTypeError(
+                f"other: expected dtype {self.dtype} on {self.device} like the left operand, got {other.dtype} on {other.device}"
+            )
+        return other
+
+    def __add__(self, other: LowRankMatrix) -> LowRankMatrix:
+        """``self + other`` kept factored: ``A1 B1 + A2 B2 = [A1 A2] [B1; B2]``.
+
+        ``other`` must be a :class:`LowRankMatrix` of the same shape ``[m, n]``,
+        dtype and device (a typed error naming ``other`` otherwise). The result
+        has inner dimension ``r1 + r2`` (an upper bound on its rank), re-split at
+        ``min(m, n)`` when larger. Cost ``O((m + n)(r1 + r2))`` for the
+        concatenation; ``O(m (r1 + r2) n)`` only when re-split, where the
+        product is no larger than the factors.
+        """
+        other = self._check_addend(other)
+        return LowRankMatrix(torch.cat([self.A, other.A], dim=1), torch.cat([self.B, other.B], dim=0))
+
+    def __radd__(self, other: object) -> LowRankMatrix:
+        """``0 + self`` is ``self``, so ``sum(matrices)`` works; any other left operand is refused as in :meth:`__add__`."""
+        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
+            return self
+        return self._check_addend(other) + self
+
+    def __sub__(self, other: LowRankMatrix) -> LowRankMatrix:
+        """``self - other`` as ``self + (-other)`` (see :meth:`__add__`)."""
+        return self + -self._check_addend(other)
+
+    def _dense(self, max_entries: int, name: str, hint: str) -> torch.Tensor:
         m, n = self.shape
         if m * n > max_entries:
             raise MemoryBudgetError(
-                f"max_entries: forming a [{m}, {n}] matrix needs {m * n:,} entries ({m * n * self.A.element_size():,} bytes "
+                f"{name}: forming a [{m}, {n}] matrix needs {m * n:,} entries ({m * n * self.A.element_size():,} bytes "
                 f"in {self.dtype}), more than the allowed {max_entries:,} entries; slice it first, use topk / diagonal / "
-                "row_blocks, or raise max_entries"
+                f"row_blocks, or {hint}"
             )
         return self.A @ self.B
+
+    def dense(self, max_entries: int = DEFAULT_DENSE_LIMIT) -> torch.Tensor:
+        """The product ``[m, n]``; refuses (``MemoryBudgetError``) beyond ``max_entries`` entries."""
+        max_entries = check_int("max_entries", max_entries, 0)
+        return self._dense(max_entries, "max_entries", "raise max_entries")
+
+    @property
+    def AB(self) -> torch.Tensor:  # noqa: N802 — TransformerLens's name
+        """The dense product ``[m, n]``: TransformerLens ``FactoredMatrix.AB``, an alias of :meth:`dense`.
+
+        Refuses (``MemoryBudgetError``) beyond :data:`DEFAULT_DENSE_LIMIT` entries,
+        as :meth:`dense` does by default; ``dense(max_entries=...)`` allows more.
+        Cost ``O(m r n)`` time, ``m n`` entries of memory.
+        """
+        return self._dense(DEFAULT_DENSE_LIMIT, "AB", "call dense(max_entries=...) to allow more")
 
     # --------------------------------------------------------- small problems
     def _require_square(self, what: str) -> None:
@@ -282,6 +338,13 @@ class LowRankMatrix:
         gram_a = (self.A.T @ self.A).double()
         gram_b = (self.B @ self.B.T).double()
         return math.sqrt(max(float((gram_a * gram_b).sum()), 0.0))
+
+    def norm(self) -> float:
+        """The Frobenius norm ``‖AB‖_F``: TransformerLens ``FactoredMatrix.norm()``, an alias of :meth:`frobenius_norm`.
+
+        Returns a Python float (TransformerLens returns a tensor). Cost ``O((m + n) r²)``.
+        """
+        return self.frobenius_norm()
 
     # ---------------------------------------------------------------- slicing
     def __getitem__(self, key: Index | tuple[Index, Index]) -> LowRankMatrix | torch.Tensor:
