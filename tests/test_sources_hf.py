@@ -17,6 +17,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from circuitwidgets.errors import (  # noqa: E402
+    ArgumentError,
     ArgumentTypeError,
     NetworkRefusedError,
     NonFiniteError,
@@ -218,11 +219,12 @@ def test_tokenizer_name_is_refused() -> None:
 
 
 def test_unsupported_architecture_is_named_with_the_supported_ones() -> None:
-    cfg = transformers.LlamaConfig(
-        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+    cfg = transformers.MixtralConfig(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, num_local_experts=2,
     )
-    with pytest.raises(UnsupportedArchitectureError, match="LlamaForCausalLM") as info:
-        from_hf(transformers.LlamaForCausalLM(cfg))
+    with pytest.raises(UnsupportedArchitectureError, match="MixtralForCausalLM") as info:
+        from_hf(transformers.MixtralForCausalLM(cfg))
     for arch in SUPPORTED_ARCHITECTURES:
         assert arch in str(info.value)
 
@@ -336,9 +338,18 @@ def test_checkpoint_with_a_mismatched_tensor_names_it(tmp_path: Path) -> None:
 def test_unsupported_checkpoint_type_is_named(tmp_path: Path) -> None:
     from circuitwidgets.sources.safetensors_file import load_safetensors
 
+    (tmp_path / "config.json").write_text('{"model_type": "mamba", "architectures": ["MambaForCausalLM"]}')
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(UnsupportedArchitectureError, match="mamba"):
+        load_safetensors(tmp_path)
+
+
+def test_a_corrupt_decoder_checkpoint_is_a_typed_error(tmp_path: Path) -> None:
+    from circuitwidgets.sources.safetensors_file import load_safetensors
+
     (tmp_path / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
     (tmp_path / "model.safetensors").write_bytes(b"")
-    with pytest.raises(UnsupportedArchitectureError, match="llama"):
+    with pytest.raises(ArgumentError, match="not a readable save_pretrained checkpoint.*header"):
         load_safetensors(tmp_path)
 
 

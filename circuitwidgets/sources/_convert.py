@@ -190,6 +190,12 @@ _VERIFY_RTOL = {torch.float16: 5e-2, torch.bfloat16: 5e-2}
 _VERIFY_DEFAULT_RTOL = 1e-3
 
 
+def verification_tokens(d_vocab: int, n_pos: int) -> torch.Tensor:
+    """The ``[1, n_pos]`` random token ids :func:`verify_logits` compares on (seeded: always the same)."""
+    gen = torch.Generator().manual_seed(1234)
+    return torch.randint(0, d_vocab, (1, n_pos), generator=gen)
+
+
 def verify_logits(
     ours: CircuitModel,
     reference: Callable[[torch.Tensor], torch.Tensor],
@@ -205,9 +211,7 @@ def verify_logits(
     represent would otherwise give silently wrong analyses.
     """
     cfg = ours.cfg
-    n_pos = min(cfg.n_ctx, 8)
-    gen = torch.Generator().manual_seed(1234)
-    tokens = torch.randint(0, cfg.d_vocab, (1, n_pos), generator=gen)
+    tokens = verification_tokens(cfg.d_vocab, min(cfg.n_ctx, 8))
     with torch.no_grad():
         ref = reference(tokens.to(source_device)).detach().to("cpu", torch.float64)
         got = ours(tokens.to(ours.device)).detach().to("cpu", torch.float64)

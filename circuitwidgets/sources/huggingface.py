@@ -1,367 +1,78 @@
 """Hugging Face ``transformers`` causal LMs as a :class:`~circuitwidgets.CircuitModel`.
 
-Supported architectures:
+Supported architectures (:data:`SUPPORTED_ARCHITECTURES`):
 
-- ``GPT2LMHeadModel`` (GPT-2 family): ``Conv1D`` weights (``x @ W + b``), fused
-  ``c_attn`` split into queries, keys and values, learned absolute positions
-  (``"standard"``), tied or untied unembedding, ``scale_attn_weights`` and
-  ``scale_attn_by_inverse_layer_idx`` (the per-layer factor is folded into
-  ``W_Q``/``b_Q``).
-- ``GPTNeoXForCausalLM`` (GPT-NeoX, Pythia): fused ``query_key_value`` laid
-  out per head as ``[q | k | v]``, rotate-half rotary on the first
-  ``rotary_dim = head_dim * partial_rotary_factor`` (``rotary_pct``)
-  dimensions, parallel (``use_parallel_residual``) or sequential residual,
-  separate final layer norm and untied ``embed_out``.
+- GPT-2 and GPT-NeoX/Pythia (layer norms, learned or rotate-half rotary
+  positions): :mod:`circuitwidgets.sources.hf_gpt`;
+- Llama, Mistral, Qwen 2/3, Gemma 1/2/3, Phi-3, OLMo 2/3 and SmolLM 3 (RMS
+  norms, grouped-query attention, rotary with scaling, QK-norm, soft-caps,
+  sliding windows, gated MLPs): :mod:`circuitwidgets.sources.hf_decoders`,
+  whose docstring says what is folded and what is left out.
 
-Folded (see :mod:`circuitwidgets.sources._convert`): GPT-2's ``ln_1`` and
-NeoX's ``input_layernorm`` into ``W_Q, W_K, W_V`` and their biases; ``ln_2`` /
-``post_attention_layernorm`` into ``W_in, b_in``; ``ln_f`` /
-``final_layer_norm`` into ``W_U, b_U``. Our forward pass keeps the per-token
-normalisation ``(x - mean) / sqrt(var + eps)``. Nothing else changes: biases
-stay where they are and no weight is centred.
-
-No network, ever: a string (a hub name or a path) is refused with
-:class:`~circuitwidgets.errors.NetworkRefusedError`. Our forward pass does not
-depend on the model's attention implementation (``sdpa`` or ``eager``).
+A model is given in memory, or as a local directory written by
+``save_pretrained`` (weights read from safetensors only; a directory holding
+only pickled weights is refused without opening them). Any other string is
+taken for a hub name and refused with
+:class:`~circuitwidgets.errors.NetworkRefusedError`: circuitwidgets never
+downloads. Our forward pass does not depend on the model's attention
+implementation; ``verify=True`` checks the converted logits against the source's.
 """
 
 from __future__ import annotations
 
-import math
+import gc
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from circuitwidgets.errors import ArgumentTypeError, ShapeError, UnsupportedArchitectureError
+from circuitwidgets.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    ShapeError,
+    UnsupportedArchitectureError,
+)
 from circuitwidgets.model import CircuitModel, ModelConfig
 from circuitwidgets.sources._convert import (
-    Norm,
     RawModel,
     check_finite,
     check_finite_parameters,
-    check_shape,
     class_names,
     fold_attention_scales,
     fold_layer_norms,
     refuse_names,
-    take,
+    verification_tokens,
     verify_logits,
     work_dtype,
 )
+from circuitwidgets.sources.hf_decoders import FAMILIES, read_decoder
+from circuitwidgets.sources.hf_gpt import read_gpt2, read_neox
 from circuitwidgets.tokenizer import HFTokenizer, TokenizerLike
 
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "GPT2LMHeadModel": "GPT-2 family",
     "GPTNeoXForCausalLM": "GPT-NeoX / Pythia",
+    **{arch: family.label for arch, family in FAMILIES.items()},
 }
 """Hugging Face classes :func:`from_hf` reads, with the families they cover."""
 
-# Hugging Face activation names -> ours (same function; gelu_pytorch_tanh differs by rounding only).
-_ACTIVATIONS = {
-    "gelu_new": "gelu_new",
-    "gelu_fast": "gelu_fast",
-    "gelu_pytorch_tanh": "gelu_new",
-    "gelu": "gelu",
-    "relu": "relu",
-    "silu": "silu",
-    "swish": "silu",
-}
+_PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.pkl", "*.ckpt")
 
 
 def _supported_list() -> str:
     return ", ".join(f"{k} ({v})" for k, v in SUPPORTED_ARCHITECTURES.items())
 
 
-def _activation(name: object, arch: str) -> str:
-    if not isinstance(name, str) or name not in _ACTIVATIONS:
-        raise UnsupportedArchitectureError(
-            f"model.config: {arch} with activation {name!r} is not supported; supported activations are {sorted(_ACTIVATIONS)}"
-        )
-    return _ACTIVATIONS[name]
-
-
-def _layer_norm(module: Any, name: str, dtype: torch.dtype) -> tuple[Norm, float]:
-    """``(weight, bias)`` of an ``nn.LayerNorm`` and its eps."""
-    if not isinstance(module, torch.nn.LayerNorm):
-        raise UnsupportedArchitectureError(f"{name}: expected an nn.LayerNorm, got {type(module).__name__}")
-    if len(module.normalized_shape) != 1:
-        raise UnsupportedArchitectureError(
-            f"{name}: expected a layer norm over the last dimension only, got {tuple(module.normalized_shape)}"
-        )
-    weight = take(module.weight, dtype) if module.weight is not None else None
-    bias = take(module.bias, dtype) if module.bias is not None else None
-    return (weight, bias), float(module.eps)
-
-
-def _unwrap(module: Any) -> Any:
-    """The Hugging Face module itself when a TransformerLens bridge component wraps it."""
-    while getattr(module, "original_component", None) is not None:
-        module = module.original_component
-    return module
-
-
-def _at(obj: Any, path: str) -> Any:
-    """``obj.a.b.c`` for ``path="a.b.c"``, unwrapping bridge components at every step."""
-    obj = _unwrap(obj)
-    for part in path.split("."):
-        obj = _unwrap(getattr(obj, part))
-    return obj
-
-
-def _linear_bias(module: Any, dtype: torch.dtype) -> torch.Tensor | None:
-    bias = getattr(module, "bias", None)
-    return take(bias, dtype) if isinstance(bias, torch.Tensor) else None
-
-
-def _bias_or_zeros(module: Any, size: int, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
-    bias = _linear_bias(module, dtype)
-    return bias if bias is not None else torch.zeros(size, dtype=dtype, device=like.device)
-
-
-def _single_eps(eps: list[float], arch: str) -> float:
-    if any(not math.isclose(e, eps[0]) for e in eps):
-        raise UnsupportedArchitectureError(
-            f"model: {arch} layer norms with different eps {sorted(set(eps))} are not supported"
-        )
-    return eps[0]
-
-
-def _scales(modules: list[Any], default: float) -> list[float]:
-    """Divisor of attention scores per layer, read from each attention module's ``scaling``."""
-    out = []
-    for module in modules:
-        scaling = getattr(module, "scaling", None)
-        out.append(1.0 / float(scaling) if isinstance(scaling, (int, float)) and scaling else default)
-    return out
-
-
-def _read_gpt2(model: Any, dtype: torch.dtype) -> tuple[dict[str, Any], RawModel]:
-    hf = model.config
-    arch = "GPT2LMHeadModel"
-    if getattr(hf, "add_cross_attention", False):
-        raise UnsupportedArchitectureError(
-            f"model: {arch} with cross-attention (add_cross_attention=True) is not supported"
-        )
-    d, H = int(hf.n_embd), int(hf.n_head)
-    if d % H:
-        raise UnsupportedArchitectureError(f"model.config: n_embd={d} is not a multiple of n_head={H}")
-    dh = d // H
-    blocks = list(_at(model, "transformer.h"))
-    L = len(blocks)
-    W_E = take(_at(model, "transformer.wte").weight, dtype)
-    V = W_E.shape[0]
-    W_pos = take(_at(model, "transformer.wpe").weight, dtype)
-    n_ctx = W_pos.shape[0]
-    has_mlp = True
-    d_mlp = int(hf.n_inner) if getattr(hf, "n_inner", None) else 4 * d
-    Ws: dict[str, list[torch.Tensor]] = {
-        k: [] for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_in", "b_in", "W_out", "b_out")
-    }
-    ln1: list[Norm] = []
-    ln2: list[Norm] = []
-    eps: list[float] = []
-    for layer, block in enumerate(blocks):
-        attn = _at(block, "attn")
-        W = take(_at(attn, "c_attn").weight, dtype)  # Conv1D: [d_model, 3 * d_model]
-        check_shape(f"transformer.h.{layer}.attn.c_attn.weight", W, (d, 3 * d))
-        b = _bias_or_zeros(_at(attn, "c_attn"), 3 * d, dtype, W)
-        for i, letter in enumerate("QKV"):
-            Ws[f"W_{letter}"].append(W[:, i * d : (i + 1) * d].reshape(d, H, dh).permute(1, 0, 2))
-            Ws[f"b_{letter}"].append(b[i * d : (i + 1) * d].reshape(H, dh))
-        W_O = take(_at(attn, "c_proj").weight, dtype)  # [H * dh, d_model]
-        check_shape(f"transformer.h.{layer}.attn.c_proj.weight", W_O, (d, d))
-        Ws["W_O"].append(W_O.reshape(H, dh, d))
-        Ws["b_O"].append(_bias_or_zeros(_at(attn, "c_proj"), d, dtype, W))
-        W_in = take(_at(block, "mlp.c_fc").weight, dtype)  # [d_model, d_mlp]
-        check_shape(f"transformer.h.{layer}.mlp.c_fc.weight", W_in, (d, d_mlp))
-        Ws["W_in"].append(W_in)
-        Ws["b_in"].append(_bias_or_zeros(_at(block, "mlp.c_fc"), d_mlp, dtype, W))
-        W_out = take(_at(block, "mlp.c_proj").weight, dtype)  # [d_mlp, d_model]
-        check_shape(f"transformer.h.{layer}.mlp.c_proj.weight", W_out, (d_mlp, d))
-        Ws["W_out"].append(W_out)
-        Ws["b_out"].append(_bias_or_zeros(_at(block, "mlp.c_proj"), d, dtype, W))
-        n1, e1 = _layer_norm(_at(block, "ln_1"), f"transformer.h.{layer}.ln_1", dtype)
-        n2, e2 = _layer_norm(_at(block, "ln_2"), f"transformer.h.{layer}.ln_2", dtype)
-        ln1.append(n1)
-        ln2.append(n2)
-        eps += [e1, e2]
-    ln_f, e_f = _layer_norm(_at(model, "transformer.ln_f"), "transformer.ln_f", dtype)
-    eps.append(e_f)
-    head = _unwrap(model.get_output_embeddings())  # lm_head: [d_vocab, d_model], tied to wte by default
-    W_U = take(head.weight, dtype).T.contiguous()
-    check_shape("lm_head.weight (transposed)", W_U, (d, V))
-    weights: dict[str, torch.Tensor] = {"W_E": W_E, "W_pos": W_pos, "W_U": W_U}
-    b_U = _linear_bias(head, dtype)
-    if b_U is not None:
-        weights["b_U"] = b_U
-    weights |= {k: torch.stack(v) for k, v in Ws.items()}
-    default_scale = math.sqrt(dh) if getattr(hf, "scale_attn_weights", True) else 1.0
-    scales = _scales([_at(block, "attn") for block in blocks], default_scale)
-    if not any(hasattr(_at(block, "attn"), "scaling") for block in blocks) and getattr(
-        hf, "scale_attn_by_inverse_layer_idx", False
-    ):
-        scales = [s * (layer + 1) for layer, s in enumerate(scales)]
-    shape = {
-        "n_layers": L,
-        "n_heads": H,
-        "d_model": d,
-        "d_head": dh,
-        "d_vocab": V,
-        "n_ctx": n_ctx,
-        "positional_embedding_type": "standard",
-        "normalization": "ln_pre",
-        "has_mlp": has_mlp,
-        "d_mlp": d_mlp,
-        "act_fn": _activation(getattr(hf, "activation_function", "gelu_new"), arch),
-        "parallel_attn_mlp": False,
-        "ln_eps": _single_eps(eps, arch),
-        "architecture": "gpt2",
-    }
-    return shape, RawModel(weights, ln1, ln2, ln_f, scales)
-
-
-def _neox_rotary(model: Any, d_head: int) -> tuple[int, float]:
-    """``(rotary_dim, base)`` of a GPT-NeoX model, refusing scaled or non-default rotary."""
-    hf = model.config
-    params = getattr(hf, "rope_parameters", None)
-    if isinstance(params, dict):
-        rope_type = params.get("rope_type", params.get("type", "default"))
-        base = float(params.get("rope_theta", getattr(hf, "rotary_emb_base", 10_000.0)))
-        fraction = float(params.get("partial_rotary_factor", getattr(hf, "rotary_pct", 1.0)))
-    else:
-        scaling = getattr(hf, "rope_scaling", None)
-        rope_type = scaling.get("rope_type", scaling.get("type", "default")) if isinstance(scaling, dict) else "default"
-        base = float(getattr(hf, "rotary_emb_base", 10_000.0))
-        fraction = float(getattr(hf, "rotary_pct", 1.0))
-    if rope_type != "default":
-        raise UnsupportedArchitectureError(
-            f"model.config: GPTNeoXForCausalLM with rotary scaling {rope_type!r} is not supported; only default rotary is"
-        )
-    rotary_dim = int(d_head * fraction)
-    emb = _unwrap(getattr(_unwrap(getattr(model, "gpt_neox", None)), "rotary_emb", None))
-    inv_freq = getattr(emb, "inv_freq", None)
-    if isinstance(inv_freq, torch.Tensor):
-        # What the model actually uses wins over what the config says.
-        rotary_dim = 2 * int(inv_freq.numel())
-        if float(getattr(emb, "attention_scaling", 1.0)) != 1.0:
-            raise UnsupportedArchitectureError(
-                "model.gpt_neox.rotary_emb: rotary with attention scaling is not supported"
-            )
-        expected = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))
-        if not torch.allclose(inv_freq.detach().cpu().double(), expected, rtol=1e-5, atol=0.0):
-            raise UnsupportedArchitectureError(
-                "model.gpt_neox.rotary_emb.inv_freq: expected the default rotary frequencies base^(-2i/rotary_dim) "
-                f"with base={base}, rotary_dim={rotary_dim}; got other frequencies"
-            )
-    if rotary_dim % 2 or rotary_dim > d_head:
-        raise UnsupportedArchitectureError(
-            f"model.config: rotary_dim={rotary_dim} must be even and at most d_head={d_head}"
-        )
-    return rotary_dim, base
-
-
-def _read_neox(model: Any, dtype: torch.dtype) -> tuple[dict[str, Any], RawModel]:
-    hf = model.config
-    arch = "GPTNeoXForCausalLM"
-    d, H = int(hf.hidden_size), int(hf.num_attention_heads)
-    if d % H:
-        raise UnsupportedArchitectureError(
-            f"model.config: hidden_size={d} is not a multiple of num_attention_heads={H}"
-        )
-    dh = d // H
-    head_dim = getattr(hf, "head_dim", None)
-    if head_dim is not None and int(head_dim) != dh:
-        raise UnsupportedArchitectureError(
-            f"model.config: head_dim={head_dim} differs from hidden_size / num_attention_heads = {dh}"
-        )
-    rotary_dim, base = _neox_rotary(model, dh)
-    core = _at(model, "gpt_neox")
-    layers = list(core.layers)
-    L = len(layers)
-    W_E = take(_at(core, "embed_in").weight, dtype)
-    V = W_E.shape[0]
-    d_mlp = int(hf.intermediate_size)
-    Ws: dict[str, list[torch.Tensor]] = {k: [] for k in ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out")}
-    bs: dict[str, list[torch.Tensor | None]] = {k: [] for k in ("b_Q", "b_K", "b_V", "b_O", "b_in", "b_out")}
-    ln1: list[Norm] = []
-    ln2: list[Norm] = []
-    eps: list[float] = []
-    for layer, block in enumerate(layers):
-        attn = _at(block, "attention")
-        prefix = f"gpt_neox.layers.{layer}"
-        W = take(_at(attn, "query_key_value").weight, dtype)  # nn.Linear: [3 * d_model, d_model], per head [q | k | v]
-        check_shape(f"{prefix}.attention.query_key_value.weight", W, (3 * d, d))
-        W = W.T.reshape(d, H, 3, dh)
-        b = _linear_bias(_at(attn, "query_key_value"), dtype)
-        b3 = b.reshape(H, 3, dh) if b is not None else None
-        for i, letter in enumerate("QKV"):
-            Ws[f"W_{letter}"].append(W[:, :, i, :].permute(1, 0, 2))
-            bs[f"b_{letter}"].append(b3[:, i, :] if b3 is not None else None)
-        W_O = take(_at(attn, "dense").weight, dtype)  # [d_model, H * dh]
-        check_shape(f"{prefix}.attention.dense.weight", W_O, (d, d))
-        Ws["W_O"].append(W_O.T.reshape(H, dh, d))
-        bs["b_O"].append(_linear_bias(_at(attn, "dense"), dtype))
-        W_in = take(_at(block, "mlp.dense_h_to_4h").weight, dtype)
-        check_shape(f"{prefix}.mlp.dense_h_to_4h.weight", W_in, (d_mlp, d))
-        Ws["W_in"].append(W_in.T)
-        bs["b_in"].append(_linear_bias(_at(block, "mlp.dense_h_to_4h"), dtype))
-        W_out = take(_at(block, "mlp.dense_4h_to_h").weight, dtype)
-        check_shape(f"{prefix}.mlp.dense_4h_to_h.weight", W_out, (d, d_mlp))
-        Ws["W_out"].append(W_out.T)
-        bs["b_out"].append(_linear_bias(_at(block, "mlp.dense_4h_to_h"), dtype))
-        n1, e1 = _layer_norm(_at(block, "input_layernorm"), f"{prefix}.input_layernorm", dtype)
-        n2, e2 = _layer_norm(_at(block, "post_attention_layernorm"), f"{prefix}.post_attention_layernorm", dtype)
-        ln1.append(n1)
-        ln2.append(n2)
-        eps += [e1, e2]
-    ln_f, e_f = _layer_norm(_at(core, "final_layer_norm"), "gpt_neox.final_layer_norm", dtype)
-    eps.append(e_f)
-    head = _unwrap(model.get_output_embeddings())  # ``embed_out`` before transformers 5, ``lm_head`` since
-    W_U = take(head.weight, dtype).T.contiguous()
-    check_shape("output embeddings (embed_out / lm_head) weight, transposed", W_U, (d, V))
-    weights: dict[str, torch.Tensor] = {"W_E": W_E, "W_U": W_U}
-    b_U = _linear_bias(head, dtype)
-    if b_U is not None:
-        weights["b_U"] = b_U
-    weights |= {k: torch.stack(v).contiguous() for k, v in Ws.items()}
-    for name, values in bs.items():
-        present = [v for v in values if v is not None]
-        if len(present) == len(values) and values:
-            weights[name] = torch.stack(present).contiguous()
-        elif present:
-            raise UnsupportedArchitectureError(f"model: {arch} with {name} in some layers only is not supported")
-    scales = _scales([_at(block, "attention") for block in layers], math.sqrt(dh))
-    shape = {
-        "n_layers": L,
-        "n_heads": H,
-        "d_model": d,
-        "d_head": dh,
-        "d_vocab": V,
-        "n_ctx": int(getattr(hf, "max_position_embeddings", 2048)),
-        "positional_embedding_type": "rotary" if rotary_dim > 0 else "none",
-        "rotary_dim": rotary_dim or None,
-        "rotary_base": base,
-        "normalization": "ln_pre",
-        "has_mlp": True,
-        "d_mlp": d_mlp,
-        "act_fn": _activation(getattr(hf, "hidden_act", "gelu"), arch),
-        "parallel_attn_mlp": bool(getattr(hf, "use_parallel_residual", True)),
-        "ln_eps": _single_eps(eps, arch),
-        "architecture": "gpt_neox",
-    }
-    return shape, RawModel(weights, ln1, ln2, ln_f, scales)
-
-
-def _reader(model: Any) -> Any:
-    """The reader of ``model``'s architecture, or a typed error naming it."""
+def _architecture(model: Any) -> str:
+    """The supported class ``model`` is (or derives from), or a typed error naming it."""
     names = class_names(model)
     arch = type(model).__name__
     if not hasattr(model, "config") or "PreTrainedModel" not in names:
         raise ArgumentTypeError(f"model: expected a Hugging Face transformers model ({_supported_list()}), got {arch}")
-    if "GPT2LMHeadModel" in names:
-        return _read_gpt2
-    if "GPTNeoXForCausalLM" in names:
-        return _read_neox
+    for supported in SUPPORTED_ARCHITECTURES:
+        if supported in names:
+            return supported
     model_type = getattr(model.config, "model_type", None)
     raise UnsupportedArchitectureError(
         f"model: architecture {arch} (model_type {model_type!r}) is not supported; "
@@ -370,33 +81,101 @@ def _reader(model: Any) -> Any:
 
 
 def read_hf(model: Any, dtype: torch.dtype) -> tuple[dict[str, Any], RawModel]:
-    """Shape (``ModelConfig`` fields) and unfolded weights of a supported Hugging Face model."""
-    shape, raw = _reader(model)(model, dtype)
-    return shape, raw
+    """Shape (``ModelConfig`` fields) and unfolded weights of a GPT-2 or GPT-NeoX model."""
+    arch = _architecture(model)
+    if arch == "GPT2LMHeadModel":
+        return read_gpt2(model, dtype)
+    if arch == "GPTNeoXForCausalLM":
+        return read_neox(model, dtype)
+    raise UnsupportedArchitectureError(f"model: read_hf reads GPT-2 and GPT-NeoX layer-norm models, got {arch}")
+
+
+def _is_directory(value: object) -> bool:
+    return isinstance(value, (str, os.PathLike)) and "\x00" not in str(value) and Path(value).is_dir()
+
+
+def _weight_files(root: Path) -> list[Path]:
+    """The safetensors files of a ``save_pretrained`` directory; pickles are refused unopened."""
+    files = sorted(root.glob("*.safetensors"))
+    if files:
+        return files
+    pickles = sorted(p.name for pattern in _PICKLED_WEIGHTS for p in root.glob(pattern))
+    if pickles:
+        raise ArgumentError(
+            f"model: {root} holds pickled weights {pickles} and no *.safetensors; circuitwidgets never unpickles "
+            "files (a pickle can run code). Save the model with save_pretrained(..., safe_serialization=True)"
+        )
+    raise ArgumentError(f"model: expected a directory written by save_pretrained (config.json and *.safetensors), got {root}")
+
+
+def _load_directory(root: Path) -> tuple[Any, Any]:
+    """``(model, tokenizer or None)`` of a local ``save_pretrained`` directory, in the stored dtype, offline."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if not (root / "config.json").is_file():
+        raise ArgumentError(f"model: expected a directory written by save_pretrained (with config.json), got {root}")
+    _weight_files(root)
+    config = AutoConfig.from_pretrained(root, local_files_only=True)
+    declared = [str(a) for a in (getattr(config, "architectures", None) or [])]
+    if declared and not set(declared) & set(SUPPORTED_ARCHITECTURES):
+        raise UnsupportedArchitectureError(
+            f"model: {root} holds a {', '.join(declared)}, which is not supported; supported architectures are {_supported_list()}"
+        )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            root, local_files_only=True, use_safetensors=True, dtype="auto", attn_implementation="eager"
+        )
+    except Exception as exc:  # safetensors, JSON and transformers' own errors all mean a bad checkpoint
+        raise ArgumentError(f"model: {root} is not a readable save_pretrained checkpoint ({type(exc).__name__}: {exc})") from None
+    tokenizer = None
+    if (root / "tokenizer.json").is_file() or (root / "tokenizer_config.json").is_file():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(root, local_files_only=True)
+    return model, tokenizer
+
+
+def _release_layer(block: Any) -> None:
+    """Free a source layer's tensors once read (the directory loader owns that model)."""
+    for param in block.parameters():
+        param.data = torch.empty(0, dtype=param.dtype, device=param.device)
+    gc.collect()
+
+
+def _gpt_weights(model: Any, arch: str, dtype: torch.dtype, device: torch.device) -> tuple[dict[str, Any], dict[str, torch.Tensor], float | None]:
+    """Shape, folded weights and score divisor of a GPT-2 or GPT-NeoX model."""
+    shape, raw = read_hf(model, work_dtype(dtype))
+    check_finite(raw.weights, f"model ({arch})")
+    weights = fold_layer_norms(raw)
+    attn_scale = fold_attention_scales(weights, raw.attn_scales)
+    return shape, {k: v.to(device=device, dtype=dtype).contiguous() for k, v in weights.items()}, attn_scale
 
 
 def from_hf(
     model: Any,
     tokenizer: Any = None,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     device: str | torch.device | None = None,
     verify: bool = True,
     name: str | None = None,
 ) -> CircuitModel:
-    """Convert a Hugging Face causal LM (already in memory) to a :class:`CircuitModel`.
+    """Convert a Hugging Face causal LM to a :class:`CircuitModel`.
 
     Parameters
     ----------
     model
-        A ``GPT2LMHeadModel`` or a ``GPTNeoXForCausalLM`` (any size, random or
-        trained). Strings are refused: load the model yourself, offline.
+        A supported model in memory (:data:`SUPPORTED_ARCHITECTURES`; any size,
+        random or trained), or the path of a local directory written by
+        ``save_pretrained`` (safetensors weights; its tokenizer is loaded when
+        the directory has one). Any other string is refused: circuitwidgets
+        never downloads.
     tokenizer
         Optional Hugging Face tokenizer; wrapped in
         :class:`~circuitwidgets.tokenizer.HFTokenizer`.
     dtype, device
-        Dtype of the canonical weights (default float32) and their device
-        (default: the source model's).
+        Dtype of the canonical weights (default: the source's, so a bfloat16
+        checkpoint stays bfloat16) and their device (default: the source's).
     verify
         Run the source and the converted model on one short random sequence and
         raise :class:`~circuitwidgets.errors.UnsupportedArchitectureError` if
@@ -404,38 +183,66 @@ def from_hf(
     name
         Display name (default: the model's ``name_or_path`` or class name).
 
-    Cost: one copy of the weights; folding is ``O(n_layers · d_model²)``.
+    Cost: one copy of the weights (from a directory, the source's layers are
+    freed as they are converted, so the peak stays near one copy); folding is
+    ``O(n_layers · d_model²)``.
     """
+    from_directory = _is_directory(model)
+    if from_directory:
+        root = Path(model)
+        model, found = _load_directory(root)
+        tokenizer = tokenizer if tokenizer is not None else found
+        name = name or root.name
     refuse_names(model, "model", "from_hf")
     refuse_names(tokenizer, "tokenizer", "from_hf")
-    arch = type(model).__name__
-    reader = _reader(model)
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise ArgumentTypeError(f"dtype: expected a floating-point torch.dtype or None, got {dtype!r}")
+    arch = _architecture(model)
     check_finite_parameters(model, f"model ({arch})")
     params = list(model.parameters())
     source_dtype = params[0].dtype if params else torch.float32
     source_device = params[0].device if params else torch.device("cpu")
+    target_dtype = dtype or source_dtype
     target_device = torch.device(device) if device is not None else source_device
-    wd = work_dtype(dtype)
-    shape, raw = reader(model, wd)
-    check_finite(raw.weights, f"model ({arch})")
-    weights = fold_layer_norms(raw)
-    attn_scale = fold_attention_scales(weights, raw.attn_scales)
+    was_training = bool(model.training)
+    model.eval()
+    reference = None
+    if verify and from_directory:  # the source is consumed by the conversion: take its logits first
+        tokens = verification_tokens(int(model.get_input_embeddings().weight.shape[0]), min(8, int(getattr(model.config, "max_position_embeddings", 8))))
+        with torch.no_grad():
+            reference = model(input_ids=tokens.to(source_device)).logits.detach()
+    attn_scale: float | None
+    try:
+        if arch in FAMILIES:
+            shape, weights, attn_scale = read_decoder(
+                model, FAMILIES[arch], work_dtype(target_dtype), target_dtype, target_device,
+                release=_release_layer if from_directory else None,
+            )
+        else:
+            shape, weights, attn_scale = _gpt_weights(model, arch, target_dtype, target_device)
+        ours = _assemble(model, shape, weights, attn_scale, tokenizer, name or _display_name(model, arch))
+        if verify:
+            source = (lambda t: reference) if reference is not None else (lambda t: model(input_ids=t).logits)
+            verify_logits(ours, source, source_dtype, source_device, f"model ({arch})")
+    finally:
+        model.train(was_training)
+    return ours
+
+
+def _display_name(model: Any, arch: str) -> str:
+    return str(getattr(model.config, "_name_or_path", "") or getattr(model, "name_or_path", "") or arch)
+
+
+def _assemble(
+    model: Any, shape: dict[str, Any], weights: dict[str, torch.Tensor], attn_scale: float | None, tokenizer: Any, name: str
+) -> CircuitModel:
+    """The :class:`CircuitModel` of converted weights, with the tokenizer checked against the vocabulary."""
     wrapped: TokenizerLike | None = HFTokenizer(tokenizer) if tokenizer is not None else None
     bos = wrapped.bos_token_id if wrapped is not None else getattr(model.config, "bos_token_id", None)
     bos = bos if isinstance(bos, int) and 0 <= bos < int(shape["d_vocab"]) else None
     cfg = ModelConfig(**shape, attn_scale=attn_scale, bos_token_id=bos)
-    weights = {k: v.to(device=target_device, dtype=dtype).contiguous() for k, v in weights.items()}
     if wrapped is not None and wrapped.vocab_size > cfg.d_vocab:
         raise ShapeError(
             f"tokenizer: vocabulary of {wrapped.vocab_size} tokens does not fit the model's d_vocab={cfg.d_vocab}"
         )
-    display = name or str(getattr(model.config, "_name_or_path", "") or getattr(model, "name_or_path", "") or arch)
-    ours = CircuitModel(cfg, weights, tokenizer=wrapped, name=display)
-    if verify:
-        was_training = bool(model.training)
-        model.eval()
-        try:
-            verify_logits(ours, lambda t: model(input_ids=t).logits, source_dtype, source_device, f"model ({arch})")
-        finally:
-            model.train(was_training)
-    return ours
+    return CircuitModel(cfg, weights, tokenizer=wrapped, name=name)

@@ -8,7 +8,10 @@
   (``config.json`` with ``model_type`` ``"gpt2"`` or ``"gpt_neox"`` and one or
   more ``*.safetensors`` files, as ``save_pretrained`` writes them): the model
   is built from its config, offline, its weights loaded from safetensors, and
-  converted with :func:`~circuitwidgets.from_hf` (same folding).
+  converted with :func:`~circuitwidgets.from_hf` (same folding);
+- a ``save_pretrained`` directory of a decoder family (Llama, Mistral, Qwen,
+  Gemma, Phi-3, OLMo, SmolLM 3): read by :func:`~circuitwidgets.from_hf`, which
+  frees the source layer by layer as it converts.
 
 ``pytorch_model.bin`` and other pickles are refused with a clear error, never
 opened: unpickling can run arbitrary code.
@@ -70,12 +73,19 @@ def _load_state(files: list[Path]) -> dict[str, torch.Tensor]:
     return state
 
 
+def _decoder_classes() -> set[str]:
+    from circuitwidgets.sources.hf_decoders import FAMILIES
+
+    return set(FAMILIES)
+
+
 def _check_model_type(config: dict[str, Any], root: Path) -> str:
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or model_type not in _HF_CLASSES:
         raise UnsupportedArchitectureError(
             f"path: {root / 'config.json'} describes model_type {model_type!r} "
-            f"(architectures {config.get('architectures')}); supported model types are {sorted(_HF_CLASSES)}"
+            f"(architectures {config.get('architectures')}); supported are model types {sorted(_HF_CLASSES)} "
+            f"and the architectures {sorted(_decoder_classes())}"
         )
     return model_type
 
@@ -142,6 +152,10 @@ def load_safetensors(
     config = _read_config(root)
     if "n_layers" in config and "d_model" in config:  # written by CircuitModel.save
         return CircuitModel.load(root, dtype=dtype, device=device)
+    if config.get("model_type") not in _HF_CLASSES and set(config.get("architectures") or []) & _decoder_classes():
+        from circuitwidgets.sources.huggingface import from_hf
+
+        return from_hf(root, tokenizer, dtype=dtype, device=device)
     _check_model_type(config, root)
     state = _load_state(_safetensors_files(root))
     model = _hf_model(config, state, root)
