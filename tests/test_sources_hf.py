@@ -349,7 +349,7 @@ def test_a_corrupt_decoder_checkpoint_is_a_typed_error(tmp_path: Path) -> None:
 
     (tmp_path / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
     (tmp_path / "model.safetensors").write_bytes(b"")
-    with pytest.raises(ArgumentError, match="not a readable save_pretrained checkpoint.*header"):
+    with pytest.raises(ArgumentError, match=r"not a readable save_pretrained checkpoint.*header"):
         load_safetensors(tmp_path)
 
 
