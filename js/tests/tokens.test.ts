@@ -1,6 +1,18 @@
 // @vitest-environment happy-dom
 import { describe, expect, it } from "vitest";
-import { MAX_TOKEN_CHARS, setTokenText, tokenLabel, tokenSpan, visibleToken } from "../src/lib/tokens";
+import {
+  BYTE_BASE,
+  isByteCodePoint,
+  MAX_TOKEN_CHARS,
+  setTokenText,
+  tokenLabel,
+  tokenSpan,
+  visibleToken,
+} from "../src/lib/tokens";
+import { MIRROR_CASES } from "./tokens-mirror";
+
+/** The byte code point the kernel sends for raw byte `b` of a partial UTF-8 character. */
+const byte = (b: number): string => String.fromCodePoint(BYTE_BASE + b);
 
 describe("visibleToken", () => {
   it("makes whitespace visible", () => {
@@ -9,10 +21,15 @@ describe("visibleToken", () => {
     expect(visibleToken("\tx")).toBe("→x");
   });
 
-  it("escapes other control characters as \\xNN", () => {
+  it("escapes other C0 control characters and DEL as \\xNN", () => {
     expect(visibleToken("\r")).toBe("\\x0d");
     expect(visibleToken("a\u0000b")).toBe("a\\x00b");
-    expect(visibleToken("\u007f\u0085")).toBe("\\x7f\\x85");
+    expect(visibleToken("\u007f")).toBe("\\x7f");
+  });
+
+  it("escapes C1 control characters as \\u00NN, so they never look like raw bytes", () => {
+    expect(visibleToken("\u0085")).toBe("\\u0085");
+    expect(visibleToken("\u0080x\u009f")).toBe("\\u0080x\\u009f");
   });
 
   it("escapes bidirectional controls and zero-width characters as \\uXXXX", () => {
@@ -29,6 +46,55 @@ describe("visibleToken", () => {
 
   it("keeps other characters, including astral ones", () => {
     expect(visibleToken("déjà 🙂")).toBe("déjà·🙂");
+  });
+});
+
+describe("raw bytes and SentencePiece spaces", () => {
+  it("shows byte code points (U+EF80-U+EFFF) as \\xNN", () => {
+    // The first two bytes of "€" (E2 82 AC), as a byte-level BPE token.
+    expect(visibleToken(byte(0xe2) + byte(0x82))).toBe("\\xe2\\x82");
+    expect(visibleToken(` ${byte(0xe2)}${byte(0x80)}`)).toBe("·\\xe2\\x80");
+    expect(visibleToken(byte(0x80) + byte(0xff))).toBe("\\x80\\xff");
+    expect(visibleToken(`na${byte(0xc3)}`)).toBe("na\\xc3");
+  });
+
+  it("keeps the neighbours of the range and ordinary Private Use characters", () => {
+    expect(isByteCodePoint(0xef7f) || isByteCodePoint(0xf000)).toBe(false);
+    expect(isByteCodePoint(0xef80) && isByteCodePoint(0xefff)).toBe(true);
+    expect(visibleToken("\uef7f\uf000\ue000")).toBe("\uef7f\uf000\ue000");
+  });
+
+  it("shows a SentencePiece space, which the kernel sends as a space, like any space", () => {
+    expect(visibleToken(" the")).toBe("·the");
+    expect(visibleToken("  ")).toBe("··");
+    // A literal U+2581 that reaches the view is a real character (byte-level
+    // vocabularies contain it) and stays as it is.
+    expect(visibleToken("\u2581the")).toBe("\u2581the");
+  });
+
+  it("a byte-fallback newline, sent as a newline, is the newline glyph", () => {
+    expect(visibleToken("\n")).toBe("⏎");
+  });
+
+  it("writes bytes as text into the page, never as markup", () => {
+    const span = tokenSpan(document, `<b>${byte(0xe2)}</b>`);
+    expect(span.children.length).toBe(0);
+    expect(span.textContent).toBe("<b>\\xe2</b>");
+  });
+
+  it("counts an escaped byte as four characters and never cuts an escape when truncating", () => {
+    const label = tokenLabel(byte(0xe2).repeat(20), 10);
+    expect(label.text).toBe("\\xe2\\xe2…");
+    expect(label.title).toBe("\\xe2".repeat(20));
+    expect(tokenLabel(`ab${byte(0xe2)}${byte(0x82)}`, 4).text).toBe("ab…");
+    expect(tokenLabel(byte(0xe2).repeat(3), 2).text).toBe("\\xe2…");
+    expect(tokenLabel(byte(0xe2).repeat(2), 8)).toEqual({ text: "\\xe2\\xe2", title: null });
+  });
+});
+
+describe("the Python mirror (circuitwidgets/_text.py)", () => {
+  it.each(MIRROR_CASES)("shows %j as %j", (token, shown) => {
+    expect(visibleToken(token)).toBe(shown);
   });
 });
 

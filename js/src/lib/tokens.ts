@@ -4,6 +4,14 @@
 // `title` or canvas `fillText`, never parsed as HTML. Whitespace and control
 // characters are made visible so that " the" and "the" do not look alike,
 // and bidirectional controls are escaped so that they cannot reorder a label.
+//
+// The kernel sends each token as its bytes (circuitwidgets/tokenizer.py):
+// SentencePiece's "▁" already turned into a space and "<0x0A>" into a newline,
+// and every byte that is not part of a valid UTF-8 character (a byte-level
+// BPE token holding the first two bytes of "€") as a byte code point
+// U+EF80-U+EFFF (byte b at 0xEF00 + b, Private Use Area). Byte code points
+// are shown as `\xNN` (lowercase hex, NN >= 80); C1 control characters
+// (U+0080-U+009F) as `\u0080`-style escapes so the two never look alike.
 
 /** Tokens longer than this (in code points, after escaping) are truncated. */
 export const MAX_TOKEN_CHARS = 40;
@@ -22,6 +30,14 @@ function hex4(code: number): string {
   return `\\u${code.toString(16).padStart(4, "0")}`;
 }
 
+/** Byte b (0x80-0xFF) outside any valid UTF-8 character travels as code point BYTE_BASE + b. */
+export const BYTE_BASE = 0xef00;
+
+/** Whether `code` is a byte code point (U+EF80-U+EFFF): a raw byte of a partial UTF-8 character. */
+export function isByteCodePoint(code: number): boolean {
+  return code >= BYTE_BASE + 0x80 && code <= BYTE_BASE + 0xff;
+}
+
 /**
  * Invisible format characters that would reorder or hide neighbouring text:
  * bidirectional marks, embeddings, overrides and isolates (U+200E-F,
@@ -38,20 +54,25 @@ export function isInvisibleFormat(code: number): boolean {
   );
 }
 
-/** The token with spaces, newlines, tabs and control characters made visible. */
+/** What one character of a token looks like: itself, a glyph, or an escape. */
+function visibleChar(ch: string): string {
+  const mapped = VISIBLE[ch];
+  if (mapped !== undefined) return mapped;
+  const code = ch.codePointAt(0) ?? 0;
+  if (code < 0x20 || code === 0x7f) return hex2(code);
+  if (isByteCodePoint(code)) return hex2(code - BYTE_BASE);
+  if ((code >= 0x80 && code <= 0x9f) || isInvisibleFormat(code)) return hex4(code);
+  return ch;
+}
+
+/**
+ * The token with spaces, newlines and tabs shown as `·⏎→`, C0 control characters
+ * and DEL as `\xNN`, raw bytes (byte code points) as `\xNN` (NN >= 80), and C1
+ * controls and invisible format characters as `\uXXXX`.
+ */
 export function visibleToken(token: string): string {
   let out = "";
-  for (const ch of token) {
-    const mapped = VISIBLE[ch];
-    if (mapped !== undefined) {
-      out += mapped;
-      continue;
-    }
-    const code = ch.codePointAt(0) ?? 0;
-    if (code < 0x20 || (code >= 0x7f && code <= 0x9f)) out += hex2(code);
-    else if (isInvisibleFormat(code)) out += hex4(code);
-    else out += ch;
-  }
+  for (const ch of token) out += visibleChar(ch);
   return out;
 }
 
@@ -61,12 +82,24 @@ export interface TokenLabel {
   title: string | null;
 }
 
-/** Visible text of a token, truncated to `max` code points with an ellipsis. */
+/**
+ * Visible text of a token, truncated to `max` code points with an ellipsis
+ * (fewer where the cut would split an escape; at least one character is kept).
+ */
 export function tokenLabel(token: string, max: number = MAX_TOKEN_CHARS): TokenLabel {
-  const visible = visibleToken(token);
-  const chars = Array.from(visible);
-  if (chars.length <= max) return { text: visible, title: null };
-  return { text: `${chars.slice(0, Math.max(1, max - 1)).join("")}\u2026`, title: visible };
+  const pieces = Array.from(token, visibleChar);
+  const visible = pieces.join("");
+  const length = (piece: string): number => Array.from(piece).length;
+  if (pieces.reduce((n, piece) => n + length(piece), 0) <= max) return { text: visible, title: null };
+  // Cut between whole characters, so an escape such as `\xe2` is never split.
+  let text = "";
+  let used = 0;
+  for (const piece of pieces) {
+    if (used > 0 && used + length(piece) > max - 1) break;
+    text += piece;
+    used += length(piece);
+  }
+  return { text: `${text}\u2026`, title: visible };
 }
 
 /** Write a token into an element as text (never HTML). */
