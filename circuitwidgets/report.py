@@ -113,7 +113,7 @@ def build_sections(model: CircuitModel, text: str = DEFAULT_TEXT, log: Callable[
         f"which sources a destination attends to, the OV circuit what attending to them predicts. Shown: the strongest "
         f"copying head, L{int(layer)}H{int(head)}; flagged rows copy the source token. Choose another head or search a source "
         f"token (tokens not precomputed here need a live kernel).</p>",
-        SkipTrigramTable(model, layer=int(layer), head=int(head)),
+        SkipTrigramTable(model, selected_layer=int(layer), selected_head=int(head)),
     ))
     if cfg.n_layers >= 2:
         log("composition")

@@ -688,8 +688,8 @@ VIEW_TRAITS: dict[str, dict[str, list[Any]]] = {
         "qk_circuit": CHOICE_BAD,
     },
     "SkipTrigramTable": {
-        "layer": SELECTION_BAD,
-        "head": SELECTION_BAD,
+        "selected_layer": SELECTION_BAD,
+        "selected_head": SELECTION_BAD,
         "source_token": [V, *SELECTION_BAD],
         "selected_row": SELECTION_BAD,
         "source_query": QUERY_BAD,

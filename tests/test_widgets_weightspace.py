@@ -255,7 +255,7 @@ def test_trigram_visible_whitespace_resolves(hostile_model: CircuitModel) -> Non
 def test_trigram_heads_not_precomputed_are_computed_when_selected(model: CircuitModel) -> None:
     w = SkipTrigramTable(model, layer=0, head=0, k=3, profile_k=2, heads=[(0, 0)])
     assert w.ready.tolist() == [[1, 0, 0], [0, 0, 0]]
-    from_view(w, layer=1, head=1)
+    from_view(w, selected_layer=1, selected_head=1)
     assert w.ready[1, 1] == 1
     assert _triples(w.trigrams).keys() >= _triples(circuits.skip_trigrams(model, 1, 1, k=3, by="ov")).keys()
 
@@ -289,15 +289,15 @@ def test_trigram_selected_row_resets_when_head_changes(table: SkipTrigramTable) 
     table.layer, table.head, table.source_token = 0, 0, -1
     from_view(table, selected_row=1)
     assert table.selected_trigram == table.trigrams[1]
-    from_view(table, head=1)
+    from_view(table, selected_head=1)
     assert table.selected_row == -1 and table.selected_trigram is None
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        {"layer": 2},
-        {"head": -1},
+        {"selected_layer": 2},
+        {"selected_head": -1},
         {"source_token": 50},
         {"source_token": -2},
         {"source_token": "the"},

@@ -15,6 +15,8 @@ import numpy as np
 import traitlets
 from numpy.typing import NDArray
 
+from circuitwidgets.widgets._spec import trait_error
+
 __all__ = [
     "WIRE_DTYPES",
     "ArrayJSON",
@@ -22,6 +24,7 @@ __all__ = [
     "array_from_json",
     "array_serialization",
     "array_to_json",
+    "data_serialization",
     "quantise_unit",
 ]
 
@@ -102,6 +105,21 @@ def array_from_json(value: ArrayJSON | dict[str, Any] | None, widget: object = N
 array_serialization: dict[str, Any] = {"to_json": array_to_json, "from_json": array_from_json}
 
 
+def _data_to_json(value: dict[str, Any] | None, widget: object = None) -> dict[str, Any] | None:
+    """Serialise a dictionary of view data: numpy arrays become binary buffers."""
+    if value is None:
+        return None
+    return {key: (array_to_json(v) if isinstance(v, np.ndarray) else v) for key, v in value.items()}
+
+
+def _kernel_only(value: Any, widget: object = None) -> Any:
+    raise TypeError("view data is sent by the kernel only; the view cannot change it")
+
+
+#: ``.tag(sync=True, **data_serialization)`` for a dictionary of view data (the explorer's ``<view>_data``).
+data_serialization: dict[str, Any] = {"to_json": _data_to_json, "from_json": _kernel_only}
+
+
 def quantise_unit(values: NDArray[np.floating[Any]]) -> NDArray[np.uint8]:
     """Quantise values in [0, 1] to uint8 as ``round(255 * v)`` (values clipped first).
 
@@ -121,6 +139,11 @@ class NDArrayTrait(traitlets.TraitType[NDArray[Any], NDArray[Any]]):
         Required dtype (values are cast to it when safe), or ``None`` for any wire dtype.
     ndim
         Required number of dimensions, a tuple of allowed ones, or ``None``.
+    dims
+        Names of the dimensions (``("n_layers", "n_heads")``; an int is a fixed
+        size, checked): sets ``ndim``, gives the widget its sizes
+        (:class:`~circuitwidgets.widgets._spec.Size`) and the default, an empty
+        array (named dimensions 0).
     allow_none
         Whether ``None`` is a valid value (the static type stays ``NDArray``;
         check for ``None`` yourself when you allow it).
@@ -133,14 +156,24 @@ class NDArrayTrait(traitlets.TraitType[NDArray[Any], NDArray[Any]]):
         *,
         dtype: str | np.dtype[Any] | None = None,
         ndim: int | tuple[int, ...] | None = None,
+        dims: tuple[str | int, ...] | None = None,
         allow_none: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(default_value=None, allow_none=allow_none, **kwargs)
+        super().__init__(default_value=None if dims is None else traitlets.Undefined, allow_none=allow_none, **kwargs)
         self.dtype = None if dtype is None else np.dtype(dtype)
+        self.dims = dims
+        if dims is not None:
+            ndim = len(dims)
         self.ndims: tuple[int, ...] | None = (ndim,) if isinstance(ndim, int) else ndim
         self.metadata.setdefault("to_json", array_to_json)
         self.metadata.setdefault("from_json", array_from_json)
+
+    def make_dynamic_default(self) -> NDArray[Any] | None:
+        """An empty array of the named dimensions (0 for each name), or ``None`` without ``dims``."""
+        if self.dims is None:
+            return None
+        return np.zeros([d if isinstance(d, int) else 0 for d in self.dims], dtype=self.dtype or np.float32)
 
     def validate(self, obj: Any, value: Any) -> NDArray[Any]:
         if value is None:
@@ -148,24 +181,20 @@ class NDArrayTrait(traitlets.TraitType[NDArray[Any], NDArray[Any]]):
                 return None  # type: ignore[return-value]
             self.error(obj, value)
         if not isinstance(value, np.ndarray):
-            raise traitlets.TraitError(
-                f"The '{self.name}' trait of {type(obj).__name__} expected a numpy array, got {type(value).__name__}"
-            )
+            raise trait_error(obj, self.name, "a numpy array", type(value).__name__)
         if self.dtype is not None and value.dtype != self.dtype:
             if not np.can_cast(value.dtype, self.dtype, casting="same_kind"):
-                raise traitlets.TraitError(
-                    f"The '{self.name}' trait of {type(obj).__name__} expected dtype {self.dtype}, got {value.dtype}"
-                )
+                raise trait_error(obj, self.name, f"dtype {self.dtype}", str(value.dtype))
             value = value.astype(self.dtype)
         elif self.dtype is None and value.dtype.name not in WIRE_DTYPES:
-            raise traitlets.TraitError(
-                f"The '{self.name}' trait of {type(obj).__name__} expected one of dtypes {sorted(WIRE_DTYPES)}, got {value.dtype}"
-            )
+            raise trait_error(obj, self.name, f"one of dtypes {sorted(WIRE_DTYPES)}", str(value.dtype))
         if self.ndims is not None and value.ndim not in self.ndims:
-            raise traitlets.TraitError(
-                f"The '{self.name}' trait of {type(obj).__name__} expected an array with ndim in {self.ndims}, "
-                f"got shape {value.shape}"
-            )
+            raise trait_error(obj, self.name, f"an array with ndim in {self.ndims}", f"shape {value.shape}")
+        if self.dims is not None and any(
+            isinstance(d, int) and value.shape[i] != d for i, d in enumerate(self.dims)
+        ):
+            named = ", ".join(str(d) for d in self.dims)
+            raise trait_error(obj, self.name, f"shape [{named}]", f"shape {list(value.shape)}")
         checked: NDArray[Any] = value
         return checked
 

@@ -19,8 +19,8 @@ refusal (logger ``circuitwidgets.widgets._base``) and resynchronises.
 
 from __future__ import annotations
 
+import difflib
 import logging
-import numbers
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,6 +29,7 @@ import traitlets
 
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.export import html_fallback
+from circuitwidgets.widgets._spec import NONE, SelectionIndex, spec_of, view_of
 
 __all__ = [
     "BUNDLE_PATH",
@@ -39,15 +40,13 @@ __all__ = [
     "TraitArgumentError",
     "check_selection",
     "read_bundle",
+    "refuse_unknown",
 ]
 
 log = logging.getLogger(__name__)
 
 #: The built JavaScript of all views.
 BUNDLE_PATH = Path(__file__).resolve().parent.parent / "static" / "index.js"
-
-#: Value of an optional selection trait when nothing is selected.
-NONE = -1
 
 
 class BundleNotBuiltError(FileNotFoundError):
@@ -81,93 +80,77 @@ class TraitArgumentError(ArgumentError, traitlets.TraitError):
     """
 
 
-class SelectionIndex(traitlets.Int):  # type: ignore[type-arg]
-    """An index into one dimension of the widget's data, bounded by its size.
-
-    The trait itself only accepts integers (not bools). The bounds are checked
-    by :func:`check_selection`, which the widget registers as a cross-validator
-    with ``@traitlets.validate(...)``: cross-validation runs once all values
-    of an update are in, so data and selection can change together.
-
-    Parameters
-    ----------
-    size
-        Name of an attribute of the widget giving the exclusive upper bound
-        (for example ``"n_heads"``), read at validation time.
-    optional
-        Whether :data:`NONE` (-1) means "nothing selected" and is accepted.
-    default_value
-        Initial value; :data:`NONE` for optional selections, else 0.
-    """
-
-    def __init__(self, size: str, *, optional: bool = False, default_value: int | None = None, **kwargs: Any) -> None:
-        if default_value is None:
-            default_value = NONE if optional else 0
-        super().__init__(default_value=default_value, **kwargs)
-        self.size = size
-        self.optional = optional
-
-    def validate(self, obj: Any, value: Any) -> int:
-        """An int (numpy integers are accepted from Python; bools and floats are not)."""
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise traitlets.TraitError(
-                f"The '{self.name}' trait of {type(obj).__name__} expected an int, "
-                f"got {value!r:.80} ({type(value).__name__})"
-            )
-        return int(value)
-
-    def check(self, obj: Any, value: int) -> int:
-        """``value`` if it is in range for ``obj``'s data, else raise :class:`traitlets.TraitError`."""
-        n = int(getattr(obj, self.size))
-        if (self.optional and value == NONE) or 0 <= value < n:
-            return value
-        if n == 0:
-            allowed = "-1 (none), as there is no data" if self.optional else "nothing, as there is no data"
-        else:
-            allowed = f"-1 (none) or 0..{n - 1}" if self.optional else f"0..{n - 1}"
-        raise traitlets.TraitError(f"The '{self.name}' trait of {type(obj).__name__} expected {allowed}, got {value}")
-
-
 def check_selection(obj: traitlets.HasTraits, proposal: traitlets.Bunch) -> int:
-    """Cross-validator body for :class:`SelectionIndex` traits.
-
-    Use in a widget as::
-
-        @traitlets.validate("selected_head", "selected_dest")
-        def _validate_selection(self, proposal):
-            return check_selection(self, proposal)
-    """
+    """Check a :class:`SelectionIndex` proposal against ``obj``'s data (what the trait does itself on cross-validation)."""
     trait = proposal["trait"]
     if not isinstance(trait, SelectionIndex):
         raise TypeError(f"check_selection validates SelectionIndex traits, not {type(trait).__name__}")
-    return trait.check(obj, int(proposal["value"]))
+    return trait.check(obj, view_of(obj, trait), int(proposal["value"]))
+
+
+def refuse_unknown(cls: type, kwargs: dict[str, Any], hints: dict[str, str]) -> None:
+    """Raise a :class:`TypeError` naming the keyword arguments ``cls`` does not take.
+
+    traitlets would pass them on and drop them with only a DeprecationWarning,
+    building an empty widget; ``hints`` maps known misspellings (CircuitsVis's
+    ``attention=``) to the constructor that takes them.
+    """
+    unknown = [k for k in kwargs if not (isinstance(k, str) and isinstance(getattr(cls, k, None), traitlets.TraitType))]
+    unknown = [k for k in unknown if not k.startswith("_")] + [k for k in unknown if k.startswith("_")]
+    if not unknown:
+        return
+    notes = []
+    public = sorted(n for n in cls.class_trait_names(sync=True) if not n.startswith("_"))  # type: ignore[attr-defined]
+    for key in unknown:
+        if key in hints:
+            notes.append(hints[key])
+        else:
+            close = difflib.get_close_matches(str(key), public, n=1)
+            if close:
+                notes.append(f"did you mean {close[0]!r}?")
+    raise TypeError(
+        f"{cls.__name__}() got unexpected keyword argument(s) {', '.join(repr(k) for k in unknown)}"
+        + (f": {'; '.join(notes)}" if notes else "")
+    )
 
 
 class CircuitWidget(anywidget.AnyWidget):
     """Base of all circuitwidgets widgets: the shared bundle, view dispatch, safe sync.
 
-    Subclasses set ``_view`` to the name of their view in ``js/src/index.ts``.
+    Subclasses set ``_view`` to the name of their view in ``js/src/index.ts``
+    and tag their synced traits with their role (:mod:`circuitwidgets.widgets._spec`);
+    what the front end may set is derived from the tags.
     """
 
     _view = traitlets.Unicode("").tag(sync=True)
     """Name of the front-end view that renders this widget."""
 
-    _esm = traitlets.Unicode().tag(sync=True)
-    """The bundled ES module (read from :data:`BUNDLE_PATH`)."""
+    if BUNDLE_PATH.is_file():
+        # A file path: anywidget reads it, and with ANYWIDGET_HMR=1 (a source
+        # checkout) watches it, so `npm --prefix js run watch` reloads open views.
+        _esm = BUNDLE_PATH
 
-    @traitlets.default("_esm")
-    def _default_esm(self) -> str:
-        return read_bundle()
+    _prefix: ClassVar[str] = ""
+    """Prefix of this view's traits inside :class:`~circuitwidgets.widgets.CircuitExplorer`."""
+
+    _spellings: ClassVar[dict[str, str]] = {}
+    """Keyword arguments other libraries use, and what to call instead (in the TypeError)."""
 
     _from_view: ClassVar[frozenset[str] | None] = None
-    """Traits the front end may set (the selections and settings its view writes).
+    """Traits the front end may set: derived from the roles of the traits (``setting``, ``head``).
 
-    ``None`` (a subclass that does not declare them) accepts every synced trait,
+    ``None`` (a subclass with no tagged traits) accepts every synced trait,
     each still checked by its own validation.
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        writable = spec_of(cls).from_view
+        cls._from_view = writable or None
+
     def __init__(self, **kwargs: Any) -> None:
         read_bundle()  # fail early and clearly when the bundle is missing
+        refuse_unknown(type(self), kwargs, type(self)._spellings)
         try:
             super().__init__(**kwargs)
         except traitlets.TraitError as exc:

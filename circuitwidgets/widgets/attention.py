@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import anywidget
 import numpy as np
@@ -65,7 +65,8 @@ from circuitwidgets.circuits.attention import logit_effects, value_norms, value_
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
-from circuitwidgets.widgets._base import NONE, CircuitWidget, SelectionIndex, check_selection
+from circuitwidgets.widgets._base import CircuitWidget
+from circuitwidgets.widgets._spec import NONE, Choice, SelectionIndex, head_selection, view_data, view_setting
 
 __all__ = [
     "MAX_STATE_BYTES",
@@ -451,7 +452,7 @@ class _Source:
         check_state_bytes(heads.n_layers, heads.n_heads, heads.n, value_weighted=norms is not None)
         self.causal = _validate(heads, causal, row_stochastic=True, known_causal=known_causal)
 
-    def prepare(self, widget: AttentionPatterns, stream: bool | None, loop_running: bool) -> tuple[dict[str, Any], _Stream | None]:
+    def prepare(self, widget: AttentionPatterns | None, stream: bool | None, loop_running: bool) -> tuple[dict[str, Any], _Stream | None]:
         """Initial traits, and the stream that will fill ``patterns`` (or ``None``: encoded here)."""
         heads, causal, norms = self.heads, self.causal, self.norms
         per_head = int(np.prod(_head_size(heads.n, causal)))
@@ -465,7 +466,7 @@ class _Source:
             "logit_effect": self.effect,
             "diagonals": _default_diagonals(self.tokens),
         }
-        if stream:
+        if stream and widget is not None:
             placeholder = np.zeros((heads.n_layers, heads.n_heads, 0), dtype=np.uint8)
             data["patterns"] = placeholder
             data["value_patterns"] = placeholder if norms is not None else None
@@ -477,6 +478,13 @@ class _Source:
 
 
 # ---------------------------------------------------------------- the widget
+
+
+def _value_patterns_present(view: Any, kind: str) -> str | None:
+    """Why ``kind`` cannot be drawn (value-weighted patterns need their data), or ``None``."""
+    if kind == "value" and view.value_patterns is None:
+        return "'raw': value-weighted patterns need a model (or value_norms)"
+    return None
 
 
 _DATA_TRAITS = ("patterns", "value_patterns")
@@ -507,51 +515,55 @@ class AttentionPatterns(CircuitWidget):
     """
 
     _view = traitlets.Unicode("attention").tag(sync=True)
+    _prefix = "attention"
+    _spellings: ClassVar[dict[str, str]] = {
+        "attention": "for CircuitsVis-style arrays use AttentionPatterns.from_arrays(tokens, attention)",
+        "tokens": "for token strings with your own attention use AttentionPatterns.from_arrays(tokens, attention); "
+        "for a model use AttentionPatterns.from_model(model, text_or_tokens)",
+    }
 
-    _from_view = frozenset({"selected_layer", "selected_head", "selected_dest", "selected_src", "pattern_kind", "show_diagonals"})
-
-    tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    tokens = view_data(traitlets.List(traitlets.Unicode()))
     """Token strings in order (shown as text, never as HTML)."""
 
-    patterns = NDArrayTrait(dtype="uint8", ndim=(3, 4)).tag(sync=True)
+    patterns = view_data(NDArrayTrait(dtype="uint8", ndim=(3, 4)))
     """Quantised weights ``round(255 · a)``: ``[n_layers, n_heads, n(n+1)/2]`` (causal,
     lower triangle row by row) or ``[n_layers, n_heads, n, n]``; ``[n_layers, n_heads, 0]``
     while heads are streaming. See the module docs."""
 
-    causal = traitlets.Bool(True).tag(sync=True)
+    causal = view_data(traitlets.Bool(True))
     """Whether ``patterns`` (and ``value_patterns``) hold only the lower triangle."""
 
-    value_patterns = NDArrayTrait(dtype="uint8", ndim=(3, 4), allow_none=True).tag(sync=True)
+    value_patterns = view_data(NDArrayTrait(dtype="uint8", ndim=(3, 4), allow_none=True))
     """Value-weighted patterns ``A_ij ‖v_j W_O‖``, normalised per row, quantised and laid out like
     ``patterns``; ``None`` when unknown (built from arrays without ``value_norms``)."""
 
-    value_norms = NDArrayTrait(dtype="float32", ndim=3, allow_none=True).tag(sync=True)
+    value_norms = view_data(NDArrayTrait(dtype="float32", ndim=3, allow_none=True))
     """``‖v_j W_O‖`` per layer, head and source position, float32 ``[n_layers, n_heads, n]``, or ``None``."""
 
-    logit_effect = NDArrayTrait(dtype="float32", ndim=3, allow_none=True).tag(sync=True)
+    logit_effect = view_data(NDArrayTrait(dtype="float32", ndim=3, allow_none=True))
     """Each head's direct effect on the next token's logit, ``(r_i W_O W_U)[t_{i+1}]``, float32
     ``[n_layers, n_heads, n]`` (NaN at the last position), or ``None``."""
 
-    pattern_kind = traitlets.Unicode("raw").tag(sync=True)
+    pattern_kind = view_setting(Choice(_KINDS, default_value="raw", requires=_value_patterns_present))
     """Pattern drawn: ``"raw"`` or ``"value"`` (value-weighted; needs ``value_patterns``)."""
 
-    show_diagonals = traitlets.Bool(False).tag(sync=True)
+    show_diagonals = view_setting(traitlets.Bool(False))
     """Mark the offset diagonals of ``diagonals`` on the large pattern."""
 
-    diagonals = traitlets.List(traitlets.Dict()).tag(sync=True)
+    diagonals = view_data(traitlets.List(traitlets.Dict()))
     """Offset diagonals ``dest - src = offset`` to mark, ``[{"offset": int, "label": str}]``: by
     default previous-token (1), and induction (``p - 1``) when the tokens repeat with period ``p``."""
 
-    selected_layer = SelectionIndex("n_layers").tag(sync=True)
+    selected_layer = head_selection(SelectionIndex("n_layers"))
     """Layer of the head shown large, ``0..n_layers-1``."""
 
-    selected_head = SelectionIndex("n_heads").tag(sync=True)
+    selected_head = head_selection(SelectionIndex("n_heads"))
     """Head shown large, ``0..n_heads-1``."""
 
-    selected_dest = SelectionIndex("n_tokens", optional=True).tag(sync=True)
+    selected_dest = view_setting(SelectionIndex("n_tokens", optional=True))
     """Selected destination (query) position, or -1 for none."""
 
-    selected_src = SelectionIndex("n_tokens", optional=True).tag(sync=True)
+    selected_src = view_setting(SelectionIndex("n_tokens", optional=True))
     """Selected source (key) position, or -1 for none."""
 
     def __init__(
@@ -565,6 +577,9 @@ class AttentionPatterns(CircuitWidget):
     ) -> None:
         self._stream: _Stream | None = None
         self._opened = False
+        if "tokens" in kwargs and not {"patterns", "attention"} & kwargs.keys() and _source is None and model is None:
+            # CircuitsVis' spelling would otherwise build a widget with tokens and no patterns
+            raise TypeError(f"AttentionPatterns() got tokens= without patterns: {self._spellings['tokens']}")
         if model is not None:
             _source = _from_model(model, text_or_tokens)
         elif text_or_tokens is not None:
@@ -590,6 +605,12 @@ class AttentionPatterns(CircuitWidget):
     ) -> AttentionPatterns:
         """Same as ``AttentionPatterns(model, text_or_tokens)``."""
         return cls(model, text_or_tokens, stream=stream, **kwargs)
+
+    @classmethod
+    def initial(cls, model: CircuitModel, text_or_tokens: str | Sequence[int] | torch.Tensor) -> dict[str, Any]:
+        """Initial data traits for ``model`` on a text or token ids, encoded at once (no streaming)."""
+        state, _ = _from_model(model, text_or_tokens).prepare(None, stream=False, loop_running=False)
+        return state
 
     @classmethod
     def from_arrays(
@@ -695,10 +716,6 @@ class AttentionPatterns(CircuitWidget):
     def _default_patterns(self) -> NDArray[np.uint8]:
         return np.zeros((0, 0, 0), dtype=np.uint8)
 
-    @traitlets.validate("selected_layer", "selected_head", "selected_dest", "selected_src")
-    def _validate_selection(self, proposal: traitlets.Bunch) -> int:
-        return check_selection(self, proposal)
-
     def _expected_layout(self) -> tuple[int, ...]:
         return _head_size(len(self.tokens), self.causal)
 
@@ -735,18 +752,6 @@ class AttentionPatterns(CircuitWidget):
                 f"[n_layers, n_heads, n_tokens], got {list(v.shape)}"
             )
         return v
-
-    @traitlets.validate("pattern_kind")
-    def _validate_kind(self, proposal: traitlets.Bunch) -> str:
-        value = proposal["value"]
-        if value not in _KINDS:
-            raise traitlets.TraitError(f"The 'pattern_kind' trait of AttentionPatterns expected one of {_KINDS}, got {value!r:.80}")
-        if value == "value" and self.value_patterns is None:
-            raise traitlets.TraitError(
-                "The 'pattern_kind' trait of AttentionPatterns expected 'raw': value-weighted patterns need a model "
-                "(or value_norms), got 'value'"
-            )
-        return str(value)
 
     @traitlets.validate("diagonals")
     def _validate_diagonals(self, proposal: traitlets.Bunch) -> list[dict[str, Any]]:

@@ -20,15 +20,27 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 import traitlets
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from circuitwidgets.circuits import composition_baseline, composition_scores
 from circuitwidgets.circuits._checks import check_model
-from circuitwidgets.errors import ArgumentError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
-from circuitwidgets.widgets._base import CircuitWidget, SelectionIndex, check_selection
+from circuitwidgets.widgets._base import CircuitWidget
+from circuitwidgets.widgets._spec import (
+    Choice,
+    Count,
+    Edge,
+    SelectionIndex,
+    Size,
+    head_selection,
+    trait_error,
+    view_data,
+    view_setting,
+)
 
 __all__ = ["KINDS", "CompositionMap", "composition_map_data", "edge_error"]
 
@@ -49,6 +61,24 @@ def composition_map_data(model: CircuitModel, *, n_samples: int = 100, seed: int
         "baseline_value": float(composition_baseline(model.cfg.d_model, model.cfg.d_head, n_samples, seed)),
         "model_name": model.name,
     }
+
+
+def _pair_scores(name: str, values: ArrayLike) -> NDArray[np.float64]:
+    """``values`` as float ``[L, H, L, H]`` (NaN allowed only where ignored), or a typed error naming ``name``."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ArgumentTypeError(f"{name}: expected scores [n_layers, n_heads, n_layers, n_heads], got {type(values).__name__} ({exc})") from None
+    if arr.ndim != 4 or arr.shape[:2] != arr.shape[2:] or 0 in arr.shape:
+        raise ShapeError(f"{name}: expected scores [n_layers, n_heads, n_layers, n_heads], got shape {tuple(arr.shape)}")
+    L = arr.shape[0]
+    earlier = np.arange(L)[:, None, None, None] < np.arange(L)[None, None, :, None]
+    bad = earlier & ~np.isfinite(np.broadcast_to(arr, arr.shape))
+    if bad.any():
+        raise NonFiniteError(f"{name}: expected finite scores where the first head is earlier, got {int(bad.sum())} NaN or infinite")
+    return arr
 
 
 def edge_error(edge: Any, n_layers: int, n_heads: int) -> str | None:
@@ -74,7 +104,7 @@ class CompositionMap(CircuitWidget):
     Parameters
     ----------
     model
-        The model (omit it to build from trait values, e.g. :func:`composition_map_data`).
+        The model (omit it to build from trait values, or use :meth:`from_scores`).
     n_samples, seed
         Monte-Carlo size and seed of the baseline.
     **kwargs
@@ -82,107 +112,101 @@ class CompositionMap(CircuitWidget):
     """
 
     _view = traitlets.Unicode("composition").tag(sync=True)
-    _from_view = frozenset(
-        {"kind", "n_edges", "subtract_baseline", "selected_layer", "selected_head", "selected_edge", "edge_kind"}
-    )
+    _prefix = "composition"
 
-    model_name = traitlets.Unicode("").tag(sync=True)
+    model_name = view_data(traitlets.Unicode(""))
     """Name of the model (caption)."""
 
-    scores = NDArrayTrait(dtype="float32", ndim=5).tag(sync=True)
+    scores = view_data(NDArrayTrait(dtype="float32", dims=(3, "n_layers", "n_heads", "n_layers_to", "n_heads_to")))
     """float32 ``[3, L, H, L, H]``: raw Q, K, V composition scores (NaN unless the first head is earlier)."""
 
-    baseline_value = traitlets.Float(0.0).tag(sync=True)
+    baseline_value = view_data(traitlets.Float(0.0))
     """Expected score of random matrices with a head's shapes (subtracted when ``subtract_baseline``)."""
 
-    subtract_baseline = traitlets.Bool(True).tag(sync=True)
+    subtract_baseline = view_setting(traitlets.Bool(True))
     """Show scores minus ``baseline_value`` (the paper's diagrams do)."""
 
-    kind = traitlets.Unicode("all").tag(sync=True)
+    kind = view_setting(Choice((*KINDS, "all"), default_value="all"))
     """Edges drawn in the graph: ``"Q"``, ``"K"``, ``"V"`` or ``"all"``."""
 
-    n_edges = traitlets.Int(12).tag(sync=True)
+    n_edges = view_setting(Count(1, 200, default_value=12))
     """Strongest edges drawn in the graph (1..200)."""
 
-    selected_layer = SelectionIndex("n_layers").tag(sync=True)
-    """Layer of the selected head (its edges are highlighted)."""
-
-    selected_head = SelectionIndex("n_heads").tag(sync=True)
-    """Selected head within its layer."""
-
-    selected_edge = traitlets.List(traitlets.Int(), default_value=[]).tag(sync=True)
+    selected_edge = view_setting(Edge(edge_error))
     """``[]`` or ``[l1, h1, l2, h2]``: the selected edge from earlier head ``(l1, h1)`` to later head ``(l2, h2)``."""
 
-    edge_kind = traitlets.Unicode("").tag(sync=True)
+    edge_kind = view_setting(Choice((*KINDS, ""), default_value=""))
     """Kind of the selected edge (``"Q"``, ``"K"``, ``"V"``), or ``""``."""
+
+    selected_layer = head_selection(SelectionIndex("n_layers"))
+    """Layer of the selected head (its edges are highlighted)."""
+
+    selected_head = head_selection(SelectionIndex("n_heads"))
+    """Selected head within its layer."""
+
+    n_layers = Size("n_layers")
+    n_heads = Size("n_heads")
 
     def __init__(
         self, model: CircuitModel | None = None, *, n_samples: int = 100, seed: int = 0, **kwargs: Any
     ) -> None:
         if model is not None:
-            model = check_model(model, "CompositionMap")
-            kwargs = {**composition_map_data(model, n_samples=n_samples, seed=seed), **kwargs}
+            # (checked here, one frame below the caller, so a model with MLPs warns in this widget's name)
+            model = check_model(model, type(self).__name__)
+            kwargs = {**self.initial(model, n_samples=n_samples, seed=seed), **kwargs}
         super().__init__(**kwargs)
 
-    @traitlets.default("scores")
-    def _default_scores(self) -> NDArray[np.float32]:
-        return np.zeros((3, 0, 0, 0, 0), dtype=np.float32)
+    @classmethod
+    def initial(cls, model: CircuitModel, *, n_samples: int = 100, seed: int = 0) -> dict[str, Any]:
+        """Initial traits for ``model`` (:func:`composition_map_data`)."""
+        return composition_map_data(check_model(model, cls.__name__), n_samples=n_samples, seed=seed)
 
-    @traitlets.validate("selected_layer", "selected_head")
-    def _validate_selection(self, proposal: traitlets.Bunch) -> int:
-        return check_selection(self, proposal)
+    @classmethod
+    def from_model(cls, model: CircuitModel, *, n_samples: int = 100, seed: int = 0, **kwargs: Any) -> CompositionMap:
+        """Same as ``CompositionMap(model, ...)``: scores computed from the model's weights."""
+        check_model(model, cls.__name__)
+        return cls(model, n_samples=n_samples, seed=seed, **kwargs)
 
-    @traitlets.validate("selected_edge")
-    def _validate_edge(self, proposal: traitlets.Bunch) -> list[int]:
-        edge = proposal["value"]
-        reason = edge_error(edge, self.n_layers, self.n_heads)
-        if reason is not None:
-            raise traitlets.TraitError(f"The 'selected_edge' trait of CompositionMap {reason}")
-        return [int(v) for v in edge]
+    @classmethod
+    def from_scores(
+        cls, q: ArrayLike, k: ArrayLike, v: ArrayLike, *, baseline: float = 0.0, model_name: str = "", **kwargs: Any
+    ) -> CompositionMap:
+        """A map of composition scores computed anywhere.
 
-    @traitlets.validate("kind")
-    def _validate_kind(self, proposal: traitlets.Bunch) -> str:
-        value = proposal["value"]
-        if value not in (*KINDS, "all"):
-            raise traitlets.TraitError(
-                f"The 'kind' trait of CompositionMap expected one of {(*KINDS, 'all')}, got {value!r}"
-            )
-        return str(value)
+        Parameters
+        ----------
+        q, k, v
+            Scores ``[n_layers, n_heads, n_layers, n_heads]`` from earlier head ``(l1, h1)``
+            to later head ``(l2, h2)``, numpy or torch; entries where ``l1 >= l2`` are ignored (NaN).
+        baseline
+            Score of random matrices (subtracted when ``subtract_baseline``; 0 shows raw scores).
+        model_name
+            Caption.
+        **kwargs
+            Initial traits.
 
-    @traitlets.validate("edge_kind")
-    def _validate_edge_kind(self, proposal: traitlets.Bunch) -> str:
-        value = proposal["value"]
-        if value not in (*KINDS, ""):
-            raise traitlets.TraitError(
-                f"The 'edge_kind' trait of CompositionMap expected one of {(*KINDS, '')}, got {value!r}"
-            )
-        return str(value)
-
-    @traitlets.validate("n_edges")
-    def _validate_n_edges(self, proposal: traitlets.Bunch) -> int:
-        value = proposal["value"]
-        if isinstance(value, bool) or not 1 <= value <= 200:
-            raise traitlets.TraitError(f"The 'n_edges' trait of CompositionMap expected 1..200, got {value}")
-        return int(value)
+        Raises
+        ------
+        ArgumentTypeError, ShapeError, NonFiniteError
+            Naming the argument, what was expected and what was received.
+        """
+        arrays = [_pair_scores(name, value) for name, value in (("q", q), ("k", k), ("v", v))]
+        for name, arr in zip("kv", arrays[1:], strict=True):
+            if arr.shape != arrays[0].shape:
+                raise ShapeError(f"{name}: expected shape {list(arrays[0].shape)} like q, got {list(arr.shape)}")
+        if isinstance(baseline, bool) or not isinstance(baseline, (int, float)) or not np.isfinite(baseline):
+            raise ArgumentTypeError(f"baseline: expected a finite number, got {baseline!r:.80}")
+        L = arrays[0].shape[0]
+        earlier = np.arange(L)[:, None, None, None] < np.arange(L)[None, None, :, None]
+        scores = np.stack([np.where(earlier, a, np.nan) for a in arrays]).astype(np.float32)
+        return cls(**{"scores": scores, "baseline_value": float(baseline), "model_name": model_name, **kwargs})
 
     @traitlets.validate("scores")
     def _validate_scores(self, proposal: traitlets.Bunch) -> NDArray[np.float32]:
         s: NDArray[np.float32] = proposal["value"]
-        if s.shape[0] != len(KINDS) or s.shape[1:3] != s.shape[3:5]:
-            raise traitlets.TraitError(
-                f"The 'scores' trait of CompositionMap expected shape [3, L, H, L, H], got {list(s.shape)}"
-            )
+        if s.shape[1:3] != s.shape[3:5]:
+            raise trait_error(self, "scores", "shape [3, L, H, L, H]", str(list(s.shape)))
         return s
-
-    @property
-    def n_layers(self) -> int:
-        """Number of layers."""
-        return int(self.scores.shape[1])
-
-    @property
-    def n_heads(self) -> int:
-        """Heads per layer."""
-        return int(self.scores.shape[2])
 
     def score(self, kind: str, baseline: bool | None = None) -> NDArray[np.float32]:
         """Scores ``[L, H, L, H]`` of ``kind``, minus the baseline when ``baseline`` (default ``subtract_baseline``)."""

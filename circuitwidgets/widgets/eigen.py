@@ -33,15 +33,24 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 import traitlets
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from circuitwidgets.circuits import composition_scores, copying_scores, eigenvalues, head_scores, kcomp_eigenvalues
 from circuitwidgets.circuits._checks import check_int, check_model
 from circuitwidgets.circuits.copying import eigen_score
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
-from circuitwidgets.widgets._base import CircuitWidget, SelectionIndex, check_selection
+from circuitwidgets.widgets._base import CircuitWidget
+from circuitwidgets.widgets._spec import (
+    Choice,
+    SelectionIndex,
+    Size,
+    head_selection,
+    trait_error,
+    view_data,
+    view_setting,
+)
 
 __all__ = ["CIRCUITS", "DETECTORS", "METHODS", "EigenScatter", "eigen_scatter_data"]
 
@@ -49,6 +58,8 @@ __all__ = ["CIRCUITS", "DETECTORS", "METHODS", "EigenScatter", "eigen_scatter_da
 METHODS = ("eigen", "diagonal", "topk")
 #: Circuits, in the order of ``scores``' second axis.
 CIRCUITS: tuple[Literal["ov", "qk", "qk_kcomp"], ...] = ("ov", "qk", "qk_kcomp")
+#: What a score definition measures, where it does not depend on options.
+METHOD_NOTES = {"eigen": "Σλ / Σ|λ| over the eigenvalues of the full circuit (+1 copying, −1 anti-copying)"}
 #: Head detectors, in the order of ``detectors``' first axis.
 DETECTORS: tuple[Literal["previous_token", "induction", "duplicate_token"], ...] = (
     "previous_token",
@@ -84,6 +95,49 @@ def _best_kcomp_sources(model: CircuitModel) -> NDArray[np.int32]:
 
 def _pack_complex(values: NDArray[np.complex128]) -> NDArray[np.float32]:
     return np.stack([values.real, values.imag], axis=-1).astype(np.float32)
+
+
+def _strongest_induction(detectors: NDArray[np.float32]) -> dict[str, int]:
+    """``selected_layer`` / ``selected_head`` of the head with the highest induction score ({} when there is none)."""
+    induction = detectors[DETECTORS.index("induction")]
+    if not induction.size or np.isnan(induction).all():
+        return {}
+    layer, head = np.unravel_index(int(np.nanargmax(induction)), induction.shape)
+    return {"selected_layer": int(layer), "selected_head": int(head)}
+
+
+def _complex_heads(name: str, values: ArrayLike, like: tuple[int, ...] | None = None) -> NDArray[np.complex128]:
+    """``values`` as complex ``[n_layers, n_heads, d]`` (numpy or torch), or a typed error naming ``name``."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError) as exc:
+        raise ArgumentTypeError(f"{name}: expected eigenvalues [n_layers, n_heads, d], got {type(values).__name__} ({exc})") from None
+    if arr.dtype.kind not in "fiuc":
+        raise ArgumentTypeError(f"{name}: expected numbers (complex eigenvalues), got an array of dtype {arr.dtype}")
+    if arr.ndim != 3 or 0 in arr.shape[:2]:
+        raise ShapeError(f"{name}: expected eigenvalues [n_layers, n_heads, d], got shape {tuple(arr.shape)}")
+    if like is not None and arr.shape[:2] != like[:2]:
+        raise ShapeError(f"{name}: expected [{like[0]}, {like[1]}, d] like ov, got shape {tuple(arr.shape)}")
+    return arr.astype(np.complex128)
+
+
+def _detector_arrays(detectors: dict[str, ArrayLike] | None, shape: tuple[int, int]) -> NDArray[np.float32]:
+    """``[3, n_layers, n_heads]`` in the order of :data:`DETECTORS` (NaN where not given)."""
+    out = np.full((len(DETECTORS), *shape), np.nan, dtype=np.float32)
+    if detectors is None:
+        return out
+    if not isinstance(detectors, dict):
+        raise ArgumentTypeError(f"detectors: expected a dict of {DETECTORS} → [n_layers, n_heads], got {type(detectors).__name__}")
+    for kind, values in detectors.items():
+        if kind not in DETECTORS:
+            raise ArgumentError(f"detectors: expected keys from {DETECTORS}, got {kind!r:.80}")
+        arr = np.asarray(values.detach().cpu() if isinstance(values, torch.Tensor) else values, dtype=np.float32)
+        if arr.shape != shape:
+            raise ShapeError(f"detectors[{kind!r}]: expected shape {list(shape)} [n_layers, n_heads], got {list(arr.shape)}")
+        out[DETECTORS.index(kind)] = arr
+    return out
 
 
 def eigen_scatter_data(
@@ -147,7 +201,7 @@ def eigen_scatter_data(
     for i, method in enumerate(methods):
         if method == "eigen":
             scores[i, 0], scores[i, 1], scores[i, 2] = eigen_score(eig_ov), eigen_score(eig_qk), eigen_score(eig_kcomp)
-            notes.append("Σλ / Σ|λ| over the eigenvalues of the full circuit (+1 copying, −1 anti-copying)")
+            notes.append(METHOD_NOTES["eigen"])
             continue
         for j, circuit in enumerate(CIRCUITS):
             if circuit == "qk_kcomp" and L < 2:
@@ -179,7 +233,7 @@ class EigenScatter(CircuitWidget):
     Parameters
     ----------
     model
-        The model (omit it to build from trait values, e.g. :func:`eigen_scatter_data`).
+        The model (omit it to build from trait values, or use :meth:`from_eigenvalues`).
     k, max_tokens, seed
         See :func:`eigen_scatter_data`.
     **kwargs
@@ -188,119 +242,140 @@ class EigenScatter(CircuitWidget):
 
     Examples
     --------
-    >>> w = EigenScatter(circuitwidgets.load_pretrained("attn-only-2l"))  # doctest: +SKIP
+    >>> w = EigenScatter.from_model(circuitwidgets.load_pretrained("attn-only-2l"))  # doctest: +SKIP
     >>> w.selected_layer, w.selected_head = 1, 2  # doctest: +SKIP
     """
 
     _view = traitlets.Unicode("eigen").tag(sync=True)
-    _from_view = frozenset({"method", "qk_circuit", "selected_layer", "selected_head"})
+    _prefix = "eigen"
 
-    model_name = traitlets.Unicode("").tag(sync=True)
+    model_name = view_data(traitlets.Unicode(""))
     """Name of the model (caption)."""
 
-    methods = traitlets.List(traitlets.Unicode(), default_value=list(METHODS)).tag(sync=True)
-    """Score definitions present in ``scores``, in order (a subset of :data:`METHODS`)."""
+    methods = view_data(traitlets.List(traitlets.Unicode(), default_value=list(METHODS)))
+    """Score definitions present in ``scores``, in order (a subset of :data:`METHODS`, or your own)."""
 
-    method_notes = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    method_notes = view_data(traitlets.List(traitlets.Unicode()))
     """One sentence per method saying what it measures (shown under the plot)."""
 
-    scores = NDArrayTrait(dtype="float32", ndim=4).tag(sync=True)
+    scores = view_data(NDArrayTrait(dtype="float32", dims=("n_methods", 3, "n_layers", "n_heads")))
     """float32 ``[n_methods, 3, n_layers, n_heads]``: copying scores per method and circuit (``ov``, ``qk``, ``qk_kcomp``)."""
 
-    eigenvalues = NDArrayTrait(dtype="float32", ndim=5).tag(sync=True)
+    eigenvalues = view_data(NDArrayTrait(dtype="float32", dims=(3, "n_layers", "n_heads", "d_head", 2)))
     """float32 ``[3, n_layers, n_heads, d_head, 2]``: eigenvalues (real, imaginary) per circuit, by magnitude."""
 
-    kcomp_source = NDArrayTrait(dtype="int32", ndim=3).tag(sync=True)
+    kcomp_source = view_data(NDArrayTrait(dtype="int32", dims=("n_layers", "n_heads", 2)))
     """int32 ``[n_layers, n_heads, 2]``: the earlier head of each head's K-composition term (-1 in layer 0)."""
 
-    detectors = NDArrayTrait(dtype="float32", ndim=3).tag(sync=True)
+    detectors = view_data(NDArrayTrait(dtype="float32", dims=(3, "n_layers", "n_heads")))
     """float32 ``[3, n_layers, n_heads]``: previous-token, induction and duplicate-token scores."""
 
-    method = traitlets.Unicode("eigen").tag(sync=True)
+    method = view_setting(Choice(choices_from="methods", default_value="eigen"))
     """Score definition on the axes, one of ``methods``."""
 
-    qk_circuit = traitlets.Unicode("qk_kcomp").tag(sync=True)
+    qk_circuit = view_setting(Choice(("qk", "qk_kcomp"), default_value="qk_kcomp"))
     """Vertical axis: ``"qk"`` (token matches token) or ``"qk_kcomp"`` (through the strongest earlier head)."""
 
-    selected_layer = SelectionIndex("n_layers").tag(sync=True)
+    selected_layer = head_selection(SelectionIndex("n_layers"))
     """Layer of the selected head."""
 
-    selected_head = SelectionIndex("n_heads").tag(sync=True)
+    selected_head = head_selection(SelectionIndex("n_heads"))
     """Selected head within its layer."""
+
+    n_layers = Size("n_layers")
+    n_heads = Size("n_heads")
 
     def __init__(
         self, model: CircuitModel | None = None, *, k: int = 5, max_tokens: int = 1024, seed: int = 0, **kwargs: Any
     ) -> None:
         if model is not None:
-            model = check_model(model, "EigenScatter")
-            data = eigen_scatter_data(model, k=k, max_tokens=max_tokens, seed=seed)
-            if model.cfg.n_layers < 2:
-                data["qk_circuit"] = "qk"
-            data["method"] = data["methods"][0]
-            induction = data["detectors"][DETECTORS.index("induction")]
-            if induction.size:
-                layer, head = np.unravel_index(int(np.nanargmax(induction)), induction.shape)
-                data["selected_layer"], data["selected_head"] = int(layer), int(head)
-            kwargs = {**data, **kwargs}
+            # (checked here, one frame below the caller, so a model with MLPs warns in this widget's name)
+            model = check_model(model, type(self).__name__)
+            kwargs = {**self.initial(model, k=k, max_tokens=max_tokens, seed=seed), **kwargs}
         super().__init__(**kwargs)
 
-    @traitlets.default("scores")
-    def _default_scores(self) -> NDArray[np.float32]:
-        return np.zeros((len(METHODS), 3, 0, 0), dtype=np.float32)
+    @classmethod
+    def initial(cls, model: CircuitModel, *, k: int = 5, max_tokens: int = 1024, seed: int = 0) -> dict[str, Any]:
+        """Initial traits for ``model``: :func:`eigen_scatter_data` and the strongest induction head selected."""
+        model = check_model(model, cls.__name__)
+        state = eigen_scatter_data(model, k=k, max_tokens=max_tokens, seed=seed)
+        if model.cfg.n_layers < 2:
+            state["qk_circuit"] = "qk"
+        state["method"] = state["methods"][0]
+        return {**state, **_strongest_induction(state["detectors"])}
 
-    @traitlets.default("eigenvalues")
-    def _default_eigenvalues(self) -> NDArray[np.float32]:
-        return np.zeros((3, 0, 0, 0, 2), dtype=np.float32)
+    @classmethod
+    def from_model(
+        cls, model: CircuitModel, *, k: int = 5, max_tokens: int = 1024, seed: int = 0, **kwargs: Any
+    ) -> EigenScatter:
+        """Same as ``EigenScatter(model, ...)``: every score computed from the model's weights."""
+        check_model(model, cls.__name__)
+        return cls(model, k=k, max_tokens=max_tokens, seed=seed, **kwargs)
 
-    @traitlets.default("kcomp_source")
-    def _default_kcomp_source(self) -> NDArray[np.int32]:
-        return np.zeros((0, 0, 2), dtype=np.int32)
+    @classmethod
+    def from_eigenvalues(
+        cls,
+        ov: ArrayLike,
+        qk: ArrayLike,
+        *,
+        qk_kcomp: ArrayLike | None = None,
+        detectors: dict[str, ArrayLike] | None = None,
+        model_name: str = "",
+        **kwargs: Any,
+    ) -> EigenScatter:
+        """A scatter of eigenvalues computed anywhere (TransformerLens' ``FactoredMatrix.eigenvalues``, your own code).
 
-    @traitlets.default("detectors")
-    def _default_detectors(self) -> NDArray[np.float32]:
-        return np.zeros((3, 0, 0), dtype=np.float32)
+        Parameters
+        ----------
+        ov, qk
+            Complex eigenvalues ``[n_layers, n_heads, d]`` of each head's full OV and
+            full QK circuit (for example ``(W_E @ model.OV @ W_U).eigenvalues`` in
+            TransformerLens). Scores are the paper's ``Σλ / Σ|λ|``.
+        qk_kcomp
+            Optional eigenvalues of a K-composition term, shaped like ``qk`` (NaN where undefined).
+        detectors
+            Optional head scores ``[n_layers, n_heads]`` by name (:data:`DETECTORS`); missing ones are NaN.
+        model_name
+            Caption.
+        **kwargs
+            Initial traits.
 
-    @traitlets.validate("selected_layer", "selected_head")
-    def _validate_selection(self, proposal: traitlets.Bunch) -> int:
-        return check_selection(self, proposal)
-
-    @traitlets.validate("method")
-    def _validate_method(self, proposal: traitlets.Bunch) -> str:
-        value = proposal["value"]
-        if value not in self.methods:
-            raise traitlets.TraitError(
-                f"The 'method' trait of EigenScatter expected one of {self.methods}, got {value!r}"
-            )
-        return str(value)
-
-    @traitlets.validate("qk_circuit")
-    def _validate_qk_circuit(self, proposal: traitlets.Bunch) -> str:
-        value = proposal["value"]
-        if value not in ("qk", "qk_kcomp"):
-            raise traitlets.TraitError(
-                f"The 'qk_circuit' trait of EigenScatter expected 'qk' or 'qk_kcomp', got {value!r}"
-            )
-        return str(value)
+        Raises
+        ------
+        ArgumentTypeError, ShapeError
+            Naming the argument, what was expected and what was received.
+        """
+        eig_ov = _complex_heads("ov", ov)
+        eig_qk = _complex_heads("qk", qk, like=eig_ov.shape)
+        eig_kcomp = (
+            np.full(eig_qk.shape, np.nan, dtype=np.complex128)
+            if qk_kcomp is None
+            else _complex_heads("qk_kcomp", qk_kcomp, like=eig_qk.shape)
+        )
+        L, H = eig_ov.shape[:2]
+        found = _detector_arrays(detectors, (L, H))
+        state: dict[str, Any] = {
+            "methods": ["eigen"],
+            "method_notes": [METHOD_NOTES["eigen"]],
+            "scores": np.stack([eigen_score(eig_ov), eigen_score(eig_qk), eigen_score(eig_kcomp)])[None].astype(np.float32),
+            "eigenvalues": np.stack([_pack_complex(e) for e in (eig_ov, eig_qk, eig_kcomp)]),
+            "kcomp_source": np.full((L, H, 2), -1, dtype=np.int32),
+            "detectors": found,
+            "method": "eigen",
+            "qk_circuit": "qk" if qk_kcomp is None else "qk_kcomp",
+            "model_name": model_name,
+            **_strongest_induction(found),
+        }
+        return cls(**{**state, **kwargs})
 
     @traitlets.validate("scores")
     def _validate_scores(self, proposal: traitlets.Bunch) -> NDArray[np.float32]:
         s: NDArray[np.float32] = proposal["value"]
-        if s.shape[0] != len(self.methods) or s.shape[1] != len(CIRCUITS):
-            raise traitlets.TraitError(
-                f"The 'scores' trait of EigenScatter expected shape [{len(self.methods)}, {len(CIRCUITS)}, n_layers, n_heads], "
-                f"got {list(s.shape)}"
+        if s.shape[0] != len(self.methods):
+            raise trait_error(
+                self, "scores", f"shape [{len(self.methods)}, {len(CIRCUITS)}, n_layers, n_heads]", str(list(s.shape))
             )
         return s
-
-    @property
-    def n_layers(self) -> int:
-        """Number of layers."""
-        return int(self.scores.shape[2])
-
-    @property
-    def n_heads(self) -> int:
-        """Heads per layer."""
-        return int(self.scores.shape[3])
 
     def score(self, circuit: str = "ov", method: str | None = None) -> NDArray[np.float32]:
         """Scores ``[n_layers, n_heads]`` of ``circuit`` (``"ov"``, ``"qk"``, ``"qk_kcomp"``) under ``method`` (default: shown one)."""

@@ -19,13 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 import traitlets
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from circuitwidgets.circuits import term_importance
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
-from circuitwidgets.widgets._base import CircuitWidget, SelectionIndex, check_selection
+from circuitwidgets.widgets._base import CircuitWidget
+from circuitwidgets.widgets._spec import SelectionIndex, Size, head_selection, view_data, view_setting
 
 __all__ = ["TermImportance", "term_importance_data"]
 
@@ -33,7 +34,7 @@ TokensOrText = str | Sequence[int] | torch.Tensor
 
 
 def term_importance_data(
-    model: CircuitModel, tokens_or_text: TokensOrText, *, max_order: int | None = None
+    model: CircuitModel, text_or_tokens: TokensOrText, *, max_order: int | None = None
 ) -> dict[str, Any]:
     """Trait values of a :class:`TermImportance` for ``model`` on a text or ``[batch, pos]`` token ids.
 
@@ -41,11 +42,11 @@ def term_importance_data(
     """
     if not isinstance(model, CircuitModel):
         raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
-    result = term_importance(model, tokens_or_text, max_order=max_order, progress_bar=False)
-    if isinstance(tokens_or_text, str):
-        shape = tuple(model.to_tokens(tokens_or_text).shape)
+    result = term_importance(model, text_or_tokens, max_order=max_order, progress_bar=False)
+    if isinstance(text_or_tokens, str):
+        shape = tuple(model.to_tokens(text_or_tokens).shape)
     else:
-        t = torch.as_tensor(tokens_or_text)
+        t = torch.as_tensor(text_or_tokens)
         shape = tuple(t.shape) if t.ndim == 2 else (1, int(t.shape[0]))
     return {
         "losses": np.asarray(result.losses, dtype=np.float64),
@@ -65,9 +66,10 @@ class TermImportance(CircuitWidget):
     Parameters
     ----------
     model
-        The model (omit it to build from trait values, e.g. :func:`term_importance_data`).
-    tokens_or_text
+        The model (omit it to build from trait values, or use :meth:`from_losses`).
+    text_or_tokens
         A text, or token ids ``[pos]`` or ``[batch, pos]``, on which the losses are measured.
+        (``tokens_or_text=`` is its former name, still accepted.)
     max_order
         Highest order (default ``n_layers``, where the loss equals the model's).
     **kwargs
@@ -75,74 +77,140 @@ class TermImportance(CircuitWidget):
     """
 
     _view = traitlets.Unicode("termimportance").tag(sync=True)
-    _from_view = frozenset({"selected_order", "selected_layer"})
+    _prefix = "terms"
 
-    model_name = traitlets.Unicode("").tag(sync=True)
+    model_name = view_data(traitlets.Unicode(""))
     """Name of the model (caption)."""
 
-    losses = NDArrayTrait(dtype="float64", ndim=1).tag(sync=True)
+    losses = view_data(NDArrayTrait(dtype="float64", dims=("n_orders",)))
     """float64 ``[max_order + 1]``: mean loss (nats) keeping path terms of order ≤ n."""
 
-    marginal = NDArrayTrait(dtype="float64", ndim=1).tag(sync=True)
+    marginal = view_data(NDArrayTrait(dtype="float64", dims=("n_orders",)))
     """float64 ``[max_order + 1]``: loss reduction from adding the order-n terms."""
 
-    layer_order1 = NDArrayTrait(dtype="float64", ndim=1).tag(sync=True)
+    layer_order1 = view_data(NDArrayTrait(dtype="float64", dims=("n_layers",)))
     """float64 ``[n_layers]``: loss reduction from adding only layer l's order-1 terms to the direct path."""
 
-    loss_no_terms = traitlets.Float(0.0).tag(sync=True)
+    loss_no_terms = view_data(traitlets.Float(0.0))
     """Loss with no path terms at all (nats)."""
 
-    full_loss = traitlets.Float(0.0).tag(sync=True)
+    full_loss = view_data(traitlets.Float(0.0))
     """Loss of the ordinary forward pass (nats)."""
 
-    n_sequences = traitlets.Int(0).tag(sync=True)
+    n_sequences = view_data(traitlets.Int(0))
     """Sequences the losses are averaged over."""
 
-    n_positions = traitlets.Int(0).tag(sync=True)
+    n_positions = view_data(traitlets.Int(0))
     """Tokens per sequence."""
 
-    selected_order = SelectionIndex("n_orders", optional=True).tag(sync=True)
+    selected_order = view_setting(SelectionIndex("n_orders", optional=True))
     """Highlighted order, or -1."""
 
-    selected_layer = SelectionIndex("n_layers", optional=True).tag(sync=True)
-    """Highlighted layer of the order-1 bars, or -1."""
+    selected_layer = head_selection(SelectionIndex("n_layers", optional=True))
+    """Highlighted layer of the order-1 bars, or -1 (in the explorer: the selected head's layer)."""
+
+    n_layers = Size("n_layers")
+    n_orders = Size("n_orders")
 
     def __init__(
         self,
         model: CircuitModel | None = None,
-        tokens_or_text: TokensOrText | None = None,
+        text_or_tokens: TokensOrText | None = None,
         *,
         max_order: int | None = None,
+        tokens_or_text: TokensOrText | None = None,
         **kwargs: Any,
     ) -> None:
+        if text_or_tokens is None:
+            text_or_tokens = tokens_or_text
         if model is not None:
-            if tokens_or_text is None:
-                raise ArgumentError("tokens_or_text: expected a text or token ids to measure the loss on, got None")
-            kwargs = {**term_importance_data(model, tokens_or_text, max_order=max_order), **kwargs}
+            kwargs = {**self.initial(model, text_or_tokens, max_order=max_order), **kwargs}
         super().__init__(**kwargs)
 
-    @traitlets.default("losses")
-    def _default_losses(self) -> NDArray[np.float64]:
-        return np.zeros(0)
+    @classmethod
+    def initial(
+        cls, model: CircuitModel, text_or_tokens: TokensOrText | None, *, max_order: int | None = None
+    ) -> dict[str, Any]:
+        """Initial traits for ``model`` on a text or token ids (:func:`term_importance_data`)."""
+        if text_or_tokens is None:
+            raise ArgumentError(
+                "text_or_tokens: expected a text or token ids to measure the loss on "
+                "(the argument once named tokens_or_text), got None"
+            )
+        return term_importance_data(model, text_or_tokens, max_order=max_order)
 
-    @traitlets.default("marginal")
-    def _default_marginal(self) -> NDArray[np.float64]:
-        return np.zeros(0)
+    @classmethod
+    def from_model(
+        cls, model: CircuitModel, text_or_tokens: TokensOrText, *, max_order: int | None = None, **kwargs: Any
+    ) -> TermImportance:
+        """Same as ``TermImportance(model, text_or_tokens, ...)``: losses measured by the paper's algorithm."""
+        return cls(model, text_or_tokens, max_order=max_order, **kwargs)
 
-    @traitlets.default("layer_order1")
-    def _default_layer_order1(self) -> NDArray[np.float64]:
-        return np.zeros(0)
+    @classmethod
+    def from_losses(
+        cls,
+        losses: ArrayLike,
+        *,
+        loss_no_terms: float,
+        full_loss: float | None = None,
+        layer_order1: ArrayLike | None = None,
+        model_name: str = "",
+        **kwargs: Any,
+    ) -> TermImportance:
+        """Term importance measured anywhere: the loss keeping path terms of order ≤ n, for n = 0, 1, ….
 
-    @traitlets.validate("selected_order", "selected_layer")
-    def _validate_selection(self, proposal: traitlets.Bunch) -> int:
-        return check_selection(self, proposal)
+        Parameters
+        ----------
+        losses
+            ``[max_order + 1]`` mean losses (nats), order 0 first.
+        loss_no_terms
+            Loss with no path terms at all (the reference of order 0's reduction).
+        full_loss
+            Loss of the ordinary forward pass (default ``losses[-1]``).
+        layer_order1
+            Optional ``[n_layers]`` loss reduction of each layer's order-1 terms alone.
+        model_name
+            Caption.
 
-    @property
-    def n_orders(self) -> int:
-        """Orders measured (``max_order + 1``)."""
-        return int(self.marginal.shape[0])
+        Raises
+        ------
+        ArgumentTypeError, ShapeError, NonFiniteError
+            Naming the argument, what was expected and what was received.
+        """
+        loss = _finite_vector("losses", losses)
+        if loss.size == 0:
+            raise ShapeError("losses: expected at least the order-0 loss, got an empty array")
+        no_terms = _finite_number("loss_no_terms", loss_no_terms)
+        full = float(loss[-1]) if full_loss is None else _finite_number("full_loss", full_loss)
+        per_layer = np.zeros(0) if layer_order1 is None else _finite_vector("layer_order1", layer_order1)
+        marginal = np.concatenate([[no_terms - loss[0]], loss[:-1] - loss[1:]])
+        state = {
+            "losses": loss,
+            "marginal": marginal,
+            "layer_order1": per_layer,
+            "loss_no_terms": no_terms,
+            "full_loss": full,
+            "model_name": model_name,
+        }
+        return cls(**{**state, **kwargs})
 
-    @property
-    def n_layers(self) -> int:
-        """Number of layers."""
-        return int(self.layer_order1.shape[0])
+
+def _finite_vector(name: str, values: ArrayLike) -> NDArray[np.float64]:
+    """``values`` as a finite float64 vector, or a typed error naming ``name``."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ArgumentTypeError(f"{name}: expected a vector of losses (floats), got {type(values).__name__} ({exc})") from None
+    if arr.ndim != 1:
+        raise ShapeError(f"{name}: expected a vector [n], got shape {tuple(arr.shape)}")
+    if not np.isfinite(arr).all():
+        raise NonFiniteError(f"{name}: expected finite values, got {int((~np.isfinite(arr)).sum())} NaN or infinite")
+    return arr
+
+
+def _finite_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not np.isfinite(value):
+        raise ArgumentTypeError(f"{name}: expected a finite number, got {value!r:.80}")
+    return float(value)
