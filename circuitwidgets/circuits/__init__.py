@@ -29,7 +29,16 @@ from circuitwidgets.circuits.copying import (
 from circuitwidgets.circuits.heads import KINDS as HEAD_KINDS
 from circuitwidgets.circuits.heads import HeadKind, head_scores, repeated_random_tokens, target_mask
 from circuitwidgets.circuits.lowrank import LowRankMatrix, TopEntries, TopK
-from circuitwidgets.circuits.ov_qk import W_OV, W_QK, direct_path, full_ov, full_qk, full_qk_kcomp, positional_qk
+from circuitwidgets.circuits.ov_qk import (
+    W_OV,
+    W_QK,
+    direct_path,
+    full_ov,
+    full_qk,
+    full_qk_kcomp,
+    positional_qk,
+    rotates,
+)
 from circuitwidgets.circuits.paths import (
     Bigram,
     PathExpansion,
@@ -73,6 +82,7 @@ __all__ = [
     "path_expansion",
     "positional_qk",
     "repeated_random_tokens",
+    "rotates",
     "same_matching_scores",
     "skip_trigrams",
     "source_profile",

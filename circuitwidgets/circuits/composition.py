@@ -37,23 +37,30 @@ import torch
 
 from circuitwidgets.circuits._checks import check_bool, check_budget, check_choice, check_int, check_model
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
+from circuitwidgets.circuits.ov_qk import all_query_weights, check_offset
 from circuitwidgets.errors import MemoryBudgetError
 from circuitwidgets.model import CircuitModel
 
 KINDS = ("Q", "K", "V")
 
 
-def _sides(model: CircuitModel, kind: str) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """``((X, G) of W_Aᵀ W_A = X G Xᵀ, (X, G) of W_B W_Bᵀ)`` with ``X [L, H, d, dh]``, ``G [L, H, dh, dh]``."""
+def _sides(
+    model: CircuitModel, kind: str, offset: int | None
+) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """``((X, G) of W_Aᵀ W_A = X G Xᵀ, (X, G) of W_B W_Bᵀ)`` with ``X [L, H, d, dh]``, ``G [L, H, dh, dh]``.
+
+    Rotary heads use ``W_Q R(offset)`` for ``W_Q`` (``W_QK(Δ) = W_Q R(Δ) W_Kᵀ``);
+    grouped-query heads their key/value head's ``W_K``, ``W_V``.
+    """
     W_O_t = model.W_O.transpose(-1, -2)
-    left = (W_O_t, model.W_V.transpose(-1, -2) @ model.W_V)
+    W_K, W_V = model.per_query_head(model.W_K), model.per_query_head(model.W_V)
+    left = (W_O_t, W_V.transpose(-1, -2) @ W_V)
+    if kind == "V":
+        return left, (W_V, model.W_O @ W_O_t)
+    W_Q = all_query_weights(model, offset)
     if kind == "Q":
-        right = (model.W_Q, model.W_K.transpose(-1, -2) @ model.W_K)
-    elif kind == "K":
-        right = (model.W_K, model.W_Q.transpose(-1, -2) @ model.W_Q)
-    else:
-        right = (model.W_V, model.W_O @ W_O_t)
-    return left, right
+        return left, (W_Q, W_K.transpose(-1, -2) @ W_K)
+    return left, (W_K, W_Q.transpose(-1, -2) @ W_Q)
 
 
 def _packed_grams(X: torch.Tensor, G: torch.Tensor, memory_budget: int, double_off_diagonal: bool) -> torch.Tensor:
@@ -81,7 +88,7 @@ def _squared_norms(X: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
 
 
 def raw_composition_scores(
-    model: CircuitModel, kind: Literal["Q", "K", "V"], memory_budget: int = DEFAULT_MEMORY_BUDGET
+    model: CircuitModel, kind: Literal["Q", "K", "V"], memory_budget: int = DEFAULT_MEMORY_BUDGET, offset: int | None = None
 ) -> np.ndarray:
     """Composition scores without the baseline, float64 ``[L, H, L, H]`` (NaN where ``l1 >= l2``).
 
@@ -92,7 +99,7 @@ def raw_composition_scores(
     out = np.full((L, H, L, H), np.nan)
     if L < 2:
         return out
-    (X_a, G_a), (X_b, G_b) = _sides(model, kind)
+    (X_a, G_a), (X_b, G_b) = _sides(model, kind, offset)
     left = _packed_grams(X_a[:-1].reshape(-1, d, dh), G_a[:-1].reshape(-1, dh, dh), memory_budget, True)
     right = _packed_grams(X_b[1:].reshape(-1, d, dh), G_b[1:].reshape(-1, dh, dh), memory_budget, False)
     norms_a = _squared_norms(X_a, G_a).double().clamp_min(0).sqrt()  # [L, H]
@@ -175,6 +182,7 @@ def composition_scores(
     n_samples: int = 100,
     seed: int = 0,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    offset: int | None = None,
 ) -> np.ndarray:
     """Composition scores of every earlier head into every later head.
 
@@ -191,6 +199,10 @@ def composition_scores(
         Monte-Carlo size and seed of the baseline.
     memory_budget
         Bytes of scratch for building the packed Gram matrices.
+    offset
+        For Q and K composition on rotary models: the later head's query
+        position minus key position, as in :func:`~circuitwidgets.circuits.W_QK`
+        (required there; ignored for V, whose matrices do not rotate).
 
     Returns
     -------
@@ -203,7 +215,8 @@ def composition_scores(
     check_choice("kind", kind, KINDS)
     check_bool("baseline", baseline)
     check_budget("memory_budget", memory_budget)
-    raw = raw_composition_scores(model, kind, memory_budget)
+    offset = check_offset(model, offset) if kind != "V" else None
+    raw = raw_composition_scores(model, kind, memory_budget, offset)
     if not baseline:
         return raw
     return raw - composition_baseline(model.cfg.d_model, model.cfg.d_head, n_samples, seed)

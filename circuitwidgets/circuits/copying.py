@@ -42,7 +42,7 @@ import torch
 from circuitwidgets.circuits._cache import embed_gram, unembed_embed
 from circuitwidgets.circuits._checks import check_choice, check_int, check_model, check_token_ids, progress
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET, LowRankMatrix
-from circuitwidgets.circuits.ov_qk import full_ov, full_qk, full_qk_kcomp
+from circuitwidgets.circuits.ov_qk import all_query_weights, check_offset, full_ov, full_qk, full_qk_kcomp
 from circuitwidgets.model import CircuitModel
 
 CIRCUITS = ("ov", "qk", "qk_kcomp")
@@ -62,7 +62,7 @@ def eigen_score(eigs: np.ndarray) -> np.ndarray:
         return np.where(magnitude > 0, total / np.where(magnitude > 0, magnitude, 1.0), np.nan)
 
 
-def eigenvalues(model: CircuitModel, circuit: Literal["ov", "qk"] = "ov") -> np.ndarray:
+def eigenvalues(model: CircuitModel, circuit: Literal["ov", "qk"] = "ov", offset: int | None = None) -> np.ndarray:
     """Non-trivial eigenvalues of every head's full OV or QK circuit.
 
     Parameters
@@ -71,6 +71,9 @@ def eigenvalues(model: CircuitModel, circuit: Literal["ov", "qk"] = "ov") -> np.
         The model.
     circuit
         ``"ov"`` for ``W_E W_OV W_U`` or ``"qk"`` for ``W_E W_QK W_Eᵀ``.
+    offset
+        For ``"qk"`` on rotary models: query position minus key position
+        (:func:`~circuitwidgets.circuits.W_QK`); required there.
 
     Returns
     -------
@@ -88,14 +91,15 @@ def eigenvalues(model: CircuitModel, circuit: Literal["ov", "qk"] = "ov") -> np.
     model = check_model(model, "eigenvalues")
     check_choice("circuit", circuit, ("ov", "qk"))
     if circuit == "ov":
-        small = model.W_O @ unembed_embed(model) @ model.W_V
+        small = model.W_O @ unembed_embed(model) @ model.per_query_head(model.W_V)
     else:
-        small = model.W_K.transpose(-1, -2) @ embed_gram(model) @ model.W_Q
+        queries = all_query_weights(model, check_offset(model, offset))
+        small = model.per_query_head(model.W_K).transpose(-1, -2) @ embed_gram(model) @ queries
     eigs = torch.linalg.eigvals(small.double()).cpu().numpy()
     return _sorted_by_magnitude(eigs)
 
 
-def kcomp_eigenvalues(model: CircuitModel) -> np.ndarray:
+def kcomp_eigenvalues(model: CircuitModel, offset: int | None = None) -> np.ndarray:
     """Non-trivial eigenvalues of every K-composition term ``W_E W_QK^{h2} (W_E W_OV^{h1})ᵀ``.
 
     Returns
@@ -109,30 +113,35 @@ def kcomp_eigenvalues(model: CircuitModel) -> np.ndarray:
     -----
     Computed as the eigenvalues of ``(W_O^{h1} W_K^{h2})ᵀ (W_V^{h1}ᵀ W_Eᵀ W_E W_Q^{h2})``
     ``[d_head, d_head]``. Cost ``O(V d_model²)`` once, then ``O(P d_head² d_model)``
-    for ``P`` ordered pairs.
+    for ``P`` ordered pairs. ``offset``: the later head's query position minus
+    key position, required on rotary models (:func:`~circuitwidgets.circuits.W_QK`).
     """
     model = check_model(model, "kcomp_eigenvalues")
     cfg = model.cfg
     L, H, dh = cfg.n_layers, cfg.n_heads, cfg.d_head
     out = np.full((L, H, L, H, dh), np.nan, dtype=np.complex128)
-    value_side = model.W_V.transpose(-1, -2) @ embed_gram(model)  # [L, H, dh, d]
+    queries = all_query_weights(model, check_offset(model, offset))
+    W_K = model.per_query_head(model.W_K)
+    value_side = model.per_query_head(model.W_V).transpose(-1, -2) @ embed_gram(model)  # [L, H, dh, d]
     for l2 in range(1, L):
         # [l1 H, H2, dh, dh] for every earlier head (l1 < l2) and every head of layer l2.
-        reads = torch.einsum("aed,gdf->agef", value_side[:l2].reshape(-1, dh, cfg.d_model), model.W_Q[l2])
-        keys = torch.einsum("aed,gdf->agef", model.W_O[:l2].reshape(-1, dh, cfg.d_model), model.W_K[l2])
+        reads = torch.einsum("aed,gdf->agef", value_side[:l2].reshape(-1, dh, cfg.d_model), queries[l2])
+        keys = torch.einsum("aed,gdf->agef", model.W_O[:l2].reshape(-1, dh, cfg.d_model), W_K[l2])
         small = keys.transpose(-1, -2) @ reads
         eigs = torch.linalg.eigvals(small.double()).cpu().numpy()
         out[:l2, :, l2] = _sorted_by_magnitude(eigs).reshape(l2, H, H, dh)
     return out
 
 
-def _circuit_matrix(model: CircuitModel, circuit: str, layer: int, head: int, earlier: tuple[int, int] | None) -> LowRankMatrix:
+def _circuit_matrix(
+    model: CircuitModel, circuit: str, layer: int, head: int, earlier: tuple[int, int] | None, offset: int | None
+) -> LowRankMatrix:
     if circuit == "ov":
         return full_ov(model, layer, head)
     if circuit == "qk":
-        return full_qk(model, layer, head)
+        return full_qk(model, layer, head, offset=offset)
     assert earlier is not None
-    return full_qk_kcomp(model, layer, head, earlier[0], earlier[1])
+    return full_qk_kcomp(model, layer, head, earlier[0], earlier[1], offset=offset)
 
 
 def matrix_copying_score(
@@ -161,11 +170,11 @@ def matrix_copying_score(
     return float((ranks < k).double().mean())
 
 
-def _best_earlier_heads(model: CircuitModel) -> np.ndarray:
+def _best_earlier_heads(model: CircuitModel, offset: int | None) -> np.ndarray:
     """For each head, ``(l1, h1)`` of the earlier head with the largest raw K-composition into it ``[L, H, 2]``."""
     from circuitwidgets.circuits.composition import composition_scores
 
-    scores = composition_scores(model, "K")
+    scores = composition_scores(model, "K", offset=offset)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     best = np.full((L, H, 2), -1, dtype=np.int64)
     for l2 in range(1, L):
@@ -184,6 +193,7 @@ def copying_scores(
     tokens: Sequence[int] | torch.Tensor | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress_bar: bool | None = None,
+    offset: int | None = None,
 ) -> np.ndarray:
     """Copying (OV) or same-matching (QK) score of every head, ``[n_layers, n_heads]``.
 
@@ -205,6 +215,9 @@ def copying_scores(
         Bytes per dense row block in ``"topk"``.
     progress_bar
         Show a tqdm bar (``None``: only when interactive).
+    offset
+        For the QK circuits of rotary models: query position minus key position
+        (:func:`~circuitwidgets.circuits.W_QK`); required there, ignored for ``"ov"``.
 
     Returns
     -------
@@ -216,15 +229,16 @@ def copying_scores(
     check_choice("method", method, METHODS)
     k = check_int("k", k, 1)
     ids = None if tokens is None else check_token_ids(model, "tokens", tokens)
+    offset = check_offset(model, offset) if circuit != "ov" else None
     L, H = model.cfg.n_layers, model.cfg.n_heads
     if method == "eigen" and circuit in ("ov", "qk"):
-        return eigen_score(eigenvalues(model, circuit))
+        return eigen_score(eigenvalues(model, circuit, offset=offset))
     out = np.full((L, H), np.nan)
-    earlier = _best_earlier_heads(model) if circuit == "qk_kcomp" else None
+    earlier = _best_earlier_heads(model, offset) if circuit == "qk_kcomp" else None
     heads = [(lay, hd) for lay in range(1 if earlier is not None else 0, L) for hd in range(H)]
     for lay, hd in progress(heads, len(heads), f"{circuit} {method} scores", progress_bar):
         pair = None if earlier is None else (int(earlier[lay, hd, 0]), int(earlier[lay, hd, 1]))
-        matrix = _circuit_matrix(model, circuit, lay, hd, pair)
+        matrix = _circuit_matrix(model, circuit, lay, hd, pair, offset)
         out[lay, hd] = matrix_copying_score(matrix, method, k, ids, memory_budget)
     return out
 
@@ -236,6 +250,7 @@ def same_matching_scores(
     tokens: Sequence[int] | torch.Tensor | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress_bar: bool | None = None,
+    offset: int | None = None,
 ) -> np.ndarray:
     """Same-matching score of every K-composition term, ``[n_layers, n_heads, n_layers, n_heads]``.
 
@@ -246,17 +261,19 @@ def same_matching_scores(
 
     Cost: ``"eigen"`` as :func:`kcomp_eigenvalues`; otherwise one full-circuit
     computation per ordered pair (use ``tokens`` on large vocabularies).
+    ``offset``: as in :func:`copying_scores`, required on rotary models.
     """
     model = check_model(model, "same_matching_scores")
     check_choice("method", method, METHODS)
     k = check_int("k", k, 1)
     ids = None if tokens is None else check_token_ids(model, "tokens", tokens)
+    offset = check_offset(model, offset)
     if method == "eigen":
-        return eigen_score(kcomp_eigenvalues(model))
+        return eigen_score(kcomp_eigenvalues(model, offset=offset))
     L, H = model.cfg.n_layers, model.cfg.n_heads
     out = np.full((L, H, L, H), np.nan)
     pairs = [(l1, h1, l2, h2) for l2 in range(L) for h2 in range(H) for l1 in range(l2) for h1 in range(H)]
     for l1, h1, l2, h2 in progress(pairs, len(pairs), f"same matching {method}", progress_bar):
-        matrix = full_qk_kcomp(model, l2, h2, l1, h1)
+        matrix = full_qk_kcomp(model, l2, h2, l1, h1, offset=offset)
         out[l1, h1, l2, h2] = matrix_copying_score(matrix, method, k, ids, memory_budget)
     return out

@@ -16,6 +16,17 @@ models whose positions enter the residual stream (``"standard"``) the same
 token-only circuits are the paper's token terms. Biases, the attention scale
 ``1/scale`` and the layer-norm scalar are not part of any circuit here.
 
+Rotary heads (DESIGN.md §3a): the score between a query at position ``i`` and
+a key at position ``j`` is ``x_i W_Q R(i − j) W_Kᵀ x_jᵀ``, so their QK circuit is a
+family indexed by the offset ``Δ = i − j``: ``W_QK(Δ) = W_Q R(Δ) W_Kᵀ``, still of
+rank ≤ d_head. Every QK function takes ``offset``; on a layer that rotates,
+``offset=None`` raises :class:`~circuitwidgets.errors.OffsetRequiredError`
+instead of silently dropping the rotation (``offset=0`` is what tools that
+ignore rotary compute; ``offset=1`` is what a previous-token head uses). On
+layers without rotation (learned or no positions, NoPE layers) the circuit does
+not depend on the offset and any offset gives the same matrix. Grouped-query
+heads read their key/value head's ``W_K``, ``W_V`` (``model.kv_index``).
+
 Every function returns a :class:`~circuitwidgets.circuits.lowrank.LowRankMatrix`
 in the weights' dtype; building a token-space circuit costs ``O(d_vocab d_model
 d_head)`` and ``O(d_vocab d_head)`` memory.
@@ -25,34 +36,91 @@ from __future__ import annotations
 
 import torch
 
-from circuitwidgets.circuits._checks import check_head, check_model
+from circuitwidgets.circuits._checks import check_head, check_int, check_model
 from circuitwidgets.circuits.lowrank import LowRankMatrix
-from circuitwidgets.errors import ArgumentError, UnsupportedArchitectureError
+from circuitwidgets.errors import ArgumentError, OffsetRequiredError, UnsupportedArchitectureError
 from circuitwidgets.model import CircuitModel
+from circuitwidgets.model.rotary import rotate_columns
 
 
-def W_QK(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:  # noqa: N802 — the paper's name
-    """``W_Q W_Kᵀ`` ``[d_model, d_model]`` (query residual × key residual); cost ``O(1)``."""
+def rotates(model: CircuitModel) -> bool:
+    """Whether any layer of ``model`` rotates queries and keys (so QK circuits need an ``offset``)."""
+    return any(model.rotary_freq(layer) is not None for layer in range(model.cfg.n_layers))
+
+
+def check_offset(model: CircuitModel, offset: object, layer: int | None = None) -> int | None:
+    """``offset`` as an int in ``[0, n_ctx)``, or ``None`` where no layer concerned rotates.
+
+    ``layer=None`` checks every layer (for analyses of all heads at once).
+    """
+    if offset is not None:
+        return check_int("offset", offset, 0, model.cfg.n_ctx)
+    layers = range(model.cfg.n_layers) if layer is None else (layer,)
+    rotating = [lay for lay in layers if model.rotary_freq(lay) is not None]
+    if rotating:
+        where = f"layer {rotating[0]}" if layer is not None else f"layers {rotating[:8]}{' ...' if len(rotating) > 8 else ''}"
+        raise OffsetRequiredError(
+            f"offset: {where} of model {model.name!r} use rotary positions, so the QK circuit depends on the offset "
+            "Δ = i − j between query position i and key position j; pass offset=0 (same position) or offset=1 "
+            "(previous token), an int in [0, n_ctx), got None"
+        )
+    return None
+
+
+def query_weights(model: CircuitModel, layer: int, head: int | slice, offset: int | None) -> torch.Tensor:
+    """``W_Q R(offset)`` of one head ``[d_model, d_head]`` (or a slice of heads), unrotated where the layer does not rotate."""
+    W_Q = model.W_Q[layer, head]
+    freq = model.rotary_freq(layer)
+    if freq is None or offset is None:
+        return W_Q
+    return rotate_columns(W_Q, freq, offset)
+
+
+def all_query_weights(model: CircuitModel, offset: int | None) -> torch.Tensor:
+    """``W_Q R(offset)`` of every head ``[n_layers, n_heads, d_model, d_head]`` (a copy only when some layer rotates)."""
+    if offset is None or not rotates(model):
+        return model.W_Q
+    return torch.stack([query_weights(model, layer, slice(None), offset) for layer in range(model.cfg.n_layers)])
+
+
+def key_weights(model: CircuitModel, layer: int, head: int) -> torch.Tensor:
+    """``W_K`` of the key/value head that query head ``head`` reads ``[d_model, d_head]``."""
+    return model.W_K[layer, model.cfg.kv_head(head)]
+
+
+def value_weights(model: CircuitModel, layer: int, head: int) -> torch.Tensor:
+    """``W_V`` of the key/value head that query head ``head`` reads ``[d_model, d_head]``."""
+    return model.W_V[layer, model.cfg.kv_head(head)]
+
+
+def W_QK(model: CircuitModel, layer: int, head: int, offset: int | None = None) -> LowRankMatrix:  # noqa: N802 — the paper's name
+    """``W_Q R(offset) W_Kᵀ`` ``[d_model, d_model]`` (query residual × key residual); cost ``O(d_model d_head)``.
+
+    ``offset`` is the query position minus the key position; needed on rotary layers (module docstring).
+    """
     model = check_model(model)
     layer, head = check_head(model, layer, head)
-    return LowRankMatrix(model.W_Q[layer, head], model.W_K[layer, head].T)
+    offset = check_offset(model, offset, layer)
+    return LowRankMatrix(query_weights(model, layer, head, offset), key_weights(model, layer, head).T)
 
 
 def W_OV(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:  # noqa: N802 — the paper's name
     """``W_V W_O`` ``[d_model, d_model]`` (source residual → written residual); cost ``O(1)``."""
     model = check_model(model)
     layer, head = check_head(model, layer, head)
-    return LowRankMatrix(model.W_V[layer, head], model.W_O[layer, head])
+    return LowRankMatrix(value_weights(model, layer, head), model.W_O[layer, head])
 
 
-def full_qk(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
-    """Full QK circuit ``W_E W_QK W_Eᵀ`` ``[d_vocab (query token), d_vocab (key token)]``.
+def full_qk(model: CircuitModel, layer: int, head: int, offset: int | None = None) -> LowRankMatrix:
+    """Full QK circuit ``W_E W_QK(offset) W_Eᵀ`` ``[d_vocab (query token), d_vocab (key token)]``.
 
-    Factors ``(W_E W_Q) [V, d_head]`` and ``(W_E W_K)ᵀ [d_head, V]``; cost ``O(V d_model d_head)``.
+    Factors ``(W_E W_Q R) [V, d_head]`` and ``(W_E W_K)ᵀ [d_head, V]``; cost ``O(V d_model d_head)``.
+    ``offset``: query position minus key position, needed on rotary layers (module docstring).
     """
     model = check_model(model, "full_qk")
     layer, head = check_head(model, layer, head)
-    return LowRankMatrix(model.W_E @ model.W_Q[layer, head], (model.W_E @ model.W_K[layer, head]).T)
+    offset = check_offset(model, offset, layer)
+    return LowRankMatrix(model.W_E @ query_weights(model, layer, head, offset), (model.W_E @ key_weights(model, layer, head)).T)
 
 
 def full_ov(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
@@ -63,7 +131,7 @@ def full_ov(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
     """
     model = check_model(model, "full_ov")
     layer, head = check_head(model, layer, head)
-    return LowRankMatrix(model.W_E @ model.W_V[layer, head], model.W_O[layer, head] @ model.W_U)
+    return LowRankMatrix(model.W_E @ value_weights(model, layer, head), model.W_O[layer, head] @ model.W_U)
 
 
 def positional_qk(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
@@ -80,11 +148,11 @@ def positional_qk(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
             f"model: expected learned positional embeddings (W_pos), got positional_embedding_type="
             f"{model.cfg.positional_embedding_type!r}"
         )
-    return LowRankMatrix(W_pos @ model.W_Q[layer, head], (W_pos @ model.W_K[layer, head]).T)
+    return LowRankMatrix(W_pos @ model.W_Q[layer, head], (W_pos @ key_weights(model, layer, head)).T)
 
 
 def full_qk_kcomp(
-    model: CircuitModel, layer: int, head: int, earlier_layer: int, earlier_head: int
+    model: CircuitModel, layer: int, head: int, earlier_layer: int, earlier_head: int, offset: int | None = None
 ) -> LowRankMatrix:
     """K-composition term of a head's QK circuit through an earlier head, in token space.
 
@@ -96,18 +164,20 @@ def full_qk_kcomp(
     embedding. When ``h1`` is a previous-token head, a positive "same matching"
     ``W`` (large positive diagonal, positive eigenvalues) makes ``h2`` an induction
     head. The earlier head's attention pattern and the positional terms are left
-    out. Factors ``(W_E W_Q^{h2}) [V, d_head]`` and ``(W_E W_V^{h1} W_O^{h1} W_K^{h2})ᵀ
-    [d_head, V]``; cost ``O(V d_model d_head)``.
+    out. Factors ``(W_E W_Q^{h2} R) [V, d_head]`` and ``(W_E W_V^{h1} W_O^{h1} W_K^{h2})ᵀ
+    [d_head, V]``; cost ``O(V d_model d_head)``. ``offset``: the later head's query
+    position minus its key position, needed when its layer rotates.
     """
     model = check_model(model, "full_qk_kcomp")
     layer, head = check_head(model, layer, head)
     earlier_layer, earlier_head = check_head(model, earlier_layer, earlier_head, prefix="earlier_")
     if earlier_layer >= layer:
         raise ArgumentError(f"earlier_layer: expected a layer before layer={layer}, got {earlier_layer}")
-    key_side = model.W_E @ model.W_V[earlier_layer, earlier_head] @ (
-        model.W_O[earlier_layer, earlier_head] @ model.W_K[layer, head]
+    offset = check_offset(model, offset, layer)
+    key_side = model.W_E @ value_weights(model, earlier_layer, earlier_head) @ (
+        model.W_O[earlier_layer, earlier_head] @ key_weights(model, layer, head)
     )
-    return LowRankMatrix(model.W_E @ model.W_Q[layer, head], key_side.T)
+    return LowRankMatrix(model.W_E @ query_weights(model, layer, head, offset), key_side.T)
 
 
 def direct_path(model: CircuitModel) -> LowRankMatrix:

@@ -25,7 +25,7 @@ from circuitwidgets.circuits._checks import check_int, check_model, check_token,
 from circuitwidgets.circuits._records import RecordList
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
 from circuitwidgets.circuits.ov_qk import direct_path
-from circuitwidgets.errors import ArgumentTypeError, ShapeError
+from circuitwidgets.errors import ArgumentTypeError, ShapeError, UnsupportedArchitectureError
 from circuitwidgets.model import CircuitModel
 
 TokensLike = str | Sequence[int] | torch.Tensor
@@ -124,18 +124,21 @@ class _Readout:
 
     def __init__(self, model: CircuitModel, cache_scales: list[torch.Tensor], final_scale: torch.Tensor, targets: torch.Tensor) -> None:
         self.model = model
-        self.normalized = model.cfg.normalization == "ln_pre"
+        self.normalized = model.cfg.normalization in ("ln_pre", "rms_pre")
+        self.centred = model.cfg.normalization == "ln_pre"
         self.scales = cache_scales  # per layer [pos, 1]
         unembed = model.W_U[:, targets].T  # [pos - 1, d]
+        if self.centred:
+            unembed = unembed - unembed.mean(-1, keepdim=True)
         if self.normalized:
-            unembed = (unembed - unembed.mean(-1, keepdim=True)) / final_scale[:-1]
+            unembed = unembed / final_scale[:-1]
         self.unembed = unembed
 
     def read(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """Layer ``layer``'s attention input for a residual component ``x [..., pos, d]``."""
         if not self.normalized:
             return x
-        return (x - x.mean(-1, keepdim=True)) / self.scales[layer]
+        return ((x - x.mean(-1, keepdim=True)) if self.centred else x) / self.scales[layer]
 
     def logit(self, x: torch.Tensor) -> torch.Tensor:
         """Next-token logit contribution ``[..., pos - 1]`` of a residual component ``x [..., pos, d]``."""
@@ -167,6 +170,12 @@ def path_expansion(model: CircuitModel, tokens: TokensLike) -> PathExpansion:
     model = check_model(model, "path_expansion")
     ids = _token_ids(model, tokens, batched=False)
     cfg = model.cfg
+    if cfg.normalization == "rms_post" or cfg.post_norm or cfg.final_softcap is not None:
+        raise UnsupportedArchitectureError(
+            f"model: path_expansion needs logits linear in each head's output once patterns and input norms are "
+            f"frozen; {model.name!r} has {'sublayer-output norms' if cfg.final_softcap is None else 'a final-logit soft-cap'}, "
+            "which mix the heads' outputs (use term_importance, which runs the model's own forward pass)"
+        )
     L, H, n_pos = cfg.n_layers, cfg.n_heads, ids.shape[1]
     logits, cache = model.run_with_cache(ids, names=["pattern", "scale", "embed", "pos_embed", "resid_final"])
     targets = ids[0, 1:]
@@ -174,9 +183,11 @@ def path_expansion(model: CircuitModel, tokens: TokensLike) -> PathExpansion:
     if cfg.positional_embedding_type == "standard":
         x0 = x0 + cache["pos_embed"][0]
     final = cache["resid_final"][0]
-    final = final - final.mean(-1, keepdim=True)
+    if cfg.normalization == "ln_pre":
+        final = final - final.mean(-1, keepdim=True)
     final_scale = (final.pow(2).mean(-1, keepdim=True) + cfg.ln_eps).sqrt()
-    scales = [cache["scale", layer][0] for layer in range(L)] if cfg.normalization == "ln_pre" else []
+    scales = [cache["scale", layer][0] for layer in range(L)] if cfg.normalization in ("ln_pre", "rms_pre") else []
+    W_V = model.per_query_head(model.W_V)
     readout = _Readout(model, scales, final_scale, targets)
     patterns = [cache["pattern", layer][0] for layer in range(L)]  # [H, dest, src]
 
@@ -184,7 +195,7 @@ def path_expansion(model: CircuitModel, tokens: TokensLike) -> PathExpansion:
     virtual = np.full((L, H, L, H, n_pos - 1), np.nan)
     outputs = []  # per layer, each head's order-1 output [H, pos, d]
     for layer in range(L):
-        values = readout.read(layer, x0) @ model.W_V[layer]  # [H, pos, dh]
+        values = readout.read(layer, x0) @ W_V[layer]  # [H, pos, dh]
         out = (patterns[layer] @ values) @ model.W_O[layer]  # [H, pos, d]
         outputs.append(out)
         heads[layer] = readout.logit(out).cpu().numpy()
@@ -192,7 +203,7 @@ def path_expansion(model: CircuitModel, tokens: TokensLike) -> PathExpansion:
         # W_O^{h2} applied to the readout: [H2, pos - 1, dh]
         readout_o = torch.einsum("ged,qd->gqe", model.W_O[l2], readout.unembed)
         for l1 in range(l2):
-            values = readout.read(l2, outputs[l1])[:, None] @ model.W_V[l2][None]  # [H1, H2, pos, dh]
+            values = readout.read(l2, outputs[l1])[:, None] @ W_V[l2][None]  # [H1, H2, pos, dh]
             mixed = patterns[l2][None] @ values  # [H1, H2, pos, dh]
             virtual[l1, :, l2] = torch.einsum("hgqe,gqe->hgq", mixed[:, :, :-1], readout_o).cpu().numpy()
     direct = readout.logit(x0).cpu().numpy()

@@ -7,7 +7,9 @@ and copying the source raises the logit of an out token (full OV circuit
 
 - ``qk``: ``(W_E W_QK W_Eᵀ)[destination, source] / scale``, the token-token part
   of the attention score (``scale`` is the model's attention divisor,
-  ``sqrt(d_head)`` by default; positional terms and biases are left out);
+  ``sqrt(d_head)`` by default; positional terms and biases are left out). For
+  rotary heads it is the circuit at a chosen ``offset`` (destination position
+  minus source position; :func:`~circuitwidgets.circuits.W_QK`);
 - ``ov``: ``(W_E W_OV W_U)[source, out]``, the direct logit effect on ``out`` of
   attending to ``source`` with all attention.
 
@@ -26,7 +28,7 @@ import torch
 from circuitwidgets.circuits._checks import check_choice, check_head, check_int, check_model, check_token
 from circuitwidgets.circuits._records import RecordList
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET, LowRankMatrix
-from circuitwidgets.circuits.ov_qk import full_ov, full_qk
+from circuitwidgets.circuits.ov_qk import check_offset, full_ov, full_qk
 from circuitwidgets.model import CircuitModel
 
 
@@ -73,18 +75,20 @@ def _token_scores(model: CircuitModel, values: torch.Tensor, ids: torch.Tensor) 
     )
 
 
-def source_profile(model: CircuitModel, layer: int, head: int, source: int | str, k: int = 10) -> SourceProfile:
+def source_profile(
+    model: CircuitModel, layer: int, head: int, source: int | str, k: int = 10, offset: int | None = None
+) -> SourceProfile:
     """Top-``k`` destinations attending to ``source`` (QK column) and top-``k`` outs it raises (OV row).
 
     ``source`` is a token id or a one-token string. Destination scores are
     ``qk`` and out scores ``ov`` as defined in the module docstring. Cost
-    ``O(V d_model d_head)``.
+    ``O(V d_model d_head)``. ``offset``: required on rotary layers (module docstring).
     """
     model = check_model(model, "source_profile")
     layer, head = check_head(model, layer, head)
     src = check_token(model, "source", source)
     k = check_int("k", k, 1, model.cfg.d_vocab + 1)
-    qk_column = full_qk(model, layer, head)[:, src]
+    qk_column = full_qk(model, layer, head, offset=offset)[:, src]
     ov_row = full_ov(model, layer, head)[src, :]
     assert isinstance(qk_column, torch.Tensor) and isinstance(ov_row, torch.Tensor)
     dest = torch.topk(qk_column / model.cfg.scale, k)
@@ -111,6 +115,7 @@ def skip_trigrams(
     by: Literal["ov", "qk"] = "ov",
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress_bar: bool | None = None,
+    offset: int | None = None,
 ) -> RecordList[SkipTrigram]:
     """The head's strongest skip-trigrams as records (``.to_pandas()`` gives a DataFrame).
 
@@ -132,6 +137,9 @@ def skip_trigrams(
         Bytes per dense row block of the chunked global top-k.
     progress_bar
         Show a tqdm bar (``None``: only when interactive).
+    offset
+        Destination position minus source position at which the QK circuit of a
+        rotary head is read; required on rotary layers, ignored elsewhere.
 
     Returns
     -------
@@ -145,8 +153,9 @@ def skip_trigrams(
     layer, head = check_head(model, layer, head)
     k = check_int("k", k, 1, model.cfg.d_vocab + 1)
     check_choice("by", by, ("ov", "qk"))
+    offset = check_offset(model, offset, layer)
     if source is not None:
-        profile = source_profile(model, layer, head, source, k)
+        profile = source_profile(model, layer, head, source, k, offset)
         pairs = sorted(
             ((i, j) for i in range(len(profile.destinations)) for j in range(len(profile.outs))),
             key=lambda ij: (ij[0] + ij[1], ij[0]),
@@ -162,7 +171,7 @@ def skip_trigrams(
             )
             for i, j in pairs
         )
-    qk = full_qk(model, layer, head)
+    qk = full_qk(model, layer, head, offset=offset)
     ov = full_ov(model, layer, head)
     scale = model.cfg.scale
     if by == "ov":
