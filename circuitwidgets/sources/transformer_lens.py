@@ -3,9 +3,11 @@
 Accepted objects:
 
 - ``TransformerBridge`` (TransformerLens 4). A bridge over a Hugging Face
-  model (``boot_transformers``) is read through that model with
-  :func:`~circuitwidgets.from_hf`, so it must be a supported Hugging Face
-  architecture; its weights are read as they are now, processed
+  model (``boot_transformers``, or ``build_bridge_from_module`` offline) is
+  read through that model, so it must be a supported Hugging Face
+  architecture. Bridges over the RMS-norm decoder families (Llama, Mistral,
+  Qwen, Gemma, Phi-3, OLMo, SmolLM 3) are read wholly through the Hugging Face
+  modules they run (:mod:`circuitwidgets.sources.hf_decoders`); its weights are read as they are now, processed
   (``enable_compatibility_mode()``) or not. A bridge over a TL-native model
   (``boot_native``) is read through the bridge's ``W_Q``, ``W_K``, ... accessors.
 - ``HookedTransformer`` (TransformerLens 3 and earlier), when that version is
@@ -54,6 +56,7 @@ from circuitwidgets.sources._convert import (
     verify_logits,
     work_dtype,
 )
+from circuitwidgets.sources.hf_decoders import Family, read_decoder
 from circuitwidgets.tokenizer import HFTokenizer, TokenizerLike
 
 _ACTIVATION_ALIASES = {"gelu_pytorch_tanh": "gelu_new", "swish": "silu"}
@@ -287,6 +290,15 @@ def _hf_conventions(
     return hf_shape, RawModel(raw.weights, raw.ln1, raw.ln2, raw.ln_final, hf_raw.attn_scales), False
 
 
+def _decoder_family(inner: Any) -> Family | None:
+    """The decoder family of a bridge's Hugging Face model (Llama, Gemma, Qwen, ...), or ``None``."""
+    from circuitwidgets.sources.hf_decoders import FAMILIES
+
+    for arch in class_names(inner) & set(FAMILIES):
+        return FAMILIES[arch]
+    return None
+
+
 def _tokenizer(model: Any) -> TokenizerLike | None:
     tok = getattr(model, "tokenizer", None)
     return HFTokenizer(tok) if tok is not None else None
@@ -344,14 +356,20 @@ def from_transformer_lens(
     inner = getattr(model, "original_model", None) if is_bridge else None
     native = is_bridge and "NativeModel" in class_names(inner)
     target_device = torch.device(device) if device is not None else source_device
-    shape, raw, adjacent = _read_tl(model, work_dtype(dtype), is_bridge, native)
-    if is_bridge and not native:
-        shape, raw, adjacent = _hf_conventions(inner, shape, raw, work_dtype(dtype))
-    check_finite(raw.weights, f"model ({type(model).__name__})")
-    weights = fold_layer_norms(raw)
-    attn_scale = fold_attention_scales(weights, raw.attn_scales)
-    if shape["positional_embedding_type"] == "rotary" and adjacent:
-        adjacent_pairs_to_rotate_half(weights, int(shape["rotary_dim"]))
+    decoder = _decoder_family(inner) if is_bridge and not native else None
+    attn_scale: float | None
+    if decoder is not None:
+        # Bridges over RMS-norm families run the Hugging Face model's own modules: read those.
+        shape, weights, attn_scale = read_decoder(inner, decoder, work_dtype(dtype), work_dtype(dtype), target_device)
+    else:
+        shape, raw, adjacent = _read_tl(model, work_dtype(dtype), is_bridge, native)
+        if is_bridge and not native:
+            shape, raw, adjacent = _hf_conventions(inner, shape, raw, work_dtype(dtype))
+        check_finite(raw.weights, f"model ({type(model).__name__})")
+        weights = fold_layer_norms(raw)
+        attn_scale = fold_attention_scales(weights, raw.attn_scales)
+        if shape["positional_embedding_type"] == "rotary" and adjacent:
+            adjacent_pairs_to_rotate_half(weights, int(shape["rotary_dim"]))
     tokenizer = _tokenizer(model)
     bos = tokenizer.bos_token_id if tokenizer is not None else None
     cfg = ModelConfig(
