@@ -14,13 +14,12 @@ from typing import Any
 
 import pytest
 import torch
+from families import CASES, CASES_BY_ID, VOCAB, Case
 
 from circuitwidgets import circuits
 from circuitwidgets.errors import ArgumentError, OffsetRequiredError, UnsupportedArchitectureError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.sources.huggingface import SUPPORTED_ARCHITECTURES, from_hf
-
-from families import CASES, CASES_BY_ID, VOCAB, Case
 
 transformers = pytest.importorskip("transformers")
 
@@ -323,5 +322,5 @@ def test_engine_agrees_with_transformer_lens_on_a_gqa_llama() -> None:
     assert circuits.copying_scores(ours, circuit="ov") == pytest.approx(tl_copying, abs=1e-4)
     for kind in ("Q", "K", "V"):
         tl_scores = bridge.all_composition_scores(kind).detach().double().numpy()  # [L, H, L, H], zeros where undefined
-        ours_scores = circuits.composition_scores(ours, kind, offset=0)  # type: ignore[arg-type]
+        ours_scores = circuits.composition_scores(ours, kind, offset=0)
         assert ours_scores[0, :, 1, :] == pytest.approx(tl_scores[0, :, 1, :], abs=1e-6)
