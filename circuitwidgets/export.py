@@ -3,8 +3,11 @@
 A page holds one base64 copy of our bundled ES module, each widget's state
 (binary buffers base64-encoded, gzip-compressed when that helps), and a small
 model shim that implements what a view's ``render`` uses (``get``, ``set``,
-``on``, ``off``, ``save_changes``, ``send``). Front-end interaction and linking
-therefore work with no kernel. A Content-Security-Policy forbids every network
+``on``, ``off``, ``save_changes``, ``send``): ``js/src/shim/``, built to
+``static/shim.js`` and inlined here. Front-end interaction and linking
+therefore work with no kernel; widgets of one page can be linked
+(``html_page(..., link=["selected_layer", "selected_head"])``: a head chosen in
+one view moves the others). A Content-Security-Policy forbids every network
 request, so an exported page cannot reach the network even by accident.
 
 The same fragment is offered as the ``text/html`` fallback of each widget's
@@ -38,76 +41,32 @@ _CSP = (
     "img-src data: blob:; font-src data:; connect-src data: blob:"
 )
 
-_SHIM = r"""
-(() => {
-  const b64bytes = (s) => { const bin = atob(s); const out = new Uint8Array(bin.length); for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i); return out; };
-  const inflate = async (bytes) => new Uint8Array(await new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"))).arrayBuffer());
-  async function revive(value) {
-    if (Array.isArray(value)) return Promise.all(value.map(revive));
-    if (value && typeof value === "object") {
-      if (typeof value.__b64__ === "string") { const b = b64bytes(value.__b64__); return new DataView(b.buffer, b.byteOffset, b.byteLength); }
-      if (typeof value.__b64z__ === "string") { const b = await inflate(b64bytes(value.__b64z__)); return new DataView(b.buffer, b.byteOffset, b.byteLength); }
-      const out = {};
-      for (const [k, v] of Object.entries(value)) out[k] = await revive(v);
-      return out;
-    }
-    return value;
-  }
-  class OfflineModel {
-    constructor(state) { this.state = state; this.listeners = new Map(); }
-    get(name) { return name === "__offline__" ? true : this.state[name]; }
-    set(name, value) {
-      const previous = this.state[name];
-      this.state[name] = value;
-      if (previous !== value) { this.emit("change:" + name, value, previous); this.emit("change"); }
-    }
-    on(event, callback) { for (const e of String(event).split(/\s+/)) { if (!this.listeners.has(e)) this.listeners.set(e, new Set()); this.listeners.get(e).add(callback); } }
-    off(event, callback) {
-      if (event == null) { this.listeners.clear(); return; }
-      for (const e of String(event).split(/\s+/)) { if (callback == null) this.listeners.delete(e); else this.listeners.get(e)?.delete(callback); }
-    }
-    emit(event, ...args) { for (const cb of [...(this.listeners.get(event) ?? [])]) cb(...args); }
-    save_changes() {}
-    send() {}
-  }
-  async function bundle() {
-    if (!window.__circuitwidgetsBundle) {
-      const source = document.getElementById("cw-bundle");
-      const code = new TextDecoder().decode(b64bytes(source.textContent.trim()));
-      const url = URL.createObjectURL(new Blob([code], { type: "text/javascript" }));
-      window.__circuitwidgetsBundle = import(url);
-    }
-    return (await window.__circuitwidgetsBundle).default;
-  }
-  async function mount(node) {
-    if (node.dataset.cwMounted) return;
-    node.dataset.cwMounted = "1";
-    const stateNode = node.querySelector("script.cw-state");
-    const state = await revive(JSON.parse(stateNode.textContent));
-    const widget = await bundle();
-    const model = new OfflineModel(state);
-    const el = node.querySelector(".cw-view");
-    if (widget.initialize) await widget.initialize({ model });
-    await widget.render({ model, el });
-  }
-  window.__circuitwidgetsMount = () => Promise.all([...document.querySelectorAll(".cw-widget")].map(mount));
-})();
-"""
 
 
-def _bundle_path() -> Path:
-    return Path(str(resources.files("circuitwidgets") / "static" / "index.js"))
+def _static(name: str) -> Path:
+    return Path(str(resources.files("circuitwidgets") / "static" / name))
 
 
-def bundle_source() -> str:
-    """Text of the built ES module (error with the fix when it was never built)."""
-    path = _bundle_path()
+def _built(name: str) -> str:
+    """Text of a built file in ``static/`` (error with the fix when it was never built)."""
+    path = _static(name)
     if not path.is_file():
         raise FileNotFoundError(
             f"{path} is missing: the JavaScript bundle was not built. Run `npm --prefix js ci && npm --prefix js run build` "
             "or reinstall circuitwidgets with `pip install .`"
         )
     return path.read_text(encoding="utf-8")
+
+
+def bundle_source() -> str:
+    """Text of the built ES module of the views."""
+    return _built("index.js")
+
+
+def shim_source() -> str:
+    """Text of the built offline model that mounts a page's widgets (``js/src/shim/``)."""
+    # (a "</script" inside it would end the inline script early; the build has none)
+    return _built("shim.js").replace("</script", "<\\/script")
 
 
 def _encode_buffer(data: bytes) -> dict[str, str]:
@@ -152,16 +111,17 @@ def _json_for_script(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def _state_block(state: dict[str, Any]) -> str:
+def _state_block(state: dict[str, Any], link: Sequence[str] = ()) -> str:
+    linked = f' data-cw-link="{html.escape(" ".join(link))}"' if link else ""
     return (
-        '<div class="cw-widget">'
+        f'<div class="cw-widget"{linked}>'
         f'<script type="application/json" class="cw-state">{_json_for_script(state)}</script>'
         '<div class="cw-view"></div></div>'
     )
 
 
-def _widget_block(widget: Any) -> str:
-    return _state_block(widget_state(widget))
+def _widget_block(widget: Any, link: Sequence[str] = ()) -> str:
+    return _state_block(widget_state(widget), link)
 
 
 def is_saved_circuitwidget(entry: Any) -> bool:
@@ -202,7 +162,7 @@ def notebook_fragment(state: dict[str, Any], with_bundle: bool) -> str:
     """One output's HTML for a page state; the page's first one carries the bundle and the model shim (``with_bundle``)."""
     return (
         _state_block(state)
-        + (f"{_bundle_block()}<script>{_SHIM}</script>" if with_bundle else "")
+        + (f"{_bundle_block()}<script>{shim_source()}</script>" if with_bundle else "")
         + "<script>window.__circuitwidgetsMount();</script>"
     )
 
@@ -219,9 +179,18 @@ def _as_widget_list(widgets: Any) -> list[Any]:
     return items
 
 
-def html_page(widgets: Any, title: str = "circuitwidgets", sections: Sequence[str] | None = None) -> str:
-    """A complete offline page with ``widgets`` (one or a list), each optionally preceded by a section of HTML."""
+def html_page(
+    widgets: Any, title: str = "circuitwidgets", sections: Sequence[str] | None = None, link: Sequence[str] = ()
+) -> str:
+    """A complete offline page with ``widgets`` (one or a list), each optionally preceded by a section of HTML.
+
+    ``link`` names traits kept equal across the page's widgets that hold them
+    (for example ``["selected_layer", "selected_head"]``: choosing a head in
+    one view moves the others).
+    """
     items = _as_widget_list(widgets)
+    if isinstance(link, str) or not all(isinstance(n, str) and n.isidentifier() for n in link):
+        raise ArgumentTypeError(f"link: expected a list of trait names, got {link!r:.80}")
     if not isinstance(title, str):
         raise ArgumentTypeError(f"title: expected a str, got {type(title).__name__}")
     if sections is not None and (
@@ -231,7 +200,7 @@ def html_page(widgets: Any, title: str = "circuitwidgets", sections: Sequence[st
     if sections is not None and len(sections) != len(items):
         raise ArgumentError(f"sections: expected one per widget ({len(items)}), got {len(sections)}")
     body = "\n".join(
-        (sections[i] if sections is not None else "") + _widget_block(w) for i, w in enumerate(items)
+        (sections[i] if sections is not None else "") + _widget_block(w, link) for i, w in enumerate(items)
     )
     return (
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -240,7 +209,7 @@ def html_page(widgets: Any, title: str = "circuitwidgets", sections: Sequence[st
         f"<title>{html.escape(title)}</title>"
         "<style>body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
         ".cw-widget{margin:1.5em 0}</style></head><body>\n"
-        f"{body}\n{_bundle_block()}\n<script>{_SHIM}</script>\n"
+        f"{body}\n{_bundle_block()}\n<script>{shim_source()}</script>\n"
         "<script>window.__circuitwidgetsMount();</script>\n</body></html>\n"
     )
 
@@ -279,7 +248,7 @@ def html_fallback(widget: Any) -> str | None:
         _widget_block(widget)
         + _bundle_block().replace('id="cw-bundle"', 'class="cw-bundle-copy"')
         + "<script>if(!document.getElementById('cw-bundle')){const b=document.querySelector('.cw-bundle-copy');b.id='cw-bundle';}</script>"
-        + f"<script>{_SHIM}</script><script>window.__circuitwidgetsMount();</script>"
+        + f"<script>{shim_source()}</script><script>window.__circuitwidgetsMount();</script>"
     )
 
 

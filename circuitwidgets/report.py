@@ -37,6 +37,9 @@ DEFAULT_TEXT = '''class Stack:
         return self.items.pop()
 '''
 
+#: Traits kept equal across the report's views: choosing a head in one moves the others, offline.
+LINKED = ("selected_layer", "selected_head")
+
 BIGRAM_SOURCES = [" def", "(", "self", "import", " return", "class", " for", " in"]
 
 
@@ -165,7 +168,10 @@ def _intro(model: CircuitModel, card: dict[str, Any]) -> str:
             f"<p>Trained by circuitwidgets on {html.escape(str(training.get('corpus', {}).get('corpus', 'its corpus')))}: "
             f"{training.get('steps')} steps, {training.get('tokens', 0):,} tokens, validation loss {training.get('val_loss')} nats.</p>"
         )
-    lines.append("<p>Every view below is interactive, offline: hover, click heads and tokens, switch layers.</p>")
+    lines.append(
+        "<p>Every view below is interactive, offline: hover, click heads and tokens, switch layers. "
+        "The views are linked: choosing a head in one moves the others to it.</p>"
+    )
     return "\n".join(lines)
 
 
@@ -182,7 +188,7 @@ def write_report(model: CircuitModel, path: str | Path, text: str = DEFAULT_TEXT
         if section.widget is not None:
             texts.append(pending)
             pending = ""
-    page = html_page(widgets, title=f"circuitwidgets report: {model.name}", sections=texts)
+    page = html_page(widgets, title=f"circuitwidgets report: {model.name}", sections=texts, link=LINKED)
     if pending:
         page = page.replace("</body>", pending + "</body>", 1)
     page = page.replace("</style>", ".cw-table{border-collapse:collapse;font-size:13px}.cw-table td,.cw-table th{border:1px solid #ddd;padding:2px 6px;text-align:left}</style>", 1)

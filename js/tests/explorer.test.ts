@@ -17,6 +17,17 @@ function pick<T extends Record<string, unknown>>(state: T, keys: string[]): Reco
   return Object.fromEntries(keys.map((k) => [k, state[k]]));
 }
 
+const HEAD = { selected_layer: "selected_layer", selected_head: "selected_head" };
+
+/** What the kernel sends as `_children` (tests/test_widget_spec.py checks the kernel side). */
+export const CHILDREN = [
+  { view: "eigen", prefix: "eigen_", data: "eigen_data", own: ["method", "qk_circuit"], shared: HEAD },
+  { view: "attention", prefix: "attention_", data: "attention_data", own: ["pattern_kind", "show_diagonals", "selected_dest", "selected_src"], shared: HEAD },
+  { view: "composition", prefix: "composition_", data: "composition_data", own: ["subtract_baseline", "kind", "n_edges", "selected_edge", "edge_kind"], shared: HEAD },
+  { view: "skiptrigrams", prefix: "trigram_", data: "trigram_data", own: ["source_token", "source_query", "selected_row", "live", "source_message"], shared: HEAD },
+  { view: "termimportance", prefix: "terms_", data: "terms_data", own: ["selected_order"], shared: { selected_layer: "selected_layer" } },
+];
+
 function explorerState(): Record<string, unknown> {
   const e = eigenState();
   const t = trigramState();
@@ -24,6 +35,7 @@ function explorerState(): Record<string, unknown> {
   const ti = termState();
   return {
     _view: "explorer",
+    _children: CHILDREN,
     model_name: "toy",
     eigen_data: pick(e, ["model_name", "methods", "method_notes", "scores", "eigenvalues", "kcomp_source", "detectors"]),
     trigram_data: pick(t, ["token_ids", "token_strs", "rows", "row_values", "profile_sources", "profile_tokens", "profile_values", "ready", "k", "profile_k", "d_vocab", "model_name"]),

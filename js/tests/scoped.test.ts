@@ -1,8 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { changeEvents, resolveKey, scopedModel, type ScopeSpec } from "../src/lib/scoped";
+import { changeEvents, childSpecs, resolveKey, scopedModel, type ScopeSpec } from "../src/lib/scoped";
 import { FakeModel } from "./fake-model";
 
-const SPEC: ScopeSpec = { prefix: "trigram_", data: "trigram_data", shared: { layer: "selected_layer", head: "selected_head" } };
+const SPEC: ScopeSpec = {
+  prefix: "trigram_",
+  data: "trigram_data",
+  shared: { layer: "selected_layer", head: "selected_head" },
+  own: ["source_token", "selected_row"],
+};
 
 function explorer() {
   return new FakeModel<Record<string, unknown>>({
@@ -22,9 +27,11 @@ describe("scoped model (a view inside the explorer)", () => {
     expect(s.get("source_token")).toBe(7);
     expect(s.get("rows")).toBe("ROWS");
     expect(s.get("missing")).toBeUndefined();
-    expect(resolveKey(m.asModel(), SPEC, "k")).toEqual({ kind: "data", name: "trigram_data", key: "k" });
+    expect(resolveKey(SPEC, "k")).toEqual({ kind: "data", name: "trigram_data", key: "k" });
+    expect(resolveKey(SPEC, "selected_row")).toEqual({ kind: "own", name: "trigram_selected_row" });
     expect(changeEvents(SPEC, "layer")).toEqual(["change:selected_layer"]);
-    expect(changeEvents(SPEC, "rows")).toEqual(["change:trigram_rows", "change:trigram_data"]);
+    expect(changeEvents(SPEC, "rows")).toEqual(["change:trigram_data"]);
+    expect(changeEvents(SPEC, "source_token")).toEqual(["change:trigram_source_token"]);
   });
 
   it("writes the shared selection and the view's own traits, and saves through", () => {
@@ -54,5 +61,13 @@ describe("scoped model (a view inside the explorer)", () => {
     s.off("change:layer", a);
     s.off();
     expect(m.listenerCount()).toBe(1); // the explorer's own listener stays
+  });
+});
+
+describe("the explorer's children, as the kernel describes them", () => {
+  it("keeps well-formed entries and drops the rest", () => {
+    const good = { view: "eigen", prefix: "eigen_", data: "eigen_data", own: ["method"], shared: { selected_layer: "selected_layer" } };
+    expect(childSpecs([good, { ...good, own: [1] }, { ...good, shared: null }, "eigen", null])).toEqual([good]);
+    expect(childSpecs(undefined)).toEqual([]);
   });
 });

@@ -130,9 +130,9 @@ describe("skip-trigram view", () => {
   });
 
   it("a head that was not precomputed: offline says so, live waits for the kernel", async () => {
-    const off = view({ __offline__: true, layer: 1, head: 2 });
+    const off = view({ __offline__: true, selected_layer: 1, selected_head: 2 });
     expect(off.el.querySelector(".cw-message")?.textContent).toMatch(/was not precomputed in this page/);
-    const live = view({ layer: 1, head: 2 });
+    const live = view({ selected_layer: 1, selected_head: 2 });
     expect(live.el.querySelector(".cw-message")?.textContent).toMatch(/Computing/);
   });
 });

@@ -133,7 +133,7 @@ def eigen_scatter() -> Any:
 def skip_trigram_table() -> Any:
     from circuitwidgets import SkipTrigramTable
 
-    return SkipTrigramTable(model(), layer=0, head=0, k=10, profile_k=4, progress_bar=False)
+    return SkipTrigramTable(model(), selected_layer=0, selected_head=0, k=10, profile_k=4, progress_bar=False)
 
 
 def composition_map() -> Any:
@@ -230,7 +230,7 @@ SETS: dict[str, tuple[str, str]] = {
     "attention": ("w.selected_layer, w.selected_head = 0, 3", r"L0\s*H3|layer 0\D+head 3"),
     "eigen": ("w.selected_layer, w.selected_head = 0, 3", r"L0H3 selected"),
     "composition": ("w.selected_layer, w.selected_head = 1, 3", r"L1H3 selected"),
-    "skiptrigrams": ("w.layer, w.head = 1, 2", r"L1H2 selected"),
+    "skiptrigrams": ("w.selected_layer, w.selected_head = 1, 2", r"L1H2 selected"),
     "termimportance": ("w.selected_order = 2", r"selected"),
     "explorer": ("w.selected_layer, w.selected_head = 1, 0", r"L1H0 selected"),
 }

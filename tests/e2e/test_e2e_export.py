@@ -18,6 +18,7 @@ from typing import Any
 import nbformat
 import pytest
 from playwright.sync_api import Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 import circuitwidgets
 
@@ -30,6 +31,8 @@ from ._pages import (
     perform,
     screenshot,
     wait_changed,
+    wait_for,
+    wait_status,
 )
 from ._widgets import CLICKS, VIEWS
 
@@ -78,6 +81,49 @@ def test_explorer_links_its_views_in_an_exported_page(
     before = fingerprint(attention)
     perform(root, CLICKS["explorer"][0])  # a head in the scatter; the explorer's status names it
     wait_changed(attention, before, "explorer: the attention view follows the head chosen in the scatter")
+    page_log.assert_offline_clean()
+
+
+def click_free_head(scatter: Any, n_layers: int, n_heads: int, taken: set[tuple[int, int]]) -> tuple[int, int]:
+    """Click the first head of the scatter not in ``taken`` whose point no other point covers."""
+    for l in range(n_layers):
+        for h in range(n_heads):
+            target = scatter.locator(f'[data-cw-head="{l}.{h}"]').first
+            if (l, h) in taken:
+                continue
+            try:
+                target.click(trial=True, timeout=2_000)
+            except PlaywrightTimeoutError:
+                continue
+            target.click()
+            return l, h
+    raise AssertionError(f"no free head of the scatter can be clicked (taken: {taken})")
+
+
+def test_report_is_a_linked_page_a_head_chosen_in_the_scatter_moves_the_others(
+    tmp_path: Path, page: Page, page_log: PageLog
+) -> None:
+    """``circuitwidgets report``: click a head in the eigenvalue scatter, and the attention view and the
+    skip-trigram table show that head, offline."""
+    from circuitwidgets.report import write_report
+
+    model = circuitwidgets.load_pretrained("attn-only-2l")
+    path = write_report(model, tmp_path / "report.html")
+    views = open_offline(page, page_log, path, ["eigen", "attention", "skiptrigrams"])
+    start = {(s["_view"], s["selected_layer"], s["selected_head"]) for s in page_states(page) if "selected_head" in s}
+    taken = {(layer, head) for _, layer, head in start}
+    before = {name: fingerprint(views[name]) for name in ("attention", "skiptrigrams")}
+    layer, head = click_free_head(views["eigen"], model.cfg.n_layers, model.cfg.n_heads, taken)
+    wait_status(views["eigen"], rf"L{layer}H{head} selected")
+    for name in ("attention", "skiptrigrams"):
+        wait_changed(views[name], before[name], f"report: the {name} view follows the head chosen in the scatter")
+    wait_status(views["attention"], rf"L{layer}\s*H{head}|layer {layer}\D+head {head}")
+    title = views["skiptrigrams"].locator(".cw-title").first
+    wait_for(lambda: f"L{layer}H{head}" in (title.text_content() or ""), "the skip-trigram table's title names the head")
+    # and back: a head chosen in the table's own menu moves the scatter
+    other = next((l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads) if (l, h) != (layer, head))
+    views["skiptrigrams"].locator("select").first.select_option(f"{other[0]}.{other[1]}")
+    wait_status(views["eigen"], rf"L{other[0]}H{other[1]} selected")
     page_log.assert_offline_clean()
 
 

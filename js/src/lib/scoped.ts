@@ -1,17 +1,18 @@
 // A model adapter that lets a view run unchanged inside the explorer.
 //
 // The explorer keeps each view's data (kernel → view) in one dictionary trait,
-// `<view>_data`, and what the view may change in flat traits `<prefix><name>`;
-// the head selection is shared by every view. `scopedModel` gives a view a
-// model whose `get`/`set`/`on`/`off` use the view's own trait names:
+// `<view>_data`, and its settings and kernel replies in flat traits
+// `<prefix><name>`; the head selection is shared by every view. The names come
+// from the kernel (the explorer's `_children` trait, derived in Python from
+// each widget's definition), so they are stated once. `scopedModel` gives a
+// view a model whose `get`/`set`/`on`/`off` use the view's own trait names:
 //
-//   name in `shared`            → the explorer trait it maps to (e.g. layer → selected_layer)
-//   `<prefix><name>` is defined → that flat trait (the view's own state)
-//   otherwise                   → `<data>[name]` (the view's data)
+//   name in `shared`  → the explorer trait it maps to (selected_layer → selected_layer)
+//   name in `own`     → `<prefix><name>` (the view's settings and replies)
+//   otherwise         → `<data>[name]` (the view's data)
 //
-// `set` of an unshared name always writes `<prefix><name>`, so a front-end
-// only setting the explorer does not declare still works (it simply does not
-// reach the kernel).
+// `set` of a data name writes `<prefix><name>`, which the explorer does not
+// have: a view never sets its data, and such a write does not reach the kernel.
 
 import type { AnyModel } from "@anywidget/types";
 
@@ -22,6 +23,30 @@ export interface ScopeSpec {
   data: string;
   /** View trait name → explorer trait name for the shared selection. */
   shared: Readonly<Record<string, string>>;
+  /** The view's traits kept as `<prefix><name>` (settings and kernel replies). */
+  own: readonly string[];
+}
+
+/** One child view of the explorer, as the kernel describes it in `_children`. */
+export interface ChildSpec extends ScopeSpec {
+  /** Name of the view (the `_view` of its widget). */
+  view: string;
+}
+
+/** The explorer's `_children` trait, checked (entries that are not well-formed are left out). */
+export function childSpecs(value: unknown): ChildSpec[] {
+  if (!Array.isArray(value)) return [];
+  const out: ChildSpec[] = [];
+  for (const v of value) {
+    if (v === null || typeof v !== "object") continue;
+    const c = v as Record<string, unknown>;
+    const strings = (x: unknown): x is string[] => Array.isArray(x) && x.every((s) => typeof s === "string");
+    const shared = c.shared as Record<string, unknown> | null | undefined;
+    if (typeof c.view !== "string" || typeof c.prefix !== "string" || typeof c.data !== "string" || !strings(c.own)) continue;
+    if (shared === null || typeof shared !== "object" || !Object.values(shared).every((s) => typeof s === "string")) continue;
+    out.push({ view: c.view, prefix: c.prefix, data: c.data, own: c.own, shared: shared as Record<string, string> });
+  }
+  return out;
 }
 
 type Callback = (...args: unknown[]) => void;
@@ -29,20 +54,18 @@ type Callback = (...args: unknown[]) => void;
 /** Where a view's trait lives in the explorer model. */
 export type Target = { kind: "shared" | "own"; name: string } | { kind: "data"; name: string; key: string };
 
-/** Resolve a view trait name (for reading) against the explorer model. */
-export function resolveKey(model: Pick<AnyModel, "get">, spec: ScopeSpec, key: string): Target {
+/** Where a view trait name lives in the explorer model. */
+export function resolveKey(spec: ScopeSpec, key: string): Target {
   const shared = spec.shared[key];
   if (shared !== undefined) return { kind: "shared", name: shared };
-  const own = spec.prefix + key;
-  if (model.get(own) !== undefined) return { kind: "own", name: own };
+  if (spec.own.includes(key)) return { kind: "own", name: spec.prefix + key };
   return { kind: "data", name: spec.data, key };
 }
 
-/** Explorer events a view's `change:<key>` must follow (own trait and data dictionary both, when unshared). */
+/** Explorer events a view's `change:<key>` must follow. */
 export function changeEvents(spec: ScopeSpec, key: string): string[] {
-  const shared = spec.shared[key];
-  if (shared !== undefined) return [`change:${shared}`];
-  return [`change:${spec.prefix}${key}`, `change:${spec.data}`];
+  const target = resolveKey(spec, key);
+  return [`change:${target.name}`];
 }
 
 /** A model for one view inside the explorer (see the module comment). */
@@ -61,7 +84,7 @@ export function scopedModel<T extends Record<string, unknown>>(model: AnyModel, 
   const scoped = {
     get(key: string): unknown {
       if (key === "__offline__") return model.get(key as never);
-      const target = resolveKey(model as Pick<AnyModel, "get">, spec, key);
+      const target = resolveKey(spec, key);
       if (target.kind !== "data") return model.get(target.name as never);
       const data = model.get(target.name as never) as Record<string, unknown> | null | undefined;
       return data == null ? undefined : data[target.key];

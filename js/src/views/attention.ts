@@ -35,6 +35,7 @@ import { applyShades, ATTENTION, lutGradient, shadeIndices } from "../lib/shadin
 import { fmt, headName } from "../lib/svg";
 import { tokenLabel } from "../lib/tokens";
 import { cellOf, clampView, diagonalInView, fullView, isFull, panBy, ticks, type Viewport, zoomAt } from "../lib/viewport";
+import CSS from "../styles/attention.css";
 
 export interface Diagonal {
   offset: number;
@@ -74,33 +75,6 @@ const HOVER = "#000000";
 const DIAGONAL_COLOURS = ["#E69F00", "#CC79A7", "#56B4E9", "#F0E442"];
 const THUMB_BUDGET_MS = 8;
 
-const CSS = `
-.cw-attention .cw-body { display: flex; gap: 18px; align-items: flex-start; flex-wrap: wrap; }
-.cw-attention .cw-thumbs { display: grid; gap: 2px; align-content: start; align-items: center; justify-items: center; }
-.cw-attention .cw-axis { font-size: 10px; opacity: 0.7; font-variant-numeric: tabular-nums; }
-.cw-attention .cw-thumb { display: block; padding: 1px; border: 2px solid transparent; border-radius: 3px; background: none; cursor: pointer; line-height: 0; }
-.cw-attention .cw-thumb:hover { border-color: var(--jp-border-color1, #999); }
-.cw-attention .cw-thumb.cw-selected { border-color: ${SELECT}; }
-.cw-attention .cw-thumb.cw-pending canvas { opacity: 0.35; }
-.cw-attention .cw-thumb canvas { display: block; }
-.cw-attention .cw-main { display: flex; flex-direction: column; gap: 4px; }
-.cw-attention .cw-caption { font-size: 12px; font-weight: 600; }
-.cw-attention .cw-main canvas { display: block; cursor: crosshair; touch-action: none; outline: none; }
-.cw-attention .cw-main canvas:focus-visible { box-shadow: 0 0 0 2px #0072B2; }
-.cw-attention .cw-main canvas.cw-dragging { cursor: grabbing; }
-.cw-attention .cw-legend { display: flex; flex-wrap: wrap; gap: 4px 16px; font-size: 11px; align-items: center; }
-.cw-attention .cw-bar { display: inline-flex; align-items: center; gap: 4px; }
-.cw-attention .cw-bar i { display: inline-block; width: 90px; height: 9px; border: 1px solid rgba(0,0,0,0.15); }
-.cw-attention .cw-chip { display: inline-block; width: 14px; height: 0; border-top: 2px dashed; vertical-align: middle; margin-right: 3px; }
-.cw-attention .cw-hover { font-size: 12px; min-height: 1.4em; font-variant-numeric: tabular-nums; opacity: 0.9; }
-.cw-attention .cw-tokens-head { margin-top: 10px; font-size: 11.5px; opacity: 0.75; }
-.cw-attention .cw-tokens { margin-top: 2px; font-family: var(--jp-code-font-family, ui-monospace, SFMono-Regular, Menlo, monospace); font-size: 12.5px; line-height: 1.85; max-height: 220px; overflow: auto; border: 1px solid var(--jp-border-color2, #e0e0e0); border-radius: 3px; padding: 4px 6px; }
-.cw-attention .cw-token { display: inline-block; padding: 0 1px; margin: 0 1px 1px 0; border-radius: 2px; cursor: pointer; white-space: pre; line-height: 1.5; }
-.cw-attention .cw-token.cw-hovered { outline: 1px solid ${HOVER}; }
-.cw-attention .cw-token.cw-dest { outline: 2px solid ${SELECT}; }
-.cw-attention .cw-token.cw-src { box-shadow: inset 0 -3px 0 ${SELECT}; }
-.cw-attention .cw-zoom { font-size: 11.5px; opacity: 0.75; font-variant-numeric: tabular-nums; }
-`;
 
 type Kind = "raw" | "value";
 
@@ -185,6 +159,9 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     const s = sel();
     return s ? headName(s.layer, s.head) : "";
   });
+  // the stylesheet's selection and hover colours are the canvas's (one definition, here)
+  panel.root.style.setProperty("--cw-select", SELECT);
+  panel.root.style.setProperty("--cw-hover", HOVER);
   const offline = model.get("__offline__" as never) === true;
   const cleanups: (() => void)[] = [];
 

@@ -28,6 +28,7 @@ import { cellAtEvent, type CellSource, drawHeatmap, outlineCells } from "../lib/
 import { makePanel, segmented, setTitle } from "../lib/panel";
 import { indexOr, onTraits, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName, layerColour, svgEl, svgTitle } from "../lib/svg";
+import CSS from "../styles/composition.css";
 
 export interface CompositionTraits {
   [key: string]: unknown;
@@ -87,21 +88,6 @@ export function colourLimit(d: CompData, subtract: boolean): number {
   return limit > 0 ? limit : 1;
 }
 
-const CSS = `
-.cw-composition .cw-body { display: flex; gap: 22px; align-items: flex-start; flex-wrap: wrap; }
-.cw-composition .cw-maps { display: flex; gap: 14px; flex-wrap: wrap; }
-.cw-composition .cw-map { display: flex; flex-direction: column; align-items: flex-start; gap: 2px; }
-.cw-composition .cw-map-title { font-size: 12px; font-weight: 600; }
-.cw-composition .cw-map canvas { cursor: pointer; background: #f4f4f4; }
-.cw-composition .cw-map-grid { display: grid; grid-template-columns: auto auto; gap: 2px 4px; align-items: start; }
-.cw-composition .cw-axis { font-size: 10px; color: #555; line-height: 1; }
-.cw-composition .cw-axis-cols { display: flex; }
-.cw-composition .cw-axis-cols span, .cw-composition .cw-axis-rows span { display: flex; align-items: center; justify-content: center; overflow: hidden; }
-.cw-composition .cw-axis-rows { display: flex; flex-direction: column; align-items: flex-end; }
-.cw-composition .cw-edge { cursor: pointer; }
-.cw-composition .cw-edge:hover .cw-edge-line { stroke-opacity: 1; }
-.cw-composition .cw-keys { display: flex; gap: 12px; flex-wrap: wrap; font-size: 11.5px; margin-top: 4px; }
-`;
 
 const MAP_MIN = 96;
 const MAP_MAX = 210;

@@ -12,6 +12,7 @@ import { el, ensureStyle, listen } from "../lib/dom";
 import { makePanel, segmented, setTitle } from "../lib/panel";
 import { indexOr, onTraits, perFrame, setTraits } from "../lib/selection";
 import { drawAxes, fmt, headName, layerColour, layerShape, linearScale, marker, svgEl, svgTitle } from "../lib/svg";
+import CSS from "../styles/eigen.css";
 
 export interface EigenTraits {
   [key: string]: unknown;
@@ -149,15 +150,6 @@ export function placeLabels(points: readonly { x: number; y: number; width: numb
   return placed;
 }
 
-const CSS = `
-.cw-eigen .cw-body { display: flex; gap: 18px; align-items: flex-start; flex-wrap: wrap; }
-.cw-eigen .cw-side { min-width: 250px; }
-.cw-eigen .cw-side-title { font-weight: 600; margin-bottom: 2px; }
-.cw-eigen .cw-point:hover .cw-mark { stroke: #000; stroke-width: 2; }
-.cw-eigen .cw-legend { display: flex; flex-wrap: wrap; gap: 4px 12px; font-size: 11.5px; margin-top: 4px; }
-.cw-eigen .cw-legend span { display: inline-flex; align-items: center; gap: 4px; }
-.cw-eigen .cw-swatch { display: inline-block; width: 10px; height: 10px; border-radius: 50%; }
-`;
 
 const PLOT = { width: 380, height: 390, left: 54, right: 14, top: 26, bottom: 46, strip: 34 };
 

@@ -13,7 +13,7 @@ import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray } from "../lib/arrays";
 import { el, ensureStyle } from "../lib/dom";
 import { makePanel, setTitle } from "../lib/panel";
-import { type ScopeSpec, scopedModel } from "../lib/scoped";
+import { childSpecs, scopedModel } from "../lib/scoped";
 import { indexOr, onTraits } from "../lib/selection";
 import { fmt, headName } from "../lib/svg";
 import { renderAttention } from "./attention";
@@ -21,32 +21,18 @@ import { renderComposition } from "./composition";
 import { renderEigen } from "./eigen";
 import { renderSkipTrigrams } from "./skiptrigrams";
 import { renderTermImportance } from "./termimportance";
+import CSS from "../styles/explorer.css";
 
 type Render = (props: RenderProps<any>) => void | (() => void);
 
-const HEAD = { selected_layer: "selected_layer", selected_head: "selected_head" } as const;
-
-/** The views of the explorer, where their state lives, and their place in the grid. */
-export const SECTIONS: readonly { view: string; render: Render; spec: ScopeSpec; area: string }[] = [
-  { view: "eigen", render: renderEigen, spec: { prefix: "eigen_", data: "eigen_data", shared: HEAD }, area: "eigen" },
-  { view: "attention", render: renderAttention, spec: { prefix: "attention_", data: "attention_data", shared: HEAD }, area: "attention" },
-  { view: "composition", render: renderComposition, spec: { prefix: "composition_", data: "composition_data", shared: HEAD }, area: "composition" },
-  {
-    view: "skiptrigrams",
-    render: renderSkipTrigrams,
-    spec: { prefix: "trigram_", data: "trigram_data", shared: { layer: "selected_layer", head: "selected_head" } },
-    area: "trigrams",
-  },
-  { view: "termimportance", render: renderTermImportance, spec: { prefix: "terms_", data: "terms_data", shared: { selected_layer: "selected_layer" } }, area: "terms" },
-];
-
-const CSS = `
-.cw-explorer > .cw-body { display: grid; gap: 14px; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr);
-  grid-template-areas: "eigen attention" "composition trigrams" "terms terms"; align-items: start; }
-@media (max-width: 1100px) { .cw-explorer > .cw-body { grid-template-columns: minmax(0, 1fr); grid-template-areas: "eigen" "attention" "composition" "trigrams" "terms"; } }
-.cw-explorer .cw-cell { border: 1px solid var(--jp-border-color2, #e0e0e0); border-radius: 6px; padding: 10px 12px; min-width: 0; overflow-x: auto; background: var(--jp-layout-color0, #fff); }
-.cw-explorer > .cw-status { font-size: 13px; font-weight: 600; }
-`;
+/** The views the explorer can show, and their place in its grid (explorer.css). */
+export const RENDERS: Readonly<Record<string, { render: Render; area: string }>> = {
+  eigen: { render: renderEigen, area: "eigen" },
+  attention: { render: renderAttention, area: "attention" },
+  composition: { render: renderComposition, area: "composition" },
+  skiptrigrams: { render: renderSkipTrigrams, area: "trigrams" },
+  termimportance: { render: renderTermImportance, area: "terms" },
+};
 
 /** Shared head selection as the explorer holds it, checked against the eigen data. */
 function headCount(model: AnyModel): { nLayers: number; nHeads: number } {
@@ -84,17 +70,23 @@ export function renderExplorer(props: RenderProps): () => void {
   panel.root.insertBefore(panel.status, panel.body);
   const cleanups: (() => void)[] = [];
 
-  for (const section of SECTIONS) {
+  // where each child's traits live comes from the kernel (derived from the widgets' definitions)
+  for (const child of childSpecs(m.get("_children" as never))) {
     const cell = el(doc, "section", "cw-cell");
-    cell.style.gridArea = section.area;
     const viewRoot = el(doc, "div");
     cell.append(viewRoot);
     panel.body.append(cell);
+    const known = RENDERS[child.view];
+    if (known === undefined) {
+      viewRoot.textContent = `circuitwidgets: unknown view ${JSON.stringify(child.view)} in the explorer; the Python package and its bundled JavaScript may be out of step.`;
+      continue;
+    }
+    cell.style.gridArea = known.area;
     try {
-      const cleanup = section.render({ ...props, model: scopedModel(m, section.spec), el: viewRoot });
+      const cleanup = known.render({ ...props, model: scopedModel(m, child), el: viewRoot });
       if (typeof cleanup === "function") cleanups.push(cleanup);
     } catch (err) {
-      viewRoot.textContent = `circuitwidgets: the ${section.view} view failed: ${err instanceof Error ? err.message : String(err)}`;
+      viewRoot.textContent = `circuitwidgets: the ${child.view} view failed: ${err instanceof Error ? err.message : String(err)}`;
     }
   }
 

@@ -3,8 +3,8 @@
 //
 // Kernel → view: token_ids/token_strs (the local vocabulary), rows,
 // row_values, profile_* (precomputed sources), ready, live (a source computed
-// on demand), source_message. View → kernel: layer, head, source_token,
-// source_query (text for the kernel to resolve), selected_row.
+// on demand), source_message. View → kernel: selected_layer, selected_head,
+// source_token, source_query (text for the kernel to resolve), selected_row.
 //
 // With no kernel (`__offline__`), the precomputed rows and sources stay
 // browsable and the view says plainly that other tokens need a live kernel.
@@ -18,6 +18,7 @@ import { indexOr, NONE, onTraits, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName } from "../lib/svg";
 import { type Direction, pageCount, pageOf, pageSlice, sortedOrder } from "../lib/table";
 import { setTokenText, tokenLabel } from "../lib/tokens";
+import CSS from "../styles/skiptrigrams.css";
 
 export interface TrigramTraits {
   [key: string]: unknown;
@@ -35,8 +36,8 @@ export interface TrigramTraits {
   d_vocab: number;
   live: LiveProfile | Record<string, never>;
   source_message: string;
-  layer: number;
-  head: number;
+  selected_layer: number;
+  selected_head: number;
   source_token: number;
   source_query: string;
   selected_row: number;
@@ -242,28 +243,6 @@ export function findToken(strs: readonly string[], candidates: readonly number[]
   return NONE;
 }
 
-const CSS = `
-.cw-trigrams { max-width: 760px; }
-.cw-trigrams table { border-collapse: collapse; width: 100%; font-size: 12.5px; }
-.cw-trigrams th { text-align: left; font-weight: 600; font-size: 11.5px; padding: 3px 6px; border-bottom: 1px solid #ccc; white-space: nowrap; user-select: none; }
-.cw-trigrams th[data-sort] { cursor: pointer; }
-.cw-trigrams th[data-sort]:hover { background: #f0f0f0; }
-.cw-trigrams td { padding: 2px 6px; border-bottom: 1px solid #eee; white-space: nowrap; }
-.cw-trigrams tr[data-cw-row] { cursor: pointer; }
-.cw-trigrams tr[data-cw-row]:hover td { background-color: #f5f9ff; }
-.cw-trigrams tr.cw-selected td { background-color: #fff1d6; }
-.cw-trigrams tr.cw-selected td.cw-num { outline: 1px solid rgba(0,0,0,0.15); }
-.cw-trigrams .cw-tok { font-family: var(--jp-code-font-family, ui-monospace, monospace); white-space: pre; padding: 0 3px; border-radius: 2px; background: #f1f1f1; }
-.cw-trigrams .cw-src { cursor: zoom-in; text-decoration: underline dotted #999; }
-.cw-trigrams .cw-sep { color: #999; padding: 2px 0; text-align: center; }
-.cw-trigrams td.cw-num { text-align: right; font-variant-numeric: tabular-nums; }
-.cw-trigrams .cw-rank { color: #888; text-align: right; font-variant-numeric: tabular-nums; }
-.cw-trigrams .cw-badge { display: inline-block; font-size: 10px; padding: 0 4px; border-radius: 8px; margin-right: 3px; border: 1px solid #ccc; color: #555; }
-.cw-trigrams .cw-badge.cw-copy { border-color: #009E73; color: #00694d; background: #e3f5ee; }
-.cw-trigrams .cw-pager { display: flex; align-items: center; gap: 8px; margin-top: 6px; font-size: 12px; }
-.cw-trigrams .cw-search { display: inline-flex; gap: 4px; align-items: center; }
-.cw-trigrams input[type="search"] { width: 150px; font-family: var(--jp-code-font-family, ui-monospace, monospace); }
-`;
 
 const PAGE_SIZES = [12, 25, 50];
 
@@ -340,8 +319,8 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
 
   function selection(d: TrigramData): { layer: number; head: number; source: number; row: number } {
     return {
-      layer: indexOr(m.get("layer"), d.nLayers, 0),
-      head: indexOr(m.get("head"), d.nHeads, 0),
+      layer: indexOr(m.get("selected_layer"), d.nLayers, 0),
+      head: indexOr(m.get("selected_head"), d.nHeads, 0),
       source: typeof m.get("source_token") === "number" ? (m.get("source_token") as number) : NONE,
       row: typeof m.get("selected_row") === "number" ? (m.get("selected_row") as number) : NONE,
     };
@@ -553,7 +532,7 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
     listen(headSelect, "change", () => {
       const [layer, head] = headSelect.value.split(".").map(Number);
       localMessage = "";
-      setTraits(m, { layer: layer as number, head: head as number, selected_row: NONE });
+      setTraits(m, { selected_layer: layer as number, selected_head: head as number, selected_row: NONE });
       frame.schedule();
     }),
     listen(sizeSelect, "change", () => {
@@ -615,7 +594,7 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
       load();
       frame.schedule();
     }),
-    onTraits(m, ["layer", "head", "source_token", "selected_row", "live", "source_message", "k", "model_name"], () => {
+    onTraits(m, ["selected_layer", "selected_head", "source_token", "selected_row", "live", "source_message", "k", "model_name"], () => {
       frame.schedule();
     }),
   );

@@ -11,6 +11,7 @@ import { el, ensureStyle, listen } from "../lib/dom";
 import { makePanel, setTitle } from "../lib/panel";
 import { indexOr, NONE, onTraits, perFrame, setTraits } from "../lib/selection";
 import { fmt, layerColour, linearScale, niceTicks, svgEl, svgTitle, tickDigits } from "../lib/svg";
+import CSS from "../styles/termimportance.css";
 
 export interface TermTraits {
   [key: string]: unknown;
@@ -53,12 +54,6 @@ interface Bar {
   title: string;
 }
 
-const CSS = `
-.cw-terms .cw-body { display: flex; gap: 28px; flex-wrap: wrap; align-items: flex-start; }
-.cw-terms .cw-chart-title { font-size: 12px; font-weight: 600; margin-bottom: 2px; }
-.cw-terms [data-cw-order], .cw-terms [data-cw-layer] { cursor: pointer; }
-.cw-terms .cw-bar:hover rect.cw-fill { fill-opacity: 1; }
-`;
 
 export function renderTermImportance({ model, el: root }: RenderProps<TermTraits>): () => void {
   const doc = root.ownerDocument;

@@ -1,0 +1,122 @@
+// The model of a widget in an exported page: what a view's `render` uses of
+// an anywidget model (get, set, on, off, save_changes, send), over a plain
+// state object, with no kernel. Also: reviving the page's base64 buffers, and
+// linking the widgets of one page (a head chosen in one view moves the others).
+//
+// Built into its own small script (static/shim.js, build.mjs) that export.py
+// inlines into every exported page; `main.ts` mounts the page's widgets.
+
+type Callback = (...args: unknown[]) => void;
+
+/** Bytes of a base64 string. */
+export function b64bytes(text: string): Uint8Array {
+  const bin = atob(text);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+/** Bytes inflated with the platform's DecompressionStream (zlib "deflate", as Python's zlib.compress writes). */
+export async function inflate(bytes: Uint8Array): Promise<Uint8Array> {
+  const stream = new Blob([bytes as BlobPart]).stream().pipeThrough(new DecompressionStream("deflate"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+
+/** A page state with its `{__b64__}` / `{__b64z__}` buffers turned back into DataViews (as a live kernel sends them). */
+export async function revive(value: unknown): Promise<unknown> {
+  if (Array.isArray(value)) return Promise.all(value.map(revive));
+  if (value !== null && typeof value === "object") {
+    const record = value as Record<string, unknown>;
+    if (typeof record.__b64__ === "string") return view(b64bytes(record.__b64__));
+    if (typeof record.__b64z__ === "string") return view(await inflate(b64bytes(record.__b64z__)));
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(record)) out[k] = await revive(v);
+    return out;
+  }
+  return value;
+}
+
+function view(bytes: Uint8Array): DataView {
+  return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+/** An anywidget model with no kernel: changes stay in the page. `get("__offline__")` is true. */
+export class OfflineModel {
+  readonly state: Record<string, unknown>;
+  private readonly listeners = new Map<string, Set<Callback>>();
+
+  constructor(state: Record<string, unknown>) {
+    this.state = state;
+  }
+
+  get(name: string): unknown {
+    return name === "__offline__" ? true : this.state[name];
+  }
+
+  has(name: string): boolean {
+    return Object.hasOwn(this.state, name);
+  }
+
+  set(name: string, value: unknown): void {
+    const previous = this.state[name];
+    this.state[name] = value;
+    if (previous !== value) {
+      this.emit(`change:${name}`, value, previous);
+      this.emit("change");
+    }
+  }
+
+  on(event: string, callback: Callback): void {
+    for (const e of String(event).split(/\s+/)) {
+      if (!e) continue;
+      let set = this.listeners.get(e);
+      if (set === undefined) this.listeners.set(e, (set = new Set()));
+      set.add(callback);
+    }
+  }
+
+  off(event?: string | null, callback?: Callback | null): void {
+    if (event == null) {
+      this.listeners.clear();
+      return;
+    }
+    for (const e of String(event).split(/\s+/)) {
+      if (callback == null) this.listeners.delete(e);
+      else this.listeners.get(e)?.delete(callback);
+    }
+  }
+
+  emit(event: string, ...args: unknown[]): void {
+    for (const cb of [...(this.listeners.get(event) ?? [])]) cb(...args);
+  }
+
+  save_changes(): void {}
+
+  send(): void {}
+}
+
+/**
+ * Models that keep `names` equal: a change of one of those traits in any
+ * member is set on every other member that holds it (so choosing a head in
+ * one view of a page moves the others). Echoes stop at once: `set` of an
+ * equal value emits nothing.
+ */
+export class LinkGroup {
+  readonly names: readonly string[];
+  private readonly members: OfflineModel[] = [];
+
+  constructor(names: readonly string[]) {
+    this.names = names;
+  }
+
+  /** Link `model` to the members before and after it. */
+  add(model: OfflineModel): void {
+    this.members.push(model);
+    for (const name of this.names) {
+      if (!model.has(name)) continue;
+      model.on(`change:${name}`, (value: unknown) => {
+        for (const other of this.members) if (other !== model && other.has(name)) other.set(name, value);
+      });
+    }
+  }
+}

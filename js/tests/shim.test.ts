@@ -1,0 +1,60 @@
+import { deflateSync } from "node:zlib";
+import { describe, expect, it } from "vitest";
+import { b64bytes, LinkGroup, OfflineModel, revive } from "../src/shim/offline";
+
+const b64 = (bytes: Uint8Array) => Buffer.from(bytes).toString("base64");
+
+describe("offline model of exported pages", () => {
+  it("revives plain and deflated buffers where the page state holds them", async () => {
+    const raw = new Uint8Array([1, 2, 3, 250]);
+    const state = (await revive({
+      a: { view: { __b64__: b64(raw) }, dtype: "uint8", shape: [4] },
+      b: [{ __b64z__: b64(deflateSync(Buffer.from(raw))) }],
+      text: "<script>",
+      n: null,
+    })) as Record<string, any>;
+    const a = state.a.view as DataView;
+    expect(Array.from(new Uint8Array(a.buffer, a.byteOffset, a.byteLength))).toEqual([1, 2, 3, 250]);
+    const b = state.b[0] as DataView;
+    expect(Array.from(new Uint8Array(b.buffer, b.byteOffset, b.byteLength))).toEqual([1, 2, 3, 250]);
+    expect(state.text).toBe("<script>");
+    expect(state.n).toBeNull();
+    expect(Array.from(b64bytes("AAE="))).toEqual([0, 1]);
+  });
+
+  it("says it is offline, notifies changes once, and removes listeners", () => {
+    const m = new OfflineModel({ selected_head: 0 });
+    const seen: unknown[] = [];
+    const cb = (v: unknown) => seen.push(v);
+    m.on("change:selected_head change:other", cb);
+    m.set("selected_head", 2);
+    m.set("selected_head", 2); // no change, no event
+    m.set("other", "x");
+    m.off("change:selected_head", cb);
+    m.set("selected_head", 3);
+    expect(seen).toEqual([2, "x"]);
+    expect(m.get("__offline__")).toBe(true);
+    m.off();
+    m.set("other", "y");
+    expect(seen).toEqual([2, "x"]);
+  });
+
+  it("links the head selection across a page's widgets that hold it", () => {
+    const scatter = new OfflineModel({ selected_layer: 0, selected_head: 0, method: "eigen" });
+    const table = new OfflineModel({ selected_layer: 0, selected_head: 0 });
+    const terms = new OfflineModel({ selected_layer: -1, selected_order: -1 }); // no selected_head
+    const group = new LinkGroup(["selected_layer", "selected_head"]);
+    for (const m of [scatter, table, terms]) group.add(m);
+    const heard: unknown[] = [];
+    table.on("change:selected_head", (v) => heard.push(v));
+    scatter.set("selected_layer", 1);
+    scatter.set("selected_head", 2);
+    expect([table.get("selected_layer"), table.get("selected_head")]).toEqual([1, 2]);
+    expect(terms.get("selected_layer")).toBe(1);
+    expect(terms.has("selected_head")).toBe(false);
+    expect(heard).toEqual([2]); // once: the echo back to the scatter stops there
+    table.set("selected_head", 0);
+    expect(scatter.get("selected_head")).toBe(0);
+    expect(scatter.get("method")).toBe("eigen"); // only the linked names
+  });
+});
