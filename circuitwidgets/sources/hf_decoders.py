@@ -33,7 +33,7 @@ by a :class:`Family`. How each feature becomes the canonical model (DESIGN.md §
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,9 +129,11 @@ def _split_heads(weight: torch.Tensor, heads: int, d_head: int, d_model: int) ->
     return weight.T.reshape(d_model, heads, d_head).permute(1, 0, 2)
 
 
-def _projections(attn: Any, family: Family, H: int, G: int, dh: int, d: int, work: torch.dtype, prefix: str) -> dict[str, torch.Tensor | None]:
-    """``W_Q, W_K, W_V, W_O`` and biases of one attention module, per head."""
-    out: dict[str, torch.Tensor | None] = {}
+Part = tuple[str, "torch.Tensor | None"]
+
+
+def _projections(attn: Any, family: Family, H: int, G: int, dh: int, d: int, work: torch.dtype, prefix: str) -> Iterator[Part]:
+    """``W_Q, W_K, W_V, W_O`` and biases of one attention module, per head, one at a time (bounded memory)."""
     if family.fused:
         qkv = unwrap(at(attn, "qkv_proj"))
         W = qkv.weight.detach().to(work)
@@ -140,48 +142,61 @@ def _projections(attn: Any, family: Family, H: int, G: int, dh: int, d: int, wor
         bias = linear_bias(qkv, work)
         biases = torch.split(bias, [H * dh, G * dh, G * dh]) if bias is not None else (None, None, None)
         for letter, part, b, n in zip("QKV", parts, biases, (H, G, G), strict=True):
-            out[f"W_{letter}"] = _split_heads(part, n, dh, d)
-            out[f"b_{letter}"] = b.reshape(n, dh) if b is not None else None
+            yield f"W_{letter}", _split_heads(part, n, dh, d)
+            yield f"b_{letter}", b.reshape(n, dh) if b is not None else None
     else:
         for letter, n in zip("QKV", (H, G, G), strict=True):
             proj = unwrap(at(attn, f"{letter.lower()}_proj"))
             W = proj.weight.detach().to(work)
             check_shape(f"{prefix}.{letter.lower()}_proj.weight", W, (n * dh, d))
-            out[f"W_{letter}"] = _split_heads(W, n, dh, d)
+            yield f"W_{letter}", _split_heads(W, n, dh, d)
             b = linear_bias(proj, work)
-            out[f"b_{letter}"] = b.reshape(n, dh) if b is not None else None
+            yield f"b_{letter}", b.reshape(n, dh) if b is not None else None
     o = unwrap(at(attn, "o_proj"))
     W_O = o.weight.detach().to(work)
     check_shape(f"{prefix}.o_proj.weight", W_O, (d, H * dh))
-    out["W_O"] = W_O.T.reshape(H, dh, d)
-    out["b_O"] = linear_bias(o, work)
-    return out
+    yield "W_O", W_O.T.reshape(H, dh, d)
+    yield "b_O", linear_bias(o, work)
 
 
-def _mlp(block: Any, family: Family, d: int, work: torch.dtype, prefix: str) -> dict[str, torch.Tensor | None]:
-    """``W_gate, W_in [d_model, d_mlp]``, ``W_out [d_mlp, d_model]`` and biases of one gated MLP."""
+def _mlp(block: Any, family: Family, d: int, work: torch.dtype, prefix: str) -> Iterator[Part]:
+    """``W_gate, W_in [d_model, d_mlp]``, ``W_out [d_mlp, d_model]`` and biases of one gated MLP, one at a time."""
     mlp = unwrap(at(block, "mlp"))
-    out: dict[str, torch.Tensor | None] = {}
     if family.fused:
         gate_up = unwrap(at(mlp, "gate_up_proj"))
-        W = gate_up.weight.detach().to(work)
+        W = gate_up.weight.detach()
+        check_shape(f"{prefix}.mlp.gate_up_proj.weight", W, (W.shape[0], d))
         gate, up = W.chunk(2, dim=0)
-        out["W_gate"], out["W_in"] = gate.T, up.T
+        yield "W_gate", gate.to(work).T
+        yield "W_in", up.to(work).T
         b = linear_bias(gate_up, work)
-        out["b_gate"], out["b_in"] = b.chunk(2) if b is not None else (None, None)
+        yield "b_gate", b.chunk(2)[0] if b is not None else None
+        yield "b_in", b.chunk(2)[1] if b is not None else None
     else:
         for name, attr in (("W_gate", "gate_proj"), ("W_in", "up_proj")):
             proj = unwrap(at(mlp, attr))
-            out[name] = proj.weight.detach().to(work).T
-            out["b_" + name[2:]] = linear_bias(proj, work)
+            W = proj.weight.detach()
+            check_shape(f"{prefix}.mlp.{attr}.weight", W, (W.shape[0], d))
+            yield name, W.to(work).T
+            yield "b_" + name[2:], linear_bias(proj, work)
     down = unwrap(at(mlp, "down_proj"))
-    out["W_out"] = down.weight.detach().to(work).T
-    out["b_out"] = linear_bias(down, work)
-    d_mlp = out["W_in"].shape[1]  # type: ignore[union-attr]
-    for name in ("W_gate", "W_in"):
-        check_shape(f"{prefix}.mlp {name}", out[name], (d, d_mlp))  # type: ignore[arg-type]
-    check_shape(f"{prefix}.mlp.down_proj.weight (transposed)", out["W_out"], (d_mlp, d))  # type: ignore[arg-type]
-    return out
+    W_out = down.weight.detach()
+    check_shape(f"{prefix}.mlp.down_proj.weight", W_out, (d, W_out.shape[1]))
+    yield "W_out", W_out.to(work).T
+    yield "b_out", linear_bias(down, work)
+
+
+def _fold_input_norm(
+    name: str, value: torch.Tensor | None, pre_attn: torch.Tensor | None, pre_mlp: torch.Tensor | None
+) -> torch.Tensor | None:
+    """A weight with the RMS norm before its sublayer folded into its rows (``w[:, None] · W``)."""
+    if value is None:
+        return None
+    if pre_attn is not None and name in ("W_Q", "W_K", "W_V"):
+        return pre_attn[None, :, None] * value
+    if pre_mlp is not None and name in ("W_gate", "W_in"):
+        return pre_mlp[:, None] * value
+    return value
 
 
 class _Stack:
@@ -262,7 +277,7 @@ def read_decoder(
     for layer, block in enumerate(blocks):
         prefix = f"model.layers.{layer}"
         attn = unwrap(at(block, "self_attn"))
-        parts: dict[str, torch.Tensor | None] = {**_projections(attn, family, H, G, dh, d, work, f"{prefix}.self_attn"), **_mlp(block, family, d, work, prefix)}
+        parts: dict[str, torch.Tensor | None] = {}
         pre_attn = pre_mlp = None
         if family.placement in ("pre", "sandwich"):
             pre_attn, e = _norm_multiplier(at(block, "input_layernorm"), f"{prefix}.input_layernorm", family, work)
@@ -275,11 +290,6 @@ def read_decoder(
                 w, e = _norm_multiplier(at(block, attr), f"{prefix}.{attr}", family, work)
                 eps.add(e)
                 parts[name] = w
-        if pre_attn is not None:
-            for letter in "QKV":
-                parts[f"W_{letter}"] = pre_attn[None, :, None] * parts[f"W_{letter}"]  # type: ignore[operator]
-            for name in ("W_gate", "W_in"):
-                parts[name] = pre_mlp[:, None] * parts[name]  # type: ignore[index, operator]
         if family.qk_norm is not None:
             qn, e = _norm_multiplier(at(attn, "q_norm"), f"{prefix}.self_attn.q_norm", family, work)
             kn, e2 = _norm_multiplier(at(attn, "k_norm"), f"{prefix}.self_attn.k_norm", family, work)
@@ -298,6 +308,10 @@ def read_decoder(
         for name, value in parts.items():
             stack.put(name, layer, value)
         stack.put("rotary_freq", layer, freq)
+        for name, value in _projections(attn, family, H, G, dh, d, work, f"{prefix}.self_attn"):
+            stack.put(name, layer, _fold_input_norm(name, value, pre_attn, pre_mlp))
+        for name, value in _mlp(block, family, d, work, prefix):
+            stack.put(name, layer, _fold_input_norm(name, value, pre_attn, pre_mlp))
         if release is not None:
             release(block)
     if len(rotary_dims) > 1:
@@ -311,11 +325,11 @@ def read_decoder(
         del weights["rotary_freq"]
     final, e = _norm_multiplier(at(core, "norm"), "model.norm", family, work)
     eps.add(e)
-    embed_scale = math.sqrt(d) if family.embed_scale else None
-    weights["W_E"] = _embedding(W_E, embed_scale, target, device)
     head = unwrap(model.get_output_embeddings())
-    weights["W_U"] = (final[:, None] * head.weight.detach().to(work).T).to(device=device, dtype=target)
-    check_shape("lm_head.weight (transposed)", weights["W_U"], (d, V))
+    check_shape("lm_head.weight", head.weight, (V, d))
+    weights["W_U"] = _unembedding(head.weight.detach(), final, work, target, device)  # before W_E may be scaled in place
+    embed_scale = math.sqrt(d) if family.embed_scale else None
+    weights["W_E"] = _embedding(W_E, embed_scale, target, device, in_place=release is not None)
     b_U = linear_bias(head, target)
     if b_U is not None:
         weights["b_U"] = b_U.to(device)
@@ -340,11 +354,37 @@ def read_decoder(
     return shape, weights, attn_scale
 
 
-def _embedding(W_E: torch.Tensor, scale: float | None, target: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``W_E`` (times Gemma's ``√d_model``, rounded to the weights' dtype as the source does) in ``target``."""
-    if scale is None:
-        return W_E.to(device=device, dtype=target, copy=True)
-    return (W_E * torch.tensor(scale, dtype=W_E.dtype)).to(device=device, dtype=target)
+#: Bytes of float32 scratch per block when folding the final norm into the unembedding.
+_BLOCK_BYTES = 2**26
+
+
+def _unembedding(head: torch.Tensor, final: torch.Tensor, work: torch.dtype, target: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``W_U = diag(final) headᵀ`` ``[d_model, d_vocab]``, built in blocks of vocabulary rows.
+
+    A 128K–256K vocabulary in float32 would be gigabytes; blocks keep the
+    scratch at :data:`_BLOCK_BYTES`.
+    """
+    V, d = head.shape
+    out = torch.empty(d, V, dtype=target, device=device)
+    block = max(1, _BLOCK_BYTES // (d * 4))
+    for start in range(0, V, block):
+        rows = head[start : start + block].to(work)
+        out[:, start : start + block] = (final[:, None] * rows.T).to(device=device, dtype=target)
+    return out
+
+
+def _embedding(W_E: torch.Tensor, scale: float | None, target: torch.dtype, device: torch.device, in_place: bool) -> torch.Tensor:
+    """``W_E`` (times Gemma's ``√d_model``, rounded to the weights' dtype as the source does) in ``target``.
+
+    With ``in_place`` (the directory loader, which owns the source model) the
+    source's own tensor is used when dtype and device allow, so the largest
+    matrix of a 128K–256K-vocabulary model is never held twice.
+    """
+    reuse = in_place and W_E.dtype == target and W_E.device == device
+    out = W_E if reuse else W_E.to(device=device, dtype=target, copy=True)
+    if scale is not None:
+        out.mul_(torch.tensor(scale, dtype=W_E.dtype).to(target))
+    return out
 
 
 def _equalise_scales(weights: dict[str, torch.Tensor], divisors: list[float]) -> float:
