@@ -12,9 +12,11 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 import numpy as np
+import torch
 import traitlets
 from numpy.typing import NDArray
 
+from circuitwidgets.errors import ArgumentTypeError
 from circuitwidgets.widgets._spec import trait_error
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "array_to_json",
     "data_serialization",
     "quantise_unit",
+    "user_array",
 ]
 
 #: dtypes the front end can decode (numpy names, as sent in ``"dtype"``).
@@ -118,6 +121,27 @@ def _kernel_only(value: Any, widget: object = None) -> Any:
 
 #: ``.tag(sync=True, **data_serialization)`` for a dictionary of view data (the explorer's ``<view>_data``).
 data_serialization: dict[str, Any] = {"to_json": _data_to_json, "from_json": _kernel_only}
+
+
+def user_array(name: str, values: Any, dtype: str, expected: str) -> NDArray[Any]:
+    """An array a user passed (numpy, torch on any device, nested lists) as numpy ``dtype``.
+
+    Raises
+    ------
+    ArgumentTypeError
+        Naming ``name``, what was ``expected`` and what was received, when it is
+        not an array of numbers (complex only where ``dtype`` is complex).
+    """
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError) as exc:
+        raise ArgumentTypeError(f"{name}: expected {expected}, got {type(values).__name__} ({exc})") from None
+    kinds = "fiuc" if np.dtype(dtype).kind == "c" else "fiu"
+    if arr.dtype.kind not in kinds:
+        raise ArgumentTypeError(f"{name}: expected {expected} (numbers), got an array of dtype {arr.dtype}")
+    return arr.astype(dtype)
 
 
 def quantise_unit(values: NDArray[np.floating[Any]]) -> NDArray[np.uint8]:

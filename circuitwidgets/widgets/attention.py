@@ -66,7 +66,15 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudget
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
 from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._spec import NONE, Choice, SelectionIndex, head_selection, view_data, view_setting
+from circuitwidgets.widgets._spec import (
+    NONE,
+    Choice,
+    SelectionIndex,
+    head_selection,
+    trait_error,
+    view_data,
+    view_setting,
+)
 
 __all__ = [
     "MAX_STATE_BYTES",
@@ -729,15 +737,15 @@ class AttentionPatterns(CircuitWidget):
         pending = getattr(self, "_stream", None) is not None and p.ndim == 3 and p.shape[2] == 0
         if not pending and (p.ndim != 2 + len(expected) or p.shape[2:] != expected):
             n = len(self.tokens)
-            raise traitlets.TraitError(
-                f"The '{name}' trait of AttentionPatterns expected shape [n_layers, n_heads, "
-                f"{', '.join(map(str, expected))}] for {n} tokens ({'causal' if self.causal else 'full'}), got {list(p.shape)}"
+            raise trait_error(
+                self,
+                name,
+                f"shape [n_layers, n_heads, {', '.join(map(str, expected))}] for {n} tokens "
+                f"({'causal' if self.causal else 'full'})",
+                str(list(p.shape)),
             )
         if name == "value_patterns" and p.shape[:2] != self.patterns.shape[:2]:
-            raise traitlets.TraitError(
-                f"The 'value_patterns' trait of AttentionPatterns expected {list(self.patterns.shape[:2])} heads like "
-                f"'patterns', got {list(p.shape[:2])}"
-            )
+            raise trait_error(self, name, f"{list(self.patterns.shape[:2])} heads like 'patterns'", str(list(p.shape[:2])))
         return p
 
     @traitlets.validate("value_norms", "logit_effect")
@@ -747,9 +755,8 @@ class AttentionPatterns(CircuitWidget):
             return None
         expected = (*self.patterns.shape[:2], len(self.tokens))
         if v.shape != expected:
-            raise traitlets.TraitError(
-                f"The '{proposal['trait'].name}' trait of AttentionPatterns expected shape {list(expected)} "
-                f"[n_layers, n_heads, n_tokens], got {list(v.shape)}"
+            raise trait_error(
+                self, proposal["trait"].name, f"shape {list(expected)} [n_layers, n_heads, n_tokens]", str(list(v.shape))
             )
         return v
 
@@ -759,13 +766,9 @@ class AttentionPatterns(CircuitWidget):
         for i, d in enumerate(proposal["value"]):
             offset, label = d.get("offset"), d.get("label", "")
             if set(d) - {"offset", "label"} or isinstance(offset, bool) or not isinstance(offset, int) or not isinstance(label, str):
-                raise traitlets.TraitError(
-                    f"The 'diagonals' trait of AttentionPatterns expected entries {{'offset': int, 'label': str}}, got {d!r:.80} at {i}"
-                )
+                raise trait_error(self, "diagonals", "entries {'offset': int, 'label': str}", f"{d!r:.80} at {i}")
             if abs(offset) > _MAX_OFFSET:
-                raise traitlets.TraitError(
-                    f"The 'diagonals' trait of AttentionPatterns expected offsets in [-{_MAX_OFFSET}, {_MAX_OFFSET}], got {offset} at {i}"
-                )
+                raise trait_error(self, "diagonals", f"offsets in [-{_MAX_OFFSET}, {_MAX_OFFSET}]", f"{offset} at {i}")
             out.append({"offset": int(offset), "label": label[:_MAX_LABEL]})
         return out
 

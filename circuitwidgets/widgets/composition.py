@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 import traitlets
 from numpy.typing import ArrayLike, NDArray
 
@@ -28,7 +27,7 @@ from circuitwidgets.circuits import composition_baseline, composition_scores
 from circuitwidgets.circuits._checks import check_model
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.widgets._arrays import NDArrayTrait
+from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets._base import CircuitWidget
 from circuitwidgets.widgets._spec import (
     Choice,
@@ -65,12 +64,7 @@ def composition_map_data(model: CircuitModel, *, n_samples: int = 100, seed: int
 
 def _pair_scores(name: str, values: ArrayLike) -> NDArray[np.float64]:
     """``values`` as float ``[L, H, L, H]`` (NaN allowed only where ignored), or a typed error naming ``name``."""
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().numpy()
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ArgumentTypeError(f"{name}: expected scores [n_layers, n_heads, n_layers, n_heads], got {type(values).__name__} ({exc})") from None
+    arr = user_array(name, values, "float64", "scores [n_layers, n_heads, n_layers, n_heads]")
     if arr.ndim != 4 or arr.shape[:2] != arr.shape[2:] or 0 in arr.shape:
         raise ShapeError(f"{name}: expected scores [n_layers, n_heads, n_layers, n_heads], got shape {tuple(arr.shape)}")
     L = arr.shape[0]

@@ -40,7 +40,7 @@ from circuitwidgets.circuits._checks import check_int, check_model
 from circuitwidgets.circuits.copying import eigen_score
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.widgets._arrays import NDArrayTrait
+from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets._base import CircuitWidget
 from circuitwidgets.widgets._spec import (
     Choice,
@@ -108,19 +108,12 @@ def _strongest_induction(detectors: NDArray[np.float32]) -> dict[str, int]:
 
 def _complex_heads(name: str, values: ArrayLike, like: tuple[int, ...] | None = None) -> NDArray[np.complex128]:
     """``values`` as complex ``[n_layers, n_heads, d]`` (numpy or torch), or a typed error naming ``name``."""
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().numpy()
-    try:
-        arr = np.asarray(values)
-    except (TypeError, ValueError) as exc:
-        raise ArgumentTypeError(f"{name}: expected eigenvalues [n_layers, n_heads, d], got {type(values).__name__} ({exc})") from None
-    if arr.dtype.kind not in "fiuc":
-        raise ArgumentTypeError(f"{name}: expected numbers (complex eigenvalues), got an array of dtype {arr.dtype}")
+    arr = user_array(name, values, "complex128", "eigenvalues [n_layers, n_heads, d]")
     if arr.ndim != 3 or 0 in arr.shape[:2]:
         raise ShapeError(f"{name}: expected eigenvalues [n_layers, n_heads, d], got shape {tuple(arr.shape)}")
     if like is not None and arr.shape[:2] != like[:2]:
         raise ShapeError(f"{name}: expected [{like[0]}, {like[1]}, d] like ov, got shape {tuple(arr.shape)}")
-    return arr.astype(np.complex128)
+    return arr
 
 
 def _detector_arrays(detectors: dict[str, ArrayLike] | None, shape: tuple[int, int]) -> NDArray[np.float32]:
@@ -133,7 +126,7 @@ def _detector_arrays(detectors: dict[str, ArrayLike] | None, shape: tuple[int, i
     for kind, values in detectors.items():
         if kind not in DETECTORS:
             raise ArgumentError(f"detectors: expected keys from {DETECTORS}, got {kind!r:.80}")
-        arr = np.asarray(values.detach().cpu() if isinstance(values, torch.Tensor) else values, dtype=np.float32)
+        arr = user_array(f"detectors[{kind!r}]", values, "float32", "head scores [n_layers, n_heads]")
         if arr.shape != shape:
             raise ShapeError(f"detectors[{kind!r}]: expected shape {list(shape)} [n_layers, n_heads], got {list(arr.shape)}")
         out[DETECTORS.index(kind)] = arr

@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 from circuitwidgets.circuits import term_importance
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.widgets._arrays import NDArrayTrait
+from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets._base import CircuitWidget
 from circuitwidgets.widgets._spec import SelectionIndex, Size, head_selection, view_data, view_setting
 
@@ -197,12 +197,7 @@ class TermImportance(CircuitWidget):
 
 def _finite_vector(name: str, values: ArrayLike) -> NDArray[np.float64]:
     """``values`` as a finite float64 vector, or a typed error naming ``name``."""
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().numpy()
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ArgumentTypeError(f"{name}: expected a vector of losses (floats), got {type(values).__name__} ({exc})") from None
+    arr = user_array(name, values, "float64", "a vector of losses")
     if arr.ndim != 1:
         raise ShapeError(f"{name}: expected a vector [n], got shape {tuple(arr.shape)}")
     if not np.isfinite(arr).all():
