@@ -25,6 +25,10 @@ Run "circuitwidgets COMMAND --help" for a command's options.
 #: ``circuitwidgets.training.train.TrainConfig``, restated here so that the help
 #: does not import torch (``tests/test_cli.py`` checks that the two agree). An
 #: option left out is not passed on, so ``TrainConfig`` alone decides its value.
+#: The shipped-model size budget, restated here so that ``--help`` imports no torch
+#: (``tests/test_cli.py`` checks it equals ``circuitwidgets.training.train.MAX_MODEL_BYTES``).
+MAX_MODEL_BYTES = 8 * 2**20
+
 TRAIN_DEFAULTS: dict[str, int | float | str] = {
     "n_layers": 2,
     "n_heads": 4,
@@ -72,6 +76,10 @@ def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             help=f"{text} (default: {TRAIN_DEFAULTS[name]})",
         )
     p.add_argument("--cache", type=Path, default=None, help="where the tokenizer and token arrays are cached")
+    p.add_argument(
+        "--max-bytes", type=int, default=MAX_MODEL_BYTES, metavar="BYTES",
+        help=f"refuse a model whose float16 weights would exceed this (default: {MAX_MODEL_BYTES}, the shipped-model budget)",
+    )
     p.add_argument("-o", "--out", type=Path, required=True, help="run directory (resumed if it holds a checkpoint)")
 
 
@@ -80,7 +88,7 @@ def _run_train(args: argparse.Namespace) -> int:
 
     given = {name: getattr(args, name) for _, name, _, _ in _TRAIN_OPTIONS if hasattr(args, name)}
     cfg = TrainConfig(**given)
-    train(cfg, args.out, cache_dir=args.cache)
+    train(cfg, args.out, cache_dir=args.cache, max_bytes=args.max_bytes)
     print(f"model written to {args.out / 'model'}")
     return 0
 

@@ -85,7 +85,9 @@ def test_train_passes_only_the_options_given(monkeypatch: pytest.MonkeyPatch, tm
     from circuitwidgets.training import train as train_module
 
     seen = []
-    monkeypatch.setattr(train_module, "train", lambda cfg, out, cache_dir=None: seen.append((cfg, out, cache_dir)))
+    monkeypatch.setattr(
+        train_module, "train", lambda cfg, out, cache_dir=None, max_bytes=None: seen.append((cfg, out, cache_dir))
+    )
     assert main(["train", "--layers", "1", "--lr", "0.5", "--device", "meta", "-o", str(tmp_path)]) == 0
     ((cfg, out, cache),) = seen
     expected = train_module.TrainConfig(n_layers=1, lr=0.5, device="meta")
@@ -97,3 +99,18 @@ def test_train_requires_an_output_directory(capsys: pytest.CaptureFixture[str]) 
         main(["train", "--layers", "1"])
     assert exit_.value.code == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_the_restated_size_budget_is_the_training_one() -> None:
+    from circuitwidgets.cli import MAX_MODEL_BYTES
+    from circuitwidgets.training.train import MAX_MODEL_BYTES as TRAINING_BUDGET
+
+    assert MAX_MODEL_BYTES == TRAINING_BUDGET
+
+
+def test_train_refuses_a_model_over_the_size_budget_before_training(tmp_path: Path) -> None:
+    from circuitwidgets.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=r"exports [\d,]+ bytes .* budget of 8,388,608"):
+        main(["train", "--layers", "2", "--d-model", "1024", "-o", str(tmp_path)])
+    assert not any(tmp_path.iterdir())  # nothing was written: no corpus, no checkpoint

@@ -76,3 +76,17 @@ def test_training_is_deterministic_and_resuming_gives_the_same_weights(cache: Pa
         assert torch.equal(tensor, weights[1][name]), f"{name} differs between two identical runs"
         assert torch.equal(tensor, weights[2][name]), f"{name} differs after resuming at step 25"
     assert json.loads((resumed / "checkpoint" / "state.json").read_text()) == {"step": 40}
+
+
+def test_a_two_layer_run_logs_the_history_of_composition_and_in_context_learning(cache: Path, tmp_path: Path) -> None:
+    argv = [a if a != "1" else "2" for a in TINY[:2]] + TINY[2:]
+    run = tmp_path / "run2"
+    assert main(["train", *argv, "--steps", "60", "--eval-every", "30", "--cache", str(cache), "-o", str(run)]) == 0
+    log = _log(run)
+    assert [r["step"] for r in log] == [30, 60]
+    assert all(isinstance(r["icl_score"], float) and math.isfinite(r["icl_score"]) for r in log)
+    recorded = np.asarray(log[-1]["k_composition"])  # [n_layers - 1, heads (earlier), heads (later)]
+    assert recorded.shape == (1, 2, 2)
+    model = cw.CircuitModel.load(run / "model")
+    measured = circuits.composition_scores(model, "K", baseline=True)[0, :, 1, :]
+    np.testing.assert_allclose(measured, recorded[0], atol=5e-3)  # float16 export against float32 training

@@ -58,6 +58,28 @@ class TrainConfig:
     extra: dict[str, str] = field(default_factory=dict)
 
 
+#: Largest shipped model (its float16 weights, as :func:`export_model` writes them): the
+#: package carries every shipped model, so a run that would not fit is refused up front.
+MAX_MODEL_BYTES = 8 * 2**20
+
+
+def exported_bytes(cfg: TrainConfig) -> int:
+    """Bytes of the float16 weights :func:`export_model` writes for ``cfg`` (W_E, W_pos, W_Q/K/V/O, W_U)."""
+    L, H, d, dh, V, n = cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, cfg.vocab_size, cfg.n_ctx
+    return 2 * (2 * V * d + n * d + 4 * L * H * d * dh)
+
+
+def check_size_budget(cfg: TrainConfig, max_bytes: int = MAX_MODEL_BYTES) -> None:
+    """Refuse, before any work, a configuration whose exported model would exceed ``max_bytes``."""
+    size = exported_bytes(cfg)
+    if size > max_bytes:
+        raise ArgumentError(
+            f"cfg: a model with n_layers={cfg.n_layers}, n_heads={cfg.n_heads}, d_model={cfg.d_model}, "
+            f"d_head={cfg.d_head}, vocab_size={cfg.vocab_size} exports {size:,} bytes of float16 weights, more than "
+            f"the budget of {max_bytes:,} bytes for a shipped model; shrink it, or pass --max-bytes to train it anyway"
+        )
+
+
 def _cached_corpus_tokens(cache: Path, vocab_size: int) -> tuple[Tokenizer, np.ndarray, np.ndarray]:
     """Tokenizer and token arrays (train, val), built once and cached under ``cache``."""
     cache.mkdir(parents=True, exist_ok=True)
@@ -245,12 +267,16 @@ def _tune_allocator() -> None:
         libc.mallopt(-2, 2**28)  # M_TOP_PAD
 
 
-def train(cfg: TrainConfig, out_dir: Path, cache_dir: Path | None = None, progress: bool = True) -> AttnOnlyTransformer:
+def train(
+    cfg: TrainConfig, out_dir: Path, cache_dir: Path | None = None, progress: bool = True, max_bytes: int = MAX_MODEL_BYTES
+) -> AttnOnlyTransformer:
     """Train (or resume) a model into ``out_dir``; return the trained module.
 
     ``out_dir/checkpoint`` holds the resumable state, ``out_dir/log.jsonl`` the
-    evaluations, and ``out_dir/model`` the exported model at the end.
+    evaluations, and ``out_dir/model`` the exported model at the end. A model
+    whose float16 export would exceed ``max_bytes`` is refused before anything runs.
     """
+    check_size_budget(cfg, max_bytes)
     torch.set_num_threads(cfg.threads)
     _tune_allocator()
     tokenizer, train_tokens, val_tokens = _cached_corpus_tokens(cache_dir or out_dir / "cache", cfg.vocab_size)
