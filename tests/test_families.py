@@ -324,3 +324,19 @@ def test_engine_agrees_with_transformer_lens_on_a_gqa_llama() -> None:
         tl_scores = bridge.all_composition_scores(kind).detach().double().numpy()  # [L, H, L, H], zeros where undefined
         ours_scores = circuits.composition_scores(ours, kind, offset=0)
         assert ours_scores[0, :, 1, :] == pytest.approx(tl_scores[0, :, 1, :], abs=1e-6)
+
+
+def test_every_analysis_runs_on_a_bfloat16_model() -> None:
+    """A checkpoint kept in bfloat16 (no float32 copy) is usable by every weight-space and forward analysis."""
+    ours = from_hf(CASES_BY_ID["llama-gqa2-biases-llama3rope"].build().to(torch.bfloat16))
+    assert ours.dtype == torch.bfloat16
+    tokens = _tokens(seed=11, batch=1)
+    results = [
+        circuits.copying_scores(ours), circuits.copying_scores(ours, circuit="qk", offset=0),
+        circuits.copying_scores(ours, circuit="qk_kcomp", offset=0), circuits.composition_scores(ours, "K", offset=1),
+        circuits.head_scores(ours, "induction"), circuits.path_expansion(ours, tokens[0]).heads,
+        circuits.term_importance(ours, tokens).losses,
+    ]
+    for result in results:
+        assert torch.isfinite(torch.as_tensor(result)[~torch.as_tensor(result).isnan()]).all()
+    assert len(circuits.skip_trigrams(ours, 0, 0, offset=0)) == 10

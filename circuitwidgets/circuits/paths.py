@@ -198,16 +198,16 @@ def path_expansion(model: CircuitModel, tokens: TokensLike) -> PathExpansion:
         values = readout.read(layer, x0) @ W_V[layer]  # [H, pos, dh]
         out = (patterns[layer] @ values) @ model.W_O[layer]  # [H, pos, d]
         outputs.append(out)
-        heads[layer] = readout.logit(out).cpu().numpy()
+        heads[layer] = readout.logit(out).double().cpu().numpy()
     for l2 in range(1, L):
         # W_O^{h2} applied to the readout: [H2, pos - 1, dh]
         readout_o = torch.einsum("ged,qd->gqe", model.W_O[l2], readout.unembed)
         for l1 in range(l2):
             values = readout.read(l2, outputs[l1])[:, None] @ W_V[l2][None]  # [H1, H2, pos, dh]
             mixed = patterns[l2][None] @ values  # [H1, H2, pos, dh]
-            virtual[l1, :, l2] = torch.einsum("hgqe,gqe->hgq", mixed[:, :, :-1], readout_o).cpu().numpy()
-    direct = readout.logit(x0).cpu().numpy()
-    target_logits = logits[0, :-1].gather(1, targets[:, None])[:, 0].cpu().numpy()
+            virtual[l1, :, l2] = torch.einsum("hgqe,gqe->hgq", mixed[:, :, :-1], readout_o).double().cpu().numpy()
+    direct = readout.logit(x0).double().cpu().numpy()
+    target_logits = logits[0, :-1].gather(1, targets[:, None])[:, 0].double().cpu().numpy()
     total = direct + heads.sum(axis=(0, 1)) + np.nansum(virtual, axis=(0, 1, 2, 3))
     return PathExpansion(
         tokens=ids[0].cpu().numpy(),
