@@ -1,7 +1,7 @@
 // @vitest-environment happy-dom
 import { describe, expect, it } from "vitest";
 import { decodeArray } from "../src/lib/arrays";
-import { colourLimit, heatmapCells, toCompData } from "../src/views/composition";
+import { colourLimit, heatmapCells, toCompData } from "../src/lib/composition";
 import { compositionState, H, nextFrame, viewsCleanedAfterEach } from "./weightspace-fixtures";
 
 const view = viewsCleanedAfterEach(compositionState);

@@ -1,7 +1,7 @@
 // @vitest-environment happy-dom
 import { describe, expect, it } from "vitest";
 import { decodeArray } from "../src/lib/arrays";
-import { eigenScore, headEigenvalues, placeLabels, scatterPoints, scoreDomain, toEigenData } from "../src/views/eigen";
+import { eigenScore, headEigenvalues, placeLabels, scatterPoints, scoreDomain, toEigenData } from "../src/lib/eigen";
 import { eigenState, H, L, nextFrame, viewsCleanedAfterEach } from "./weightspace-fixtures";
 
 const view = viewsCleanedAfterEach(eigenState);

@@ -1,7 +1,7 @@
 // @vitest-environment happy-dom
 import { describe, expect, it } from "vitest";
 import { decodeArray } from "../src/lib/arrays";
-import { currentListing, findToken, headListing, precomputedSources, sortListing, sourceListing, toTrigramData } from "../src/views/skiptrigrams";
+import { currentListing, findToken, headListing, precomputedSources, sortListing, sourceListing, toTrigramData } from "../src/lib/trigrams";
 import { nextFrame, TOKENS, trigramState, viewsCleanedAfterEach } from "./weightspace-fixtures";
 
 const view = viewsCleanedAfterEach(trigramState);

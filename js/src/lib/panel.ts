@@ -2,9 +2,11 @@
 // toolbar, a body, and a status line (`[data-cw-status]`) saying in words what
 // is selected. Also the shared CSS of buttons, segmented controls and notes.
 
+import type { AnyModel } from "@anywidget/types";
+import CSS from "../styles/panel.css";
 import { el, ensureStyle } from "./dom";
 import { exportToolbar } from "./export";
-import CSS from "../styles/panel.css";
+import { onTraits } from "./selection";
 
 
 export interface Panel {
@@ -96,3 +98,46 @@ export function segmented(
     cleanup: () => group.removeEventListener("click", handler),
   };
 }
+
+/** Show why a view's data could not be read (as text) in its status line. */
+export function showError(panel: Panel, err: unknown): void {
+  panel.status.textContent = err instanceof Error ? err.message : String(err);
+  panel.status.classList.add("cw-error");
+}
+
+/** Clear a shown error (the data read fine). */
+export function clearError(panel: Panel): void {
+  panel.status.classList.remove("cw-error");
+}
+
+/**
+ * The rest of every view's life after it has built its DOM: read the data now
+ * and whenever one of `data` changes, draw now and once per frame after any of
+ * `data` or `redraw` changes. Returns the view's cleanup: the pending frame,
+ * `cleanups` (its listeners) and the panel.
+ */
+export function runView<T extends Record<string, unknown>>(
+  model: AnyModel<T>,
+  panel: Panel,
+  frame: { schedule(): void; cancel(): void },
+  cleanups: (() => void)[],
+  keys: { data: readonly (keyof T & string)[]; redraw: readonly (keyof T & string)[] },
+  load: () => void,
+  draw: () => void,
+): () => void {
+  cleanups.push(
+    onTraits(model, keys.data, () => {
+      load();
+      frame.schedule();
+    }),
+    onTraits(model, keys.redraw, frame.schedule),
+  );
+  load();
+  draw();
+  return () => {
+    frame.cancel();
+    for (const c of cleanups) c();
+    panel.cleanup();
+  };
+}
+

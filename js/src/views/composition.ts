@@ -7,7 +7,7 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
-import { DIVERGING, divergingIndex, type Lut, sequentialIndex, VIRIDIS } from "../lib/colour";
+import { DIVERGING, type Lut, VIRIDIS } from "../lib/colour";
 import { el, ensureStyle, listen } from "../lib/dom";
 import {
   type CompData,
@@ -24,10 +24,11 @@ import {
   parseEdgeId,
   strongestEdges,
 } from "../lib/graph";
-import { cellAtEvent, type CellSource, drawHeatmap, outlineCells } from "../lib/heatmap";
-import { makePanel, segmented, setTitle } from "../lib/panel";
-import { indexOr, onTraits, perFrame, setTraits } from "../lib/selection";
+import { cellAtEvent, drawHeatmap, outlineCells } from "../lib/heatmap";
+import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
+import { indexOr, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName, layerColour, svgEl, svgTitle } from "../lib/svg";
+import { colourLimit, heatmapCells, toCompData } from "../lib/composition";
 import CSS from "../styles/composition.css";
 
 export interface CompositionTraits {
@@ -45,49 +46,6 @@ export interface CompositionTraits {
 }
 
 type Model = AnyModel<CompositionTraits>;
-
-/** Check and wrap the decoded scores. */
-export function toCompData(scores: { data: ArrayLike<number>; shape: number[] }, baseline: number): CompData {
-  const [k = 0, L = 0, H = 0, L2 = 0, H2 = 0] = scores.shape;
-  if (scores.shape.length !== 5 || k !== 3 || L !== L2 || H !== H2 || !(scores.data instanceof Float32Array))
-    throw new Error(`circuitwidgets: composition scores of shape [${scores.shape.join(", ")}] are not float32 [3, L, H, L, H]`);
-  return { nLayers: L, nHeads: H, scores: scores.data, baseline: Number.isFinite(baseline) ? baseline : 0 };
-}
-
-/**
- * Heatmap of one kind: rows are earlier heads (layers 0..L-2), columns later
- * heads (layers 1..L-1); cells whose row head is not earlier are empty (-1).
- */
-export function heatmapCells(d: CompData, k: number, subtract: boolean, limit: number): CellSource {
-  const H = d.nHeads;
-  const n = Math.max(0, (d.nLayers - 1) * H);
-  return {
-    rows: n,
-    cols: n,
-    index: (r, c) => {
-      const l1 = Math.floor(r / H);
-      const l2 = Math.floor(c / H) + 1;
-      const v = compValue(d, k, l1, r % H, l2, c % H, subtract);
-      if (!Number.isFinite(v)) return -1;
-      return subtract ? divergingIndex(v, limit) : sequentialIndex(v / limit);
-    },
-  };
-}
-
-/** Largest |value| over all kinds (the shared colour scale). */
-export function colourLimit(d: CompData, subtract: boolean): number {
-  let limit = 0;
-  for (let k = 0; k < 3; k++)
-    for (let l2 = 1; l2 < d.nLayers; l2++)
-      for (let h2 = 0; h2 < d.nHeads; h2++)
-        for (let l1 = 0; l1 < l2; l1++)
-          for (let h1 = 0; h1 < d.nHeads; h1++) {
-            const v = Math.abs(compValue(d, k, l1, h1, l2, h2, subtract));
-            if (v > limit) limit = v;
-          }
-  return limit > 0 ? limit : 1;
-}
-
 
 const MAP_MIN = 96;
 const MAP_MAX = 210;
@@ -156,11 +114,10 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
       data = toCompData(decodeArray(m.get("scores")), Number(m.get("baseline_value")));
     } catch (err) {
       data = null;
-      panel.status.textContent = err instanceof Error ? err.message : String(err);
-      panel.status.classList.add("cw-error");
+      showError(panel, err);
       return;
     }
-    panel.status.classList.remove("cw-error");
+    clearError(panel);
     buildMaps(data);
   }
 
@@ -395,19 +352,7 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
       setTraits(m, { n_edges: Number(countSelect.value) });
       frame.schedule();
     }),
-    onTraits(m, ["scores", "baseline_value"], () => {
-      load();
-      frame.schedule();
-    }),
-    onTraits(m, ["subtract_baseline", "kind", "n_edges", "selected_layer", "selected_head", "selected_edge", "edge_kind", "model_name"], frame.schedule),
   );
 
-  load();
-  draw();
-
-  return () => {
-    frame.cancel();
-    for (const c of cleanups) c();
-    panel.cleanup();
-  };
+  return runView(m, panel, frame, cleanups, { data: ["scores", "baseline_value"], redraw: ["subtract_baseline", "kind", "n_edges", "selected_layer", "selected_head", "selected_edge", "edge_kind", "model_name"] }, load, draw);
 }

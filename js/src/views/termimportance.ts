@@ -8,8 +8,8 @@
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
 import { el, ensureStyle, listen } from "../lib/dom";
-import { makePanel, setTitle } from "../lib/panel";
-import { indexOr, NONE, onTraits, perFrame, setTraits } from "../lib/selection";
+import { clearError, makePanel, runView, setTitle, showError } from "../lib/panel";
+import { indexOr, NONE, perFrame, setTraits } from "../lib/selection";
 import { fmt, layerColour, linearScale, niceTicks, svgEl, svgTitle, tickDigits } from "../lib/svg";
 import CSS from "../styles/termimportance.css";
 
@@ -75,13 +75,12 @@ export function renderTermImportance({ model, el: root }: RenderProps<TermTraits
       marginal = Array.from(decodeArray(m.get("marginal")).data);
       losses = Array.from(decodeArray(m.get("losses")).data);
       layers = Array.from(decodeArray(m.get("layer_order1")).data);
-      panel.status.classList.remove("cw-error");
+      clearError(panel);
     } catch (err) {
       marginal = [];
       losses = [];
       layers = [];
-      panel.status.textContent = err instanceof Error ? err.message : String(err);
-      panel.status.classList.add("cw-error");
+      showError(panel, err);
     }
   }
 
@@ -163,19 +162,7 @@ export function renderTermImportance({ model, el: root }: RenderProps<TermTraits
         frame.schedule();
       }
     }),
-    onTraits(m, ["marginal", "losses", "layer_order1"], () => {
-      load();
-      frame.schedule();
-    }),
-    onTraits(m, ["selected_order", "selected_layer", "loss_no_terms", "full_loss", "n_sequences", "n_positions", "model_name"], frame.schedule),
   );
 
-  load();
-  draw();
-
-  return () => {
-    frame.cancel();
-    for (const c of cleanups) c();
-    panel.cleanup();
-  };
+  return runView(m, panel, frame, cleanups, { data: ["marginal", "losses", "layer_order1"], redraw: ["selected_order", "selected_layer", "loss_no_terms", "full_loss", "n_sequences", "n_positions", "model_name"] }, load, draw);
 }
