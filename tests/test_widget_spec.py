@@ -220,3 +220,42 @@ def test_explorer_names_reach_the_front_end(model: CircuitModel) -> None:
     w._send = rec  # type: ignore[method-assign]
     from_view(w, composition_n_edges=500)
     assert w.composition_n_edges == 12 and rec.updates() == [{"composition_n_edges": 12}]
+
+
+# --- skip-trigrams computed on demand cross the wire head by head ----------------------
+
+
+def _sent_keys(rec: Recorder) -> set[str]:
+    return {key for state in rec.updates() for key in state}
+
+
+def test_a_head_computed_on_demand_is_sent_alone(model: CircuitModel) -> None:
+    w = SkipTrigramTable(model, k=2, profile_k=2, heads=[(0, 0)])
+    rec = Recorder()
+    w._send = rec  # type: ignore[method-assign]
+    from_view(w, selected_layer=1, selected_head=1)
+    assert not _sent_keys(rec) & {"rows", "row_values", "profile_sources", "profile_tokens", "profile_values", "ready"}
+    ((content, buffers),) = rec.custom()
+    assert content["type"] == "trigram_update" and content["heads"] == [[1, 1]]
+    per_head = [w.rows[1, 1], w.row_values[1, 1], w.profile_sources[1, 1], w.profile_tokens[1, 1], w.profile_values[1, 1]]
+    assert [bytes(b) for b in buffers] == [a.tobytes() for a in per_head]
+    assert content["token_strs"] == w.token_strs[content["tokens_from"] :]
+    # the kernel's state holds the head (for saving and exporting) ...
+    assert w.ready[1, 1] == 1 and w.get_state("ready")["ready"]["view"].tobytes() == w.ready.tobytes()
+    assert max(int(w.rows[1, 1].max()), int(w.profile_tokens[1, 1].max())) < len(w.token_strs) == len(w.token_ids)
+    # ... and a view that renders again asks for what it has not seen
+    from _comm import custom_from_view
+
+    custom_from_view(w, {"type": "want_trigram_update"})
+    content, buffers = rec.custom()[-1]
+    assert content["heads"] == [[1, 1]] and len(buffers) == 5
+
+
+def test_the_explorer_sends_a_computed_head_without_resending_the_others(model: CircuitModel) -> None:
+    w = CircuitExplorer(model, TEXT, k=2, profile_k=2, max_tokens=8, trigram_heads=[(0, 0)], selected_layer=0, selected_head=0)
+    rec = Recorder()
+    w._send = rec  # type: ignore[method-assign]
+    from_view(w, selected_layer=1, selected_head=0)
+    assert "trigram_data" not in _sent_keys(rec)
+    assert [c["heads"] for c, _ in rec.custom()] == [[[1, 0]]]
+    assert w.trigram_data["ready"][1, 0] == 1 and w.trigram_n_rows > 0

@@ -158,6 +158,15 @@ class CircuitWidget(anywidget.AnyWidget):
                 raise
             raise TraitArgumentError(f"{type(self).__name__}: {exc}") from None
 
+    def _store_quietly(self, name: str, value: Any) -> None:
+        """Set the kernel's value of ``name`` without sending it or notifying observers.
+
+        For data the view has already received another way (a custom message
+        carrying only what changed); :meth:`get_state`, saved state and exported
+        pages see the value.
+        """
+        self._trait_values[name] = value
+
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """anywidget's mime bundle plus a ``text/html`` fallback: the same view, self-contained.
 

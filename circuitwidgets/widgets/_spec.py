@@ -482,6 +482,18 @@ class ScopedView:
         else:
             setattr(self.owner, trait, {**getattr(self.owner, trait), key: value})
 
+    def _store_quietly(self, name: str, value: Any) -> None:
+        """Set ``name`` in the explorer's state without sending it (see ``CircuitWidget._store_quietly``)."""
+        trait, key = self._where(name)
+        if key is None:
+            self.owner._store_quietly(trait, value)
+        else:
+            getattr(self.owner, trait)[key] = value  # (the dictionary itself: nothing is sent)
+
+    def send(self, content: dict[str, Any], buffers: list[Any] | None = None) -> None:
+        """A custom message to the view (through the explorer's comm)."""
+        self.owner.send(content, buffers)
+
     @contextmanager
     def hold_trait_notifications(self) -> Iterator[None]:
         """The explorer's :meth:`~traitlets.HasTraits.hold_trait_notifications`."""

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_STATE_BYTES",
     "ORIGIN_OV",
     "ORIGIN_QK",
+    "PER_HEAD",
     "TrigramSource",
     "listing",
     "skip_trigram_data",
@@ -41,6 +42,9 @@ ORIGIN_QK = 2
 
 #: Longest search text accepted from the view.
 MAX_QUERY_CHARS = 1000
+
+#: The arrays that hold one slice per head, ``[L, H, ...]`` (what crosses the wire when one head is computed).
+PER_HEAD = ("rows", "row_values", "profile_sources", "profile_tokens", "profile_values")
 
 #: The data that changes when a head is computed (the local vocabulary and the per-head arrays).
 HEAD_KEYS = (
@@ -158,7 +162,19 @@ class TrigramSource:
     ) -> dict[str, Any]:
         """A copy of ``data`` with ``heads`` computed (rows and source profiles)."""
         out = {key: (value.copy() if isinstance(value, np.ndarray) else value) for key, value in data.items()}
-        vocab = _Vocab(self.model, out["token_ids"].tolist(), out["token_strs"])
+        out.update(self.fill_heads(out, heads, progress_bar).traits())
+        return out
+
+    def fill_heads(
+        self, data: dict[str, Any], heads: Iterable[tuple[int, int]], progress_bar: bool | None = None
+    ) -> _Vocab:
+        """Compute ``heads`` into ``data``'s arrays, in place; return the vocabulary grown by their tokens.
+
+        ``data["token_ids"]`` / ``["token_strs"]`` are left as they were: the
+        returned vocabulary holds them and the tokens added after them.
+        """
+        out = data
+        vocab = _Vocab(self.model, out["token_ids"].tolist(), list(out["token_strs"]))
         extra = [int(s) for s in out.get("extra_sources", [])]
         heads = list(heads)
         if progress_bar:
@@ -192,14 +208,12 @@ class TrigramSource:
                 out["profile_values"][layer, head, s, 0] = prof.qk[s]
                 out["profile_values"][layer, head, s, 1] = prof.ov[s]
             out["ready"][layer, head] = 1
-        out.update(vocab.traits())
-        return out
+        return vocab
 
-    def live_profile(
-        self, data: dict[str, Any], layer: int, head: int, source: int
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``(vocabulary traits, live)`` for ``source`` at head ``(layer, head)`` computed in the kernel."""
-        vocab = _Vocab(self.model, data["token_ids"].tolist(), data["token_strs"])
+    def live_profile(self, data: dict[str, Any], layer: int, head: int, source: int) -> tuple[_Vocab, dict[str, Any]]:
+        """``(vocabulary, live)`` for ``source`` at head ``(layer, head)`` computed in the kernel (the vocabulary
+        grown by its tokens, as :meth:`fill_heads`)."""
+        vocab = _Vocab(self.model, data["token_ids"].tolist(), list(data["token_strs"]))
         prof = _profiles(self.model, layer, head, [int(source)], self.profile_k, self.memory_budget)
         live = {
             "layer": int(layer),
@@ -210,7 +224,7 @@ class TrigramSource:
             "out": [vocab.local(t) for t in prof.out[0]],
             "ov": [float(v) for v in prof.ov[0]],
         }
-        return vocab.traits(), live
+        return vocab, live
 
     # ------------------------------------------------------------ lookup
     def resolve(self, query: str) -> tuple[int | None, str]:

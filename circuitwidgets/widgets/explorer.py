@@ -119,9 +119,12 @@ class CircuitExplorer(CircuitWidget):
         state: dict[str, Any] = {"model_name": model.name}
         for child in reversed(CHILDREN):  # (the first child's head selection wins: the eigen scatter's)
             state.update(_split(child, initial[child]))
-        self.view("trigram")._source = TrigramSource(model, k, profile_k)
+        trigrams = self.view("trigram")
+        trigrams._source = TrigramSource(model, k, profile_k)
+        trigrams._added = None
         super().__init__(**{**state, **kwargs})
-        self.view("trigram")._fill()
+        self.on_msg(self._on_custom)
+        trigrams._fill()
 
     # ---------------------------------------------------------------- views
     def view(self, prefix: str) -> ScopedView:
@@ -171,6 +174,9 @@ class CircuitExplorer(CircuitWidget):
     @traitlets.observe("trigram_source_query")
     def _on_query(self, change: traitlets.Bunch) -> None:
         SkipTrigramTable._on_query(self.view("trigram"), change)  # type: ignore[arg-type]
+
+    def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
+        SkipTrigramTable._on_custom(self.view("trigram"), widget, content, buffers)  # type: ignore[arg-type]
 
     def state_sizes(self) -> dict[str, int]:
         """Bytes of each data trait as sent to the view (binary buffers plus JSON)."""

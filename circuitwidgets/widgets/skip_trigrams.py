@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import traitlets
 
 from circuitwidgets.circuits import SkipTrigram
@@ -63,6 +64,7 @@ from circuitwidgets.widgets._trigram_data import (
     MAX_QUERY_CHARS,
     ORIGIN_OV,
     ORIGIN_QK,
+    PER_HEAD,
     TrigramSource,
     listing,
     skip_trigram_data,
@@ -174,6 +176,8 @@ class SkipTrigramTable(CircuitWidget):
         if head is not None:
             kwargs.setdefault("selected_head", head)
         self._source: TrigramSource | None = None
+        # what the kernel added since the view's starting state: {"tokens": count before, "heads": [...]}
+        self._added: dict[str, Any] | None = None
         if model is not None:
             model = check_model(model, type(self).__name__)
             state = self.initial(
@@ -188,6 +192,7 @@ class SkipTrigramTable(CircuitWidget):
             self._source = TrigramSource(model, k, profile_k, memory_budget)
             kwargs = {**state, **kwargs}
         super().__init__(**kwargs)
+        self.on_msg(self._on_custom)
         self._fill()
 
     @classmethod
@@ -298,17 +303,52 @@ class SkipTrigramTable(CircuitWidget):
             self.source_query = ""
 
     def _fill(self) -> None:
-        """Compute what the current selection needs and the state lacks (live kernel only)."""
+        """Compute what the current selection needs and the state lacks (live kernel only).
+
+        A computed head is written into the arrays in place and sent to the
+        view alone, in a custom message (see :meth:`_send_update`): the arrays
+        of the other heads do not cross the wire again.
+        """
         layer, head = self.selected_layer, self.selected_head
         if self._source is None or not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
             return
         if not self.ready[layer, head]:
-            computed = self._source.compute_heads(self._data() | {"extra_sources": self.extra_sources}, [(layer, head)])
-            with self.hold_sync(), self.hold_trait_notifications():
-                for name in HEAD_KEYS:
-                    setattr(self, name, computed[name])
+            vocab = self._source.fill_heads(self._data() | {"extra_sources": self.extra_sources}, [(layer, head)])
+            self._grow(vocab.ids, vocab.strs, [(layer, head)])
         if self.source_token != NONE and self._listing() is None:
             vocab, live = self._source.live_profile(self._data(), layer, head, self.source_token)
-            with self.hold_sync(), self.hold_trait_notifications():
-                self.token_ids, self.token_strs = vocab["token_ids"], vocab["token_strs"]
-                self.live = live
+            self._grow(vocab.ids, vocab.strs, [])
+            self.live = live
+
+    def _grow(self, ids: list[int], strs: list[str], heads: list[tuple[int, int]]) -> None:
+        """Take the vocabulary ``ids``/``strs`` (the old one and tokens after it) and ``heads`` just computed."""
+        if self._added is None:
+            self._added = {"tokens": len(self.token_strs), "heads": []}
+        old = len(self.token_strs)
+        if len(ids) > old:
+            self._store_quietly("token_ids", np.asarray(ids, dtype=np.int32))
+            self._store_quietly("token_strs", list(strs))
+        self._added["heads"].extend(heads)
+        if heads or len(ids) > old:
+            self._send_update(old, heads)
+
+    def _send_update(self, tokens_from: int, heads: list[tuple[int, int]]) -> None:
+        """Send the view the tokens from index ``tokens_from`` on and the slices of ``heads``, as one message."""
+        buffers = [
+            np.ascontiguousarray(getattr(self, name)[layer, head]).tobytes()
+            for layer, head in heads
+            for name in PER_HEAD
+        ]
+        content = {
+            "type": "trigram_update",
+            "tokens_from": tokens_from,
+            "token_ids": [int(t) for t in self.token_ids[tokens_from:]],
+            "token_strs": list(self.token_strs[tokens_from:]),
+            "heads": [[int(layer), int(head)] for layer, head in heads],
+        }
+        self.send(content, buffers)
+
+    def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
+        """A view that renders (again) asks for what was computed since the state it started from."""
+        if isinstance(content, dict) and content.get("type") == "want_trigram_update" and self._added is not None:
+            self._send_update(int(self._added["tokens"]), list(self._added["heads"]))

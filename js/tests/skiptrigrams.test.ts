@@ -1,7 +1,18 @@
 // @vitest-environment happy-dom
 import { describe, expect, it } from "vitest";
 import { decodeArray } from "../src/lib/arrays";
-import { currentListing, findToken, headListing, precomputedSources, sortListing, sourceListing, toTrigramData } from "../src/lib/trigrams";
+import {
+  currentListing,
+  emptyUpdates,
+  findToken,
+  headListing,
+  precomputedSources,
+  sortListing,
+  sourceListing,
+  takeUpdate,
+  toTrigramData,
+  withUpdates,
+} from "../src/lib/trigrams";
 import { nextFrame, TOKENS, trigramState, viewsCleanedAfterEach } from "./weightspace-fixtures";
 
 const view = viewsCleanedAfterEach(trigramState);
@@ -134,5 +145,47 @@ describe("skip-trigram view", () => {
     expect(off.el.querySelector(".cw-message")?.textContent).toMatch(/was not precomputed in this page/);
     const live = view({ selected_layer: 1, selected_head: 2 });
     expect(live.el.querySelector(".cw-message")?.textContent).toMatch(/Computing/);
+  });
+});
+
+describe("heads computed on demand arrive alone", () => {
+  const deliver = (m: unknown, content: unknown, buffers: DataView[]) => {
+    const handlers = (m as { handlers: Map<string, Set<(...a: unknown[]) => void>> }).handlers;
+    for (const h of handlers.get("msg:custom") ?? []) h(content, buffers);
+  };
+  const dv = (a: Int32Array | Float32Array) => new DataView(a.buffer);
+  // head (1, 2) of the fixture: R = 6, S = 5, P = 2; one new token (index 8)
+  const slices = () => {
+    const rows = new Int32Array(6 * 4).fill(-1);
+    rows.set([8, 2, 8, 1]);
+    const values = new Float32Array(6 * 2);
+    values.set([0.25, 9]);
+    return [dv(rows), dv(values), dv(new Int32Array(5).fill(-1)), dv(new Int32Array(5 * 2 * 2).fill(-1)), dv(new Float32Array(5 * 2 * 2))];
+  };
+  const update = { type: "trigram_update", tokens_from: 8, token_ids: [555], token_strs: ["<new>"], heads: [[1, 2]] };
+
+  it("takes the head and its new tokens into the view's data, and checks them", () => {
+    const base = data();
+    const u = emptyUpdates();
+    expect(takeUpdate(u, base, { ...update, heads: [[1, 2]] }, slices().slice(0, 4))).toBe(false); // a buffer missing
+    expect(takeUpdate(u, base, { ...update, tokens_from: 9 }, slices())).toBe(false); // tokens the view never had
+    expect(takeUpdate(u, base, update, slices())).toBe(true);
+    const d = withUpdates(base, u);
+    expect(d.tokenStrs[8]).toBe("<new>");
+    expect(headListing(d, 1, 2)!.map((r) => [r.source, r.dest, r.out, r.ov])).toEqual([[8, 2, 8, 9]]);
+    expect(headListing(base, 1, 2)).toBeNull(); // the state itself is left as it was
+    // a repeat (the reply to "want_trigram_update") adds nothing twice
+    expect(takeUpdate(u, base, update, slices())).toBe(true);
+    expect(withUpdates(base, u).tokenStrs.length).toBe(9);
+  });
+
+  it("the view shows the head when its message comes", async () => {
+    const { m, el } = view({ selected_layer: 1, selected_head: 2 });
+    expect(el.querySelector(".cw-message")?.textContent).toMatch(/Computing/);
+    deliver(m, update, slices());
+    await nextFrame();
+    expect(rowsText(el)).toEqual(["0"]);
+    expect(el.querySelector("tr[data-cw-row='0']")?.textContent).toContain("<new>");
+    expect(el.querySelector("tr[data-cw-row='0'] b")).toBeNull(); // token text stays text
   });
 });

@@ -204,3 +204,107 @@ export function findToken(strs: readonly string[], candidates: readonly number[]
   for (const i of candidates) if (tokenLabel(strs[i] ?? "", Number.POSITIVE_INFINITY).text === query) return i;
   return NONE;
 }
+
+/** One head's slices as the kernel sends them when it computes the head on demand. */
+export interface HeadSlices {
+  rows: Int32Array; // [R, 4]
+  values: Float32Array; // [R, 2]
+  profSources: Int32Array; // [S]
+  profTokens: Int32Array; // [S, 2, P]
+  profValues: Float32Array; // [S, 2, P]
+}
+
+/**
+ * What a live kernel sent since the view's state (`trigram_update` messages):
+ * tokens after the state's vocabulary, and heads computed on demand. Only
+ * these cross the wire; the state's arrays of every other head stay as they are.
+ */
+export interface TrigramUpdates {
+  tokenIds: number[];
+  tokenStrs: string[];
+  heads: Map<string, HeadSlices>;
+}
+
+export function emptyUpdates(): TrigramUpdates {
+  return { tokenIds: [], tokenStrs: [], heads: new Map() };
+}
+
+function bytesOf(buffer: unknown): Uint8Array | null {
+  if (buffer instanceof ArrayBuffer) return new Uint8Array(buffer.slice(0));
+  if (ArrayBuffer.isView(buffer)) return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength).slice();
+  return null;
+}
+
+function typed<T extends Int32Array | Float32Array>(buffer: unknown, ctor: { new (b: ArrayBuffer): T }, length: number): T | null {
+  const bytes = bytesOf(buffer);
+  if (bytes === null || bytes.byteLength !== length * 4) return null;
+  return new ctor(bytes.buffer as ArrayBuffer);
+}
+
+/**
+ * Take one `trigram_update` message into `u` (checked against the state `base`);
+ * false, and `u` unchanged, when it is not one or does not fit.
+ */
+export function takeUpdate(u: TrigramUpdates, base: TrigramData, content: unknown, buffers: readonly unknown[]): boolean {
+  if (content === null || typeof content !== "object") return false;
+  const c = content as Record<string, unknown>;
+  if (c.type !== "trigram_update" || !Array.isArray(c.token_ids) || !Array.isArray(c.token_strs) || !Array.isArray(c.heads)) return false;
+  const from = Number(c.tokens_from);
+  const have = base.tokenStrs.length + u.tokenStrs.length;
+  if (!Number.isInteger(from) || from > have || c.token_ids.length !== c.token_strs.length) return false;
+  const T = Math.max(have, from + c.token_strs.length);
+  const heads: [string, HeadSlices][] = [];
+  const { R, S, P } = base;
+  for (let i = 0; i < c.heads.length; i++) {
+    const [l, h] = (c.heads[i] as unknown[]).map(Number) as [number, number];
+    if (!(l >= 0 && l < base.nLayers && h >= 0 && h < base.nHeads)) return false;
+    const at = buffers.slice(5 * i, 5 * i + 5);
+    const slices = {
+      rows: typed(at[0], Int32Array, R * 4),
+      values: typed(at[1], Float32Array, R * 2),
+      profSources: typed(at[2], Int32Array, S),
+      profTokens: typed(at[3], Int32Array, S * 2 * P),
+      profValues: typed(at[4], Float32Array, S * 2 * P),
+    };
+    if (Object.values(slices).some((s) => s === null)) return false;
+    const ok = slices as HeadSlices;
+    for (const arr of [ok.profSources, ok.profTokens]) for (const v of arr) if (v < -1 || v >= T) return false;
+    for (let r = 0; r < R; r++) for (let k = 0; k < 3; k++) if ((ok.rows[r * 4 + k] as number) < -1 || (ok.rows[r * 4 + k] as number) >= T) return false;
+    heads.push([`${l}.${h}`, ok]);
+  }
+  // (a reply to "want_trigram_update" repeats tokens the view has: keep only the new ones)
+  const skip = have - from;
+  u.tokenIds.push(...(c.token_ids as unknown[]).slice(skip).map(Number));
+  u.tokenStrs.push(...(c.token_strs as unknown[]).slice(skip).map(String));
+  for (const [key, slices] of heads) u.heads.set(key, slices);
+  return true;
+}
+
+/** `base` with `u` applied: the vocabulary extended, computed heads in place and marked ready. */
+export function withUpdates(base: TrigramData, u: TrigramUpdates): TrigramData {
+  if (u.tokenStrs.length === 0 && u.heads.size === 0) return base;
+  const d: TrigramData = {
+    ...base,
+    tokenIds: Int32Array.from([...base.tokenIds, ...u.tokenIds]),
+    tokenStrs: [...base.tokenStrs, ...u.tokenStrs],
+  };
+  if (u.heads.size > 0) {
+    d.rows = base.rows.slice();
+    d.values = base.values.slice();
+    d.profSources = base.profSources.slice();
+    d.profTokens = base.profTokens.slice();
+    d.profValues = base.profValues.slice();
+    d.ready = base.ready.slice();
+    for (const [key, s] of u.heads) {
+      const [l, h] = key.split(".").map(Number) as [number, number];
+      const k = l * base.nHeads + h;
+      d.rows.set(s.rows, k * base.R * 4);
+      d.values.set(s.values, k * base.R * 2);
+      d.profSources.set(s.profSources, k * base.S);
+      d.profTokens.set(s.profTokens, k * base.S * 2 * base.P);
+      d.profValues.set(s.profValues, k * base.S * 2 * base.P);
+      d.ready[k] = 1;
+    }
+  }
+  return d;
+}

@@ -3,7 +3,8 @@
 //
 // Kernel → view: token_ids/token_strs (the local vocabulary), rows,
 // row_values, profile_* (precomputed sources), ready, live (a source computed
-// on demand), source_message. View → kernel: selected_layer, selected_head,
+// on demand), source_message; heads computed on demand arrive alone in
+// `trigram_update` messages. View → kernel: selected_layer, selected_head,
 // source_token, source_query (text for the kernel to resolve), selected_row.
 //
 // With no kernel (`__offline__`), the precomputed rows and sources stay
@@ -20,6 +21,7 @@ import { type Direction, pageCount, pageOf, pageSlice } from "../lib/table";
 import { setTokenText, tokenLabel } from "../lib/tokens";
 import {
   currentListing,
+  emptyUpdates,
   findToken,
   type LiveProfile,
   localIndex,
@@ -28,9 +30,11 @@ import {
   precomputedSources,
   type SortKey,
   sortListing,
+  takeUpdate,
   type Trigram,
   type TrigramData,
   toTrigramData,
+  withUpdates,
 } from "../lib/trigrams";
 import CSS from "../styles/skiptrigrams.css";
 
@@ -69,7 +73,9 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
   const cleanups: (() => void)[] = [];
   const offline = m.get("__offline__" as never) === true;
 
-  let data: TrigramData | null = null;
+  let data: TrigramData | null = null; // the state with what the kernel sent since (updates)
+  let base: TrigramData | null = null;
+  const updates = emptyUpdates();
   let sortKey: SortKey = "rank";
   let sortDir: Direction = "asc";
   let page = 0;
@@ -147,7 +153,7 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
 
   function load(): void {
     try {
-      data = toTrigramData(
+      base = toTrigramData(
         decodeArray(m.get("token_ids")),
         (m.get("token_strs") ?? []).map(String),
         decodeArray(m.get("rows")),
@@ -157,7 +163,9 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
         decodeArray(m.get("profile_values")),
         decodeArray(m.get("ready")),
       );
+      data = withUpdates(base, updates);
     } catch (err) {
+      base = null;
       data = null;
       tbody.replaceChildren();
       showError(panel, err);
@@ -405,6 +413,17 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
       frame.schedule();
     }),
   );
+
+  // heads the kernel computes on demand arrive alone, in custom messages
+  const onCustom = (content: unknown, buffers: unknown) => {
+    if (base !== null && takeUpdate(updates, base, content, Array.isArray(buffers) ? buffers : [])) {
+      load();
+      frame.schedule();
+    }
+  };
+  m.on("msg:custom", onCustom);
+  cleanups.push(() => m.off("msg:custom", onCustom));
+  if (!offline) m.send({ type: "want_trigram_update" });
 
   return runView(m, panel, frame, cleanups, { data: ["token_ids", "token_strs", "rows", "row_values", "profile_sources", "profile_tokens", "profile_values", "ready"], redraw: ["selected_layer", "selected_head", "source_token", "selected_row", "live", "source_message", "k", "model_name"] }, load, draw);
 }
