@@ -27,6 +27,24 @@ REQUIRED_WEIGHTS = ("W_E", "W_Q", "W_K", "W_V", "W_O", "W_U")
 FREQUENCY_WEIGHTS = ("rotary_freq",)
 
 
+#: Elements checked at a time by :func:`count_non_finite` (bounds its scratch memory).
+_FINITE_BLOCK = 2**22
+
+
+def count_non_finite(tensor: torch.Tensor) -> int:
+    """NaN and infinite entries of ``tensor``, counted in blocks.
+
+    ``torch.isfinite`` on a whole 128K–256K-vocabulary embedding would allocate
+    a mask (and, for half precision, an upcast copy) as large as the tensor.
+    """
+    flat = tensor.detach().reshape(-1)
+    bad = 0
+    for start in range(0, flat.numel(), _FINITE_BLOCK):
+        block = flat[start : start + _FINITE_BLOCK]
+        bad += int(block.numel() - torch.isfinite(block).sum())
+    return bad
+
+
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Shape of every tensor a model with ``cfg`` may hold."""
     L, H, G, d, dh, V = cfg.n_layers, cfg.n_heads, cfg.kv_heads, cfg.d_model, cfg.d_head, cfg.d_vocab
@@ -90,6 +108,6 @@ def validate_weights(cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> None
             raise ShapeError(f"weights[{name!r}]: expected shape {shapes[name]}, got {tuple(tensor.shape)}")
         if tensor.is_meta:
             raise ArgumentError(f"weights[{name!r}]: expected a tensor with data, got one on the meta device")
-        if not torch.isfinite(tensor).all():
-            bad = int((~torch.isfinite(tensor)).sum())
+        bad = count_non_finite(tensor)
+        if bad:
             raise NonFiniteError(f"weights[{name!r}]: expected finite values, got {bad} NaN/Inf entries")

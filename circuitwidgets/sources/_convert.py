@@ -26,6 +26,7 @@ import torch
 
 from circuitwidgets.errors import ArgumentTypeError, NetworkRefusedError, ShapeError, UnsupportedArchitectureError
 from circuitwidgets.model import CircuitModel
+from circuitwidgets.model.weights import count_non_finite
 
 Norm = tuple[torch.Tensor | None, torch.Tensor | None]
 """A layer norm's ``(weight, bias)``; ``None`` entries mean 1 and 0 (parameter-free norm)."""
@@ -153,8 +154,8 @@ def check_finite(weights: dict[str, torch.Tensor], source: str) -> None:
     from circuitwidgets.errors import NonFiniteError
 
     for name, tensor in weights.items():
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            bad = int((~torch.isfinite(tensor)).sum())
+        bad = count_non_finite(tensor) if tensor.is_floating_point() else 0
+        if bad:
             raise NonFiniteError(f"{source}: tensor {name!r} has {bad} NaN/Inf entries; expected finite weights")
 
 
@@ -163,8 +164,8 @@ def check_finite_parameters(model: torch.nn.Module, source: str) -> None:
     from circuitwidgets.errors import NonFiniteError
 
     for name, tensor in model.named_parameters():
-        if tensor.is_floating_point() and not torch.isfinite(tensor.detach()).all():
-            bad = int((~torch.isfinite(tensor.detach())).sum())
+        bad = count_non_finite(tensor) if tensor.is_floating_point() else 0
+        if bad:
             name = name.replace("._original_component", "")  # TransformerBridge wrapping, not the model's own name
             raise NonFiniteError(f"{source}: parameter {name!r} has {bad} NaN/Inf entries; expected finite weights")
 

@@ -136,7 +136,7 @@ def _projections(attn: Any, family: Family, H: int, G: int, dh: int, d: int, wor
     """``W_Q, W_K, W_V, W_O`` and biases of one attention module, per head, one at a time (bounded memory)."""
     if family.fused:
         qkv = unwrap(at(attn, "qkv_proj"))
-        W = qkv.weight.detach().to(work)
+        W = qkv.weight.detach().to(work, copy=True)
         check_shape(f"{prefix}.qkv_proj.weight", W, ((H + 2 * G) * dh, d))
         parts = torch.split(W, [H * dh, G * dh, G * dh])
         bias = linear_bias(qkv, work)
@@ -147,13 +147,13 @@ def _projections(attn: Any, family: Family, H: int, G: int, dh: int, d: int, wor
     else:
         for letter, n in zip("QKV", (H, G, G), strict=True):
             proj = unwrap(at(attn, f"{letter.lower()}_proj"))
-            W = proj.weight.detach().to(work)
+            W = proj.weight.detach().to(work, copy=True)
             check_shape(f"{prefix}.{letter.lower()}_proj.weight", W, (n * dh, d))
             yield f"W_{letter}", _split_heads(W, n, dh, d)
             b = linear_bias(proj, work)
             yield f"b_{letter}", b.reshape(n, dh) if b is not None else None
     o = unwrap(at(attn, "o_proj"))
-    W_O = o.weight.detach().to(work)
+    W_O = o.weight.detach().to(work, copy=True)
     check_shape(f"{prefix}.o_proj.weight", W_O, (d, H * dh))
     yield "W_O", W_O.T.reshape(H, dh, d)
     yield "b_O", linear_bias(o, work)
@@ -167,8 +167,8 @@ def _mlp(block: Any, family: Family, d: int, work: torch.dtype, prefix: str) -> 
         W = gate_up.weight.detach()
         check_shape(f"{prefix}.mlp.gate_up_proj.weight", W, (W.shape[0], d))
         gate, up = W.chunk(2, dim=0)
-        yield "W_gate", gate.to(work).T
-        yield "W_in", up.to(work).T
+        yield "W_gate", gate.to(work, copy=True).T
+        yield "W_in", up.to(work, copy=True).T
         b = linear_bias(gate_up, work)
         yield "b_gate", b.chunk(2)[0] if b is not None else None
         yield "b_in", b.chunk(2)[1] if b is not None else None
@@ -177,25 +177,29 @@ def _mlp(block: Any, family: Family, d: int, work: torch.dtype, prefix: str) -> 
             proj = unwrap(at(mlp, attr))
             W = proj.weight.detach()
             check_shape(f"{prefix}.mlp.{attr}.weight", W, (W.shape[0], d))
-            yield name, W.to(work).T
+            yield name, W.to(work, copy=True).T
             yield "b_" + name[2:], linear_bias(proj, work)
     down = unwrap(at(mlp, "down_proj"))
     W_out = down.weight.detach()
     check_shape(f"{prefix}.mlp.down_proj.weight", W_out, (d, W_out.shape[1]))
-    yield "W_out", W_out.to(work).T
+    yield "W_out", W_out.to(work, copy=True).T
     yield "b_out", linear_bias(down, work)
 
 
 def _fold_input_norm(
     name: str, value: torch.Tensor | None, pre_attn: torch.Tensor | None, pre_mlp: torch.Tensor | None
 ) -> torch.Tensor | None:
-    """A weight with the RMS norm before its sublayer folded into its rows (``w[:, None] · W``)."""
+    """A weight with the RMS norm before its sublayer folded into its rows (``w[:, None] · W``), in place.
+
+    The readers hand over fresh copies in the work dtype, so scaling in place
+    never touches the source model and needs no second copy.
+    """
     if value is None:
         return None
     if pre_attn is not None and name in ("W_Q", "W_K", "W_V"):
-        return pre_attn[None, :, None] * value
+        return value.mul_(pre_attn[None, :, None])
     if pre_mlp is not None and name in ("W_gate", "W_in"):
-        return pre_mlp[:, None] * value
+        return value.mul_(pre_mlp[:, None])
     return value
 
 
