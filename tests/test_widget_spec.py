@@ -259,3 +259,18 @@ def test_the_explorer_sends_a_computed_head_without_resending_the_others(model: 
     assert "trigram_data" not in _sent_keys(rec)
     assert [c["heads"] for c, _ in rec.custom()] == [[[1, 0]]]
     assert w.trigram_data["ready"][1, 0] == 1 and w.trigram_n_rows > 0
+
+
+def test_the_kernel_owns_the_order_of_a_sources_triples(model: CircuitModel) -> None:
+    from circuitwidgets.widgets._trigram_data import profile_order
+
+    # (js/tests/weightspace-fixtures.ts holds this order for P = 2)
+    assert profile_order(2).ravel().tolist() == [0, 0, 0, 1, 1, 0, 1, 1]
+    ranks = profile_order(3).tolist()
+    assert ranks == sorted(ranks, key=lambda ij: (ij[0] + ij[1], ij[0])) and len(ranks) == 9
+    w = SkipTrigramTable(model, k=2, profile_k=3, selected_layer=1, selected_head=1)
+    np.testing.assert_array_equal(w.profile_order, profile_order(3))
+    w.source_token = int(w.token_ids[w.rows[1, 1, 0, 0]])
+    rows = w.trigrams
+    dest = w.token_ids[w.profile_tokens[1, 1, 0, 0]].tolist()
+    assert [t.destination for t in rows][:3] == [dest[0], dest[0], dest[1]]  # ranks (0,0), (0,1), (1,0)

@@ -31,6 +31,7 @@ __all__ = [
     "PER_HEAD",
     "TrigramSource",
     "listing",
+    "profile_order",
     "skip_trigram_data",
     "trigram_entries",
 ]
@@ -152,6 +153,7 @@ class TrigramSource:
             "ready": np.zeros((L, H), dtype=np.uint8),
             "k": self.k,
             "profile_k": self.profile_k,
+            "profile_order": profile_order(self.profile_k),
             "d_vocab": cfg.d_vocab,
             "model_name": self.model.name,
             "extra_sources": [int(s) for s in extra_sources],
@@ -347,6 +349,16 @@ def _check_heads(model: CircuitModel, heads: object) -> list[tuple[int, int]]:
     return chosen
 
 
+def profile_order(profile_k: int) -> NDArray[np.int32]:
+    """The canonical order of a source's ``profile_k²`` triples: pairs ``(destination rank, out rank)``
+    ordered by the sum of the two ranks, then the destination rank, ``[profile_k², 2]``.
+
+    Defined here only: the view lists a source's triples in this order (``profile_order`` in its data).
+    """
+    pairs = sorted(((i, j) for i in range(profile_k) for j in range(profile_k)), key=lambda ij: (ij[0] + ij[1], ij[0]))
+    return np.asarray(pairs, dtype=np.int32).reshape(-1, 2)
+
+
 def listing(
     data: dict[str, Any], layer: int, head: int, source: int, live: dict[str, Any] | None
 ) -> list[tuple[int, int, int, float, float, int]] | None:
@@ -381,7 +393,7 @@ def listing(
         dest, qk, out, ov = live["dest"], live["qk"], live["out"], live["ov"]
     if dest is None:
         return None
-    pairs = sorted(((i, j) for i in range(len(dest)) for j in range(len(out))), key=lambda ij: (ij[0] + ij[1], ij[0]))
+    pairs = [(int(i), int(j)) for i, j in data["profile_order"] if i < len(dest) and j < len(out)]
     src = int(local[0])
     return [(src, int(dest[i]), int(out[j]), float(qk[i]), float(ov[j]), 0) for i, j in pairs]
 
@@ -458,6 +470,7 @@ def trigram_entries(trigrams: Any) -> dict[str, Any]:
         "ready": ready,
         "k": R,
         "profile_k": 0,
+        "profile_order": profile_order(0),
         "d_vocab": int(token_ids.max()) + 1 if token_ids.size else 0,
         "extra_sources": [],
     }

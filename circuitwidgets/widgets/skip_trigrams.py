@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import traitlets
+from numpy.typing import NDArray
 
 from circuitwidgets.circuits import SkipTrigram
 from circuitwidgets.circuits._checks import check_model
@@ -67,6 +68,7 @@ from circuitwidgets.widgets._trigram_data import (
     PER_HEAD,
     TrigramSource,
     listing,
+    profile_order,
     skip_trigram_data,
     trigram_entries,
 )
@@ -118,6 +120,10 @@ class SkipTrigramTable(CircuitWidget):
 
     ready = view_data(NDArrayTrait(dtype="uint8", dims=("n_layers", "n_heads")))
     """uint8 ``[L, H]``: 1 where the head is precomputed."""
+
+    profile_order = view_data(NDArrayTrait(dtype="int32", dims=("n_pairs", 2)))
+    """int32 ``[P², 2]``: the canonical order of a source's triples, (destination rank, out rank)
+    pairs (:func:`~circuitwidgets.widgets._trigram_data.profile_order`; the view reads it, so the order is defined once)."""
 
     k = view_data(traitlets.Int(0))
     """Largest OV and QK entries kept per head."""
@@ -230,6 +236,10 @@ class SkipTrigramTable(CircuitWidget):
         """
         return cls(**{**trigram_entries(trigrams), "model_name": model_name, **kwargs})
 
+    @traitlets.default("profile_order")
+    def _default_profile_order(self) -> NDArray[np.int32]:
+        return profile_order(self.profile_k)
+
     # --------------------------------------------------------------- aliases
     @property
     def layer(self) -> int:
@@ -251,7 +261,7 @@ class SkipTrigramTable(CircuitWidget):
 
     # --------------------------------------------------------------- sizes
     def _data(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in HEAD_KEYS}
+        return {name: getattr(self, name) for name in (*HEAD_KEYS, "profile_order")}
 
     def _listing(self) -> list[tuple[int, int, int, float, float, int]] | None:
         layer, head = self.selected_layer, self.selected_head

@@ -38,7 +38,7 @@ function explorerState(): Record<string, unknown> {
     _children: CHILDREN,
     model_name: "toy",
     eigen_data: pick(e, ["model_name", "methods", "method_notes", "scores", "eigenvalues", "kcomp_source", "detectors"]),
-    trigram_data: pick(t, ["token_ids", "token_strs", "rows", "row_values", "profile_sources", "profile_tokens", "profile_values", "ready", "k", "profile_k", "d_vocab", "model_name"]),
+    trigram_data: pick(t, ["token_ids", "token_strs", "rows", "row_values", "profile_sources", "profile_tokens", "profile_values", "ready", "profile_order", "k", "profile_k", "d_vocab", "model_name"]),
     composition_data: pick(c, ["scores", "baseline_value", "model_name"]),
     terms_data: pick(ti, ["losses", "marginal", "layer_order1", "loss_no_terms", "full_loss", "n_sequences", "n_positions", "model_name"]),
     attention_data: attentionData(),

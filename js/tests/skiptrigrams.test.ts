@@ -28,6 +28,7 @@ function data() {
     decodeArray(s.profile_tokens),
     decodeArray(s.profile_values),
     decodeArray(s.ready),
+    decodeArray(s.profile_order),
   );
 }
 
@@ -40,10 +41,13 @@ describe("skip-trigram logic", () => {
     expect(headListing(data(), 1, 2)).toBeNull();
   });
 
-  it("orders a source's triples by the sum of the ranks, then destination rank", () => {
-    const rows = sourceListing(9, [10, 11], [2, 1], [20, 21], [3, 0.5]);
+  it("lists a source's triples in the kernel's order of rank pairs", () => {
+    const order = data().order; // the sum of the ranks, then destination rank
+    const rows = sourceListing(9, [10, 11], [2, 1], [20, 21], [3, 0.5], order);
     expect(rows.map((r) => [r.dest, r.out])).toEqual([[10, 20], [10, 21], [11, 20], [11, 21]]);
     expect(rows[1]).toMatchObject({ qk: 2, ov: 0.5 });
+    const reversed = Int32Array.from([1, 1, 1, 0, 0, 1, 0, 0]);
+    expect(sourceListing(9, [10, 11], [2, 1], [20, 21], [3, 0.5], reversed).map((r) => [r.dest, r.out])).toEqual([[11, 21], [11, 20], [10, 21], [10, 20]]);
   });
 
   it("says whether a listing is precomputed, live, or needs the kernel", () => {

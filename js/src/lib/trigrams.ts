@@ -36,6 +36,7 @@ export interface TrigramData {
   S: number;
   P: number;
   ready: Uint8Array; // [L, H]
+  order: Int32Array; // [P², 2]: the kernel's canonical order of a source's (destination, out) rank pairs
 }
 
 /** One row of a listing: local token indices and the two scores. */
@@ -68,6 +69,7 @@ export function toTrigramData(
   profTokens: NDArray,
   profValues: NDArray,
   ready: NDArray,
+  order: NDArray,
 ): TrigramData {
   const [nLayers = 0, nHeads = 0, R = 0] = rows.shape;
   const S = profSources.shape[2] ?? 0;
@@ -95,6 +97,7 @@ export function toTrigramData(
     S,
     P,
     ready: ready.data as Uint8Array,
+    order: asInt32(order, "profile_order"),
   };
 }
 
@@ -124,12 +127,26 @@ export function headListing(d: TrigramData, l: number, h: number): Trigram[] | n
   return out;
 }
 
-/** All destination × out triples of one source, ordered by the sum of the two ranks, then destination rank. */
-export function sourceListing(source: number, dest: readonly number[], qk: readonly number[], out: readonly number[], ov: readonly number[]): Trigram[] {
-  const pairs: [number, number][] = [];
-  for (let i = 0; i < dest.length; i++) for (let j = 0; j < out.length; j++) pairs.push([i, j]);
-  pairs.sort((a, b) => a[0] + a[1] - (b[0] + b[1]) || a[0] - b[0]);
-  return pairs.map(([i, j]) => ({ source, dest: dest[i] as number, out: out[j] as number, qk: qk[i] as number, ov: ov[j] as number, origin: 0 }));
+/**
+ * A source's destination × out triples in the kernel's canonical order
+ * (`order`, pairs of ranks: the kernel defines it, so both sides list the same rows).
+ */
+export function sourceListing(
+  source: number,
+  dest: readonly number[],
+  qk: readonly number[],
+  out: readonly number[],
+  ov: readonly number[],
+  order: Int32Array,
+): Trigram[] {
+  const rows: Trigram[] = [];
+  for (let k = 0; k + 1 < order.length; k += 2) {
+    const i = order[k] as number;
+    const j = order[k + 1] as number;
+    if (i < dest.length && j < out.length)
+      rows.push({ source, dest: dest[i] as number, out: out[j] as number, qk: qk[i] as number, ov: ov[j] as number, origin: 0 });
+  }
+  return rows;
 }
 
 /** Local indices of the sources precomputed for head (l, h). */
@@ -155,7 +172,7 @@ export function profileListing(d: TrigramData, l: number, h: number, src: number
     const out = Array.from(d.profTokens.subarray(off + d.P, off + 2 * d.P));
     const qk = Array.from(d.profValues.subarray(off, off + d.P));
     const ov = Array.from(d.profValues.subarray(off + d.P, off + 2 * d.P));
-    return sourceListing(src, dest, qk, out, ov);
+    return sourceListing(src, dest, qk, out, ov, d.order);
   }
   return null;
 }
@@ -183,7 +200,7 @@ export function currentListing(
     const rows = profileListing(d, l, h, src);
     if (rows !== null) return { state: "ok", rows };
     if (live && live.layer === l && live.head === h && live.source === src && live.dest && live.qk && live.out && live.ov)
-      return { state: "ok", rows: sourceListing(src, live.dest, live.qk, live.out, live.ov) };
+      return { state: "ok", rows: sourceListing(src, live.dest, live.qk, live.out, live.ov, d.order) };
   }
   return { state: "source-missing", rows: [] };
 }

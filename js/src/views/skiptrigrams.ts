@@ -49,6 +49,7 @@ export interface TrigramTraits {
   profile_tokens: WireArray;
   profile_values: WireArray;
   ready: WireArray;
+  profile_order: WireArray;
   k: number;
   profile_k: number;
   d_vocab: number;
@@ -162,6 +163,7 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
         decodeArray(m.get("profile_tokens")),
         decodeArray(m.get("profile_values")),
         decodeArray(m.get("ready")),
+        decodeArray(m.get("profile_order")),
       );
       data = withUpdates(base, updates);
     } catch (err) {
