@@ -29,7 +29,8 @@ import traitlets
 
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.export import html_fallback
-from circuitwidgets.widgets._spec import NONE, SelectionIndex, spec_of, view_of
+from circuitwidgets.widgets._spec import NONE, spec_of
+from circuitwidgets.widgets._traits import SelectionIndex, view_of
 
 __all__ = [
     "BUNDLE_PATH",

@@ -66,15 +66,8 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudget
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
 from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._spec import (
-    NONE,
-    Choice,
-    SelectionIndex,
-    head_selection,
-    trait_error,
-    view_data,
-    view_setting,
-)
+from circuitwidgets.widgets._spec import NONE, head_selection, trait_error, view_data, view_setting
+from circuitwidgets.widgets._traits import Choice, SelectionIndex
 
 __all__ = [
     "MAX_STATE_BYTES",

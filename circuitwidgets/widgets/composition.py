@@ -29,17 +29,8 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteErr
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._spec import (
-    Choice,
-    Count,
-    Edge,
-    SelectionIndex,
-    Size,
-    head_selection,
-    trait_error,
-    view_data,
-    view_setting,
-)
+from circuitwidgets.widgets._spec import Size, head_selection, trait_error, view_data, view_setting
+from circuitwidgets.widgets._traits import Choice, Count, Edge, SelectionIndex
 
 __all__ = ["KINDS", "CompositionMap", "composition_map_data", "edge_error"]
 

@@ -42,15 +42,8 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._spec import (
-    Choice,
-    SelectionIndex,
-    Size,
-    head_selection,
-    trait_error,
-    view_data,
-    view_setting,
-)
+from circuitwidgets.widgets._spec import Size, head_selection, trait_error, view_data, view_setting
+from circuitwidgets.widgets._traits import Choice, SelectionIndex
 
 __all__ = ["CIRCUITS", "DETECTORS", "METHODS", "EigenScatter", "eigen_scatter_data"]
 

@@ -33,7 +33,8 @@ from circuitwidgets.errors import ArgumentError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import _data_to_json
 from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._spec import ScopedView, compose, scope_names, spec_of
+from circuitwidgets.widgets._compose import ScopedView, compose, scope_names
+from circuitwidgets.widgets._spec import spec_of
 from circuitwidgets.widgets.attention import AttentionPatterns
 from circuitwidgets.widgets.composition import CompositionMap
 from circuitwidgets.widgets.eigen import EigenScatter

@@ -50,16 +50,8 @@ from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
 from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._spec import (
-    NONE,
-    SelectionIndex,
-    Size,
-    Text,
-    head_selection,
-    kernel_reply,
-    view_data,
-    view_setting,
-)
+from circuitwidgets.widgets._spec import NONE, Size, head_selection, kernel_reply, view_data, view_setting
+from circuitwidgets.widgets._traits import SelectionIndex, Text
 from circuitwidgets.widgets._trigram_data import (
     HEAD_KEYS,
     MAX_QUERY_CHARS,

@@ -26,7 +26,8 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteErr
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._spec import SelectionIndex, Size, head_selection, view_data, view_setting
+from circuitwidgets.widgets._spec import Size, head_selection, view_data, view_setting
+from circuitwidgets.widgets._traits import SelectionIndex
 
 __all__ = ["TermImportance", "term_importance_data"]
 
