@@ -103,19 +103,20 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument(
         "--model", default="attn-only-2l",
-        help="a shipped model name, or a directory written by CircuitModel.save (default: attn-only-2l)",
+        help="a shipped model name, or a local directory written by CircuitModel.save or by a Hugging Face "
+        "model's save_pretrained (Llama, Gemma, Qwen, Mistral, Phi-3, OLMo, SmolLM, GPT-2, Pythia; default: attn-only-2l)",
     )
     p.add_argument("--text", default=None, help="text used for term importance (default: a short Python class)")
     p.add_argument("-o", "--out", type=Path, default=Path("report.html"), help="output HTML file (default: report.html)")
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from circuitwidgets.model import CircuitModel
     from circuitwidgets.report import DEFAULT_TEXT, write_report
     from circuitwidgets.sources.pretrained import list_pretrained, load_pretrained, pretrained_card
+    from circuitwidgets.sources.safetensors_file import load_safetensors
 
-    if Path(args.model).is_dir():
-        model, card = CircuitModel.load(args.model), {}
+    if Path(args.model).is_dir():  # ours (CircuitModel.save) or a Hugging Face save_pretrained directory
+        model, card = load_safetensors(args.model, dtype=None), {}
     else:
         model = load_pretrained(args.model)
         card = pretrained_card(args.model) if args.model in list_pretrained() else {}

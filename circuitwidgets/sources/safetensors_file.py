@@ -128,10 +128,10 @@ def load_safetensors(
     path: str | os.PathLike[str],
     tokenizer: Any = None,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = torch.float32,
     device: str | torch.device = "cpu",
 ) -> CircuitModel:
-    """Load a local checkpoint directory (ours or a Hugging Face GPT-2 / GPT-NeoX one) from safetensors.
+    """Load a local checkpoint directory (ours or a Hugging Face one) from safetensors.
 
     Parameters
     ----------
@@ -142,7 +142,9 @@ def load_safetensors(
         :func:`~circuitwidgets.from_hf`); a ``tokenizer.json`` beside the weights
         is used when none is given.
     dtype, device
-        Of the canonical weights.
+        Of the canonical weights; ``dtype=None`` keeps a Hugging Face
+        decoder checkpoint's stored dtype (bfloat16 stays bfloat16) and reads
+        everything else in float32.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentTypeError(f"path: expected a directory path, got {type(path).__name__}")
@@ -151,7 +153,7 @@ def load_safetensors(
         raise ArgumentError(f"path: expected an existing local directory, got {str(root)!r} (nothing is downloaded)")
     config = _read_config(root)
     if "n_layers" in config and "d_model" in config:  # written by CircuitModel.save
-        return CircuitModel.load(root, dtype=dtype, device=device)
+        return CircuitModel.load(root, dtype=dtype or torch.float32, device=device)
     if config.get("model_type") not in _HF_CLASSES and set(config.get("architectures") or []) & _decoder_classes():
         from circuitwidgets.sources.huggingface import from_hf
 
@@ -165,4 +167,4 @@ def load_safetensors(
         tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(root / "tokenizer.json"))  # type: ignore[no-untyped-call]
     from circuitwidgets.sources.huggingface import from_hf
 
-    return from_hf(model, tokenizer, dtype=dtype, device=device, name=root.name)
+    return from_hf(model, tokenizer, dtype=dtype or torch.float32, device=device, name=root.name)
