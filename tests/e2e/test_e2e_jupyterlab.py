@@ -90,6 +90,27 @@ def test_view_draws_and_clicks_reach_the_kernel_and_back(name: str, lab: Noteboo
     wait_status(view, status)
 
 
+def test_a_skip_trigram_head_chosen_in_the_view_is_computed_by_the_kernel_and_shown(lab: NotebookPage) -> None:
+    """A head that was not precomputed: the kernel computes it and sends it alone; the view lists it."""
+    if not widget_exists("skiptrigrams"):
+        pytest.skip("widget not yet built")
+    view = lab.display(
+        "from _widgets import model\nfrom circuitwidgets import SkipTrigramTable\n"
+        "w_lazy = SkipTrigramTable(model(), heads=[(0, 0)], k=5, profile_k=3)\nw_lazy",
+        "skiptrigrams",
+    )
+    assert lab.value("int(w_lazy.ready[1, 1])") == 0
+    view.locator("select").first.select_option("1.1")
+    lab.wait_value("[w_lazy.selected_layer, w_lazy.selected_head, int(w_lazy.ready[1, 1])]", [1, 1, 1])
+    title = view.locator(".cw-title").first
+    deadline = time.monotonic() + 20
+    while not ("L1H1" in (title.text_content() or "") and view.locator('tr[data-cw-row="0"]').count()):
+        assert time.monotonic() < deadline, f"the computed head was not shown (title {title.text_content()!r})"
+        time.sleep(0.1)
+    expected = lab.value("len(w_lazy.trigrams)")
+    assert expected > 0 and "Computing" not in (view.text_content() or "")
+
+
 def test_an_invalid_value_from_a_cell_is_refused_and_the_view_keeps_the_last_valid_one(lab: NotebookPage) -> None:
     if not widget_exists("attention"):
         pytest.skip("widget not yet built")
