@@ -63,6 +63,12 @@ def bundle_source() -> str:
     return _built("index.js")
 
 
+def styles_source() -> str:
+    """Text of the built stylesheet of the views (``js/src/styles/``)."""
+    # (inlined in a <style> element: "</style" inside it would end the element early; the build has none)
+    return _built("index.css").replace("</style", "<\\/style")
+
+
 def shim_source() -> str:
     """Text of the built offline model that mounts a page's widgets (``js/src/shim/``)."""
     # (a "</script" inside it would end the inline script early; the build has none)
@@ -169,7 +175,7 @@ def notebook_fragment(state: dict[str, Any], with_bundle: bool) -> str:
 
 def _bundle_block() -> str:
     encoded = base64.b64encode(bundle_source().encode("utf-8")).decode("ascii")
-    return f'<script type="text/plain" id="cw-bundle">{encoded}</script>'
+    return f'<style class="cw-styles">{styles_source()}</style><script type="text/plain" id="cw-bundle">{encoded}</script>'
 
 
 def _as_widget_list(widgets: Any) -> list[Any]:

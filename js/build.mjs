@@ -1,10 +1,11 @@
-// Bundles every view into ONE ES module, ../circuitwidgets/static/index.js, and
-// the offline model of exported pages into ../circuitwidgets/static/shim.js.
+// Bundles every view into ONE ES module, ../circuitwidgets/static/index.js, its
+// stylesheets (src/styles/*.css, imported by the views) into static/index.css,
+// and the offline model of exported pages into static/shim.js.
 // One bundle is deliberate: an exported HTML page holding many widgets needs a
 // single copy of the code. `define.amd = false` keeps the module loadable
 // where require.js is present (classic notebook, some HTML exports).
-// Stylesheets (src/styles/*.css) are bundled as text: views add them to the
-// page themselves (lib/dom.ts ensureStyle), in notebooks and exported pages alike.
+// The widgets' `_esm` and `_css` are the paths of index.js and index.css, so
+// anywidget reloads both in open views while `--watch` rebuilds (ANYWIDGET_HMR=1).
 //
 //   node build.mjs          one minified build
 //   node build.mjs --watch  rebuild on change (pair with ANYWIDGET_HMR=1)
@@ -21,7 +22,6 @@ const common = {
   target: "es2022",
   minify: !watch,
   sourcemap: watch ? "inline" : false,
-  loader: { ".css": "text" },
   legalComments: "none",
   logLevel: "info",
 };

@@ -35,6 +35,7 @@ from circuitwidgets.widgets._traits import SelectionIndex, view_of
 __all__ = [
     "BUNDLE_PATH",
     "NONE",
+    "STYLES_PATH",
     "BundleNotBuiltError",
     "CircuitWidget",
     "SelectionIndex",
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 
 #: The built JavaScript of all views.
 BUNDLE_PATH = Path(__file__).resolve().parent.parent / "static" / "index.js"
+
+#: The built stylesheet of all views (``js/src/styles/``).
+STYLES_PATH = BUNDLE_PATH.with_name("index.css")
 
 
 class BundleNotBuiltError(FileNotFoundError):
@@ -127,9 +131,11 @@ class CircuitWidget(anywidget.AnyWidget):
     """Name of the front-end view that renders this widget."""
 
     if BUNDLE_PATH.is_file():
-        # A file path: anywidget reads it, and with ANYWIDGET_HMR=1 (a source
-        # checkout) watches it, so `npm --prefix js run watch` reloads open views.
+        # File paths: anywidget reads them, and with ANYWIDGET_HMR=1 (a source
+        # checkout) watches them, so `npm --prefix js run watch` reloads open views.
         _esm = BUNDLE_PATH
+    if STYLES_PATH.is_file():
+        _css = STYLES_PATH
 
     _prefix: ClassVar[str] = ""
     """Prefix of this view's traits inside :class:`~circuitwidgets.widgets.CircuitExplorer`."""

@@ -2,7 +2,10 @@
 //
 // Each Python widget class sets a `_view` trait; `render` hands the model and
 // element to that view. One module for all views keeps exported HTML pages to
-// a single copy of the code however many widgets they hold.
+// a single copy of the code however many widgets they hold. The views'
+// stylesheets (styles/*.css) are bundled by esbuild into static/index.css,
+// the widgets' `_css`: anywidget adds it to the page (or the host's shadow
+// root), and exported pages inline it.
 
 import type { RenderProps } from "@anywidget/types";
 import { renderAttention } from "./views/attention";
@@ -31,21 +34,7 @@ function render(props: RenderProps): void | (() => void) {
     props.el.textContent = `circuitwidgets: unknown view ${JSON.stringify(name)}; the Python package and its bundled JavaScript may be out of step (rebuild with \`npm --prefix js run build\`).`;
     return;
   }
-  const cleanup = view(props);
-  adoptStylesIntoShadowRoot(props.el);
-  return cleanup;
-}
-
-/**
- * Views add their stylesheet to `document.head`; hosts that render widgets in
- * a shadow root (marimo) keep those rules out, so copy ours in.
- */
-function adoptStylesIntoShadowRoot(el: HTMLElement): void {
-  const root = el.getRootNode();
-  if (!(root instanceof ShadowRoot)) return;
-  for (const style of Array.from(document.head.querySelectorAll<HTMLStyleElement>('style[id^="cw-"]'))) {
-    if (root.querySelector(`style#${CSS.escape(style.id)}`) === null) root.appendChild(style.cloneNode(true));
-  }
+  return view(props);
 }
 
 export default { render };

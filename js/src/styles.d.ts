@@ -1,7 +1,3 @@
-// Stylesheets are bundled as text (js/build.mjs: loader ".css": "text") and
-// added to the page by lib/dom.ts ensureStyle, so exported pages and hosts
-// that render in a shadow root (marimo) get them the same way.
-declare module "*.css" {
-  const text: string;
-  export default text;
-}
+// Views import their stylesheet for its side effect: esbuild bundles every
+// imported .css file into static/index.css (the widgets' `_css`).
+declare module "*.css";

@@ -3,8 +3,8 @@
 // is selected. Also the shared CSS of buttons, segmented controls and notes.
 
 import type { AnyModel } from "@anywidget/types";
-import CSS from "../styles/panel.css";
-import { el, ensureStyle } from "./dom";
+import "../styles/panel.css";
+import { el } from "./dom";
 import { exportToolbar } from "./export";
 import { onTraits } from "./selection";
 
@@ -25,7 +25,6 @@ export interface Panel {
  */
 export function makePanel(root: HTMLElement, view: string, className: string, exportSuffix: () => string = () => ""): Panel {
   const doc = root.ownerDocument;
-  ensureStyle(doc, "cw-panel-style", CSS);
   root.classList.add("cw-panel", className);
   root.dataset.cwView = view;
   const head = el(doc, "div", "cw-head");

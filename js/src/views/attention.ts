@@ -15,7 +15,7 @@
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, decodeOptional, type WireArray } from "../lib/arrays";
 import { DIVERGING, divergingIndex, type Lut } from "../lib/colour";
-import { el, ensureStyle, listen } from "../lib/dom";
+import { el, listen } from "../lib/dom";
 import { blit, type CellSource, cellImage, type RGBA, sizeCanvas } from "../lib/heatmap";
 import { makePanel, segmented, setTitle } from "../lib/panel";
 import {
@@ -35,7 +35,7 @@ import { applyShades, ATTENTION, lutGradient, shadeIndices } from "../lib/shadin
 import { fmt, headName } from "../lib/svg";
 import { tokenLabel } from "../lib/tokens";
 import { cellOf, clampView, diagonalInView, fullView, isFull, panBy, ticks, type Viewport, zoomAt } from "../lib/viewport";
-import CSS from "../styles/attention.css";
+import "../styles/attention.css";
 
 export interface Diagonal {
   offset: number;
@@ -154,7 +154,6 @@ function perPosition(wire: WireArray | null | undefined, p: Patterns): Float32Ar
 
 export function renderAttention({ model, el: root }: RenderProps<AttentionTraits>): () => void {
   const doc = root.ownerDocument;
-  ensureStyle(doc, "cw-attention-style", CSS);
   const panel = makePanel(root, "attention", "cw-attention", () => {
     const s = sel();
     return s ? headName(s.layer, s.head) : "";

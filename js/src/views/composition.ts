@@ -8,7 +8,7 @@
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
 import { DIVERGING, type Lut, VIRIDIS } from "../lib/colour";
-import { el, ensureStyle, listen } from "../lib/dom";
+import { el, listen } from "../lib/dom";
 import {
   type CompData,
   compValue,
@@ -29,7 +29,7 @@ import { clearError, makePanel, runView, segmented, setTitle, showError } from "
 import { indexOr, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName, layerColour, svgEl, svgTitle } from "../lib/svg";
 import { colourLimit, heatmapCells, toCompData } from "../lib/composition";
-import CSS from "../styles/composition.css";
+import "../styles/composition.css";
 
 export interface CompositionTraits {
   [key: string]: unknown;
@@ -54,7 +54,6 @@ const EDGE_COUNTS = [6, 12, 24, 48];
 
 export function renderComposition({ model, el: root }: RenderProps<CompositionTraits>): () => void {
   const doc = root.ownerDocument;
-  ensureStyle(doc, "cw-composition-style", CSS);
   const m = model as Model;
   const panel = makePanel(root, "composition", "cw-composition");
   const cleanups: (() => void)[] = [];

@@ -8,7 +8,7 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
-import { el, ensureStyle, listen } from "../lib/dom";
+import { el, listen } from "../lib/dom";
 import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
 import { drawAxes, fmt, headName, layerColour, layerShape, linearScale, marker, svgEl, svgTitle } from "../lib/svg";
@@ -25,7 +25,7 @@ import {
   scoreDomain,
   toEigenData,
 } from "../lib/eigen";
-import CSS from "../styles/eigen.css";
+import "../styles/eigen.css";
 
 export interface EigenTraits {
   [key: string]: unknown;
@@ -49,7 +49,6 @@ const PLOT = { width: 380, height: 390, left: 54, right: 14, top: 26, bottom: 46
 
 export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () => void {
   const doc = root.ownerDocument;
-  ensureStyle(doc, "cw-eigen-style", CSS);
   const m = model as Model;
   const panel = makePanel(root, "eigen", "cw-eigen", () => headLabel());
   const cleanups: (() => void)[] = [];

@@ -11,7 +11,7 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray } from "../lib/arrays";
-import { el, ensureStyle } from "../lib/dom";
+import { el } from "../lib/dom";
 import { makePanel, setTitle } from "../lib/panel";
 import { childSpecs, scopedModel } from "../lib/scoped";
 import { indexOr, onTraits } from "../lib/selection";
@@ -21,7 +21,7 @@ import { renderComposition } from "./composition";
 import { renderEigen } from "./eigen";
 import { renderSkipTrigrams } from "./skiptrigrams";
 import { renderTermImportance } from "./termimportance";
-import CSS from "../styles/explorer.css";
+import "../styles/explorer.css";
 
 type Render = (props: RenderProps<any>) => void | (() => void);
 
@@ -61,7 +61,6 @@ function detectorSummary(model: AnyModel, layer: number, head: number): string {
 export function renderExplorer(props: RenderProps): () => void {
   const { model, el: root } = props;
   const doc = root.ownerDocument;
-  ensureStyle(doc, "cw-explorer-style", CSS);
   const m = model as AnyModel;
   const panel = makePanel(root, "explorer", "cw-explorer", () => {
     const { nLayers, nHeads } = headCount(m);

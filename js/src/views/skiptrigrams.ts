@@ -13,7 +13,7 @@
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
 import { DIVERGING, divergingIndex, lutCss, lutLuminance } from "../lib/colour";
-import { el, ensureStyle, listen } from "../lib/dom";
+import { el, listen } from "../lib/dom";
 import { clearError, makePanel, runView, setTitle, showError } from "../lib/panel";
 import { indexOr, NONE, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName } from "../lib/svg";
@@ -36,7 +36,7 @@ import {
   toTrigramData,
   withUpdates,
 } from "../lib/trigrams";
-import CSS from "../styles/skiptrigrams.css";
+import "../styles/skiptrigrams.css";
 
 export interface TrigramTraits {
   [key: string]: unknown;
@@ -68,7 +68,6 @@ const PAGE_SIZES = [12, 25, 50];
 
 export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTraits>): () => void {
   const doc = root.ownerDocument;
-  ensureStyle(doc, "cw-trigrams-style", CSS);
   const m = model as Model;
   const panel = makePanel(root, "skiptrigrams", "cw-trigrams", () => headLabel());
   const cleanups: (() => void)[] = [];

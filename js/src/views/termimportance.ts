@@ -7,11 +7,11 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
-import { el, ensureStyle, listen } from "../lib/dom";
+import { el, listen } from "../lib/dom";
 import { clearError, makePanel, runView, setTitle, showError } from "../lib/panel";
 import { indexOr, NONE, perFrame, setTraits } from "../lib/selection";
 import { fmt, layerColour, linearScale, niceTicks, svgEl, svgTitle, tickDigits } from "../lib/svg";
-import CSS from "../styles/termimportance.css";
+import "../styles/termimportance.css";
 
 export interface TermTraits {
   [key: string]: unknown;
@@ -57,7 +57,6 @@ interface Bar {
 
 export function renderTermImportance({ model, el: root }: RenderProps<TermTraits>): () => void {
   const doc = root.ownerDocument;
-  ensureStyle(doc, "cw-terms-style", CSS);
   const m = model as Model;
   const panel = makePanel(root, "termimportance", "cw-terms");
   const cleanups: (() => void)[] = [];
