@@ -14,6 +14,17 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, decodeOptional, type WireArray } from "../lib/arrays";
+import {
+  COLOUR_SCALES,
+  type ColourScale,
+  fitSide,
+  followSelection,
+  rowMaxima,
+  scaleCells,
+  scaleWeights,
+  WHEEL_HINT,
+  wheelZooms,
+} from "../lib/attentionui";
 import { DIVERGING, divergingIndex, type Lut } from "../lib/colour";
 import { el, listen } from "../lib/dom";
 import { blit, type CellSource, cellImage, type RGBA, sizeCanvas } from "../lib/heatmap";
@@ -100,10 +111,11 @@ interface Hover {
   src: number;
 }
 
-/** The main canvas's layout for `n` tokens. */
-export function mainLayout(n: number, strip: boolean): Layout {
-  const size = Math.min(MAIN_MAX_PX, Math.max(MAIN_MIN_PX, n * MAIN_CELL_PX));
-  const width = LEFT + size + (strip ? STRIP_GAP + STRIP_W + 4 : 4);
+/** The main canvas's layout for `n` tokens, fitted to `available` px of width when given. */
+export function mainLayout(n: number, strip: boolean, available = 0): Layout {
+  const right = strip ? STRIP_GAP + STRIP_W + 4 : 4;
+  const size = fitSide(Math.min(MAIN_MAX_PX, Math.max(MAIN_MIN_PX, n * MAIN_CELL_PX)), available, LEFT + right);
+  const width = LEFT + size + right;
   return { size, left: LEFT, top: TOP, strip, width, height: TOP + size + 4 };
 }
 
@@ -199,6 +211,12 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       frame.schedule();
     },
   );
+  const scaleControl = segmented(doc, "Colour", COLOUR_SCALES, (v) => {
+    colourScale = v === "row" || v === "gamma" ? v : "linear";
+    version++;
+    queueAllThumbs();
+    frame.schedule();
+  });
   const diagLabel = el(doc, "label");
   const diagBox = el(doc, "input");
   diagBox.type = "checkbox";
@@ -208,7 +226,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   resetButton.type = "button";
   resetButton.title = "Show the whole pattern (or double-click it)";
   const zoomText = el(doc, "span", "cw-zoom");
-  panel.controls.append(kindControl.element, tokenControl.element, hoverControl.element, diagLabel, resetButton, zoomText);
+  panel.controls.append(kindControl.element, scaleControl.element, tokenControl.element, hoverControl.element, diagLabel, resetButton, zoomText);
 
   const thumbs = el(doc, "div", "cw-thumbs");
   thumbs.setAttribute("role", "group");
@@ -239,6 +257,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   let hover: Hover = { dest: NONE, src: NONE };
   let hoverMode: "dest" | "src" = "dest";
   let tokenMode: "attention" | "logit" = "attention";
+  let colourScale: ColourScale = "linear";
   let shadeNext = new Int16Array(0);
   let shadePrev = new Int16Array(0);
   let shadeKey = new Int16Array(0);
@@ -294,7 +313,8 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       span.dataset.cwToken = String(i);
       return span;
     });
-    tokenBox.replaceChildren(...tokenSpans);
+    // words as words: a newline token ends its line (it still shows as ⏎)
+    tokenBox.replaceChildren(...tokenSpans.flatMap((span, i) => ((tokens[i] ?? "").endsWith("\n") ? [span, el(doc, "br")] : [span])));
     shadeNext = new Int16Array(tokens.length);
     shadePrev = new Int16Array(tokens.length).fill(-1);
     shadeKey = new Int16Array(tokens.length);
@@ -413,7 +433,9 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     ctx.fillRect(0, 0, thumbPx, thumbPx);
     if (!ready) return;
     const dpr = globalThis.devicePixelRatio || 1;
-    const image = cellImage(doc, regionCells(p, layer, head, { r0: 0, c0: 0, rows: p.nTokens, cols: p.nTokens }, thumbPx * dpr), ATTENTION, EMPTY_RGBA);
+    const pooled = regionCells(p, layer, head, { r0: 0, c0: 0, rows: p.nTokens, cols: p.nTokens }, thumbPx * dpr);
+    const maxima = colourScale === "row" ? rowMaxima(p, layer, head, 0, p.nTokens, pooled.rows) : null;
+    const image = cellImage(doc, scaleCells(pooled, colourScale, maxima), ATTENTION, EMPTY_RGBA);
     if (image !== null) blit(ctx, image, 0, 0, thumbPx, thumbPx);
   }
 
@@ -425,7 +447,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
 
   // ---- main canvas
   function layout(): Layout {
-    return mainLayout(data?.raw.nTokens ?? 0, data?.effect != null);
+    return mainLayout(data?.raw.nTokens ?? 0, data?.effect != null, panel.body.clientWidth);
   }
 
   function drawMain(s: { layer: number; head: number; dest: number; src: number }, p: Patterns, d: Data): void {
@@ -451,10 +473,11 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       return;
     }
     const dpr = globalThis.devicePixelRatio || 1;
-    const key = `${kind()}|${s.layer}|${s.head}|${view.r0},${view.c0},${view.size}|${L.size * dpr}|${version}`;
+    const key = `${kind()}|${s.layer}|${s.head}|${view.r0},${view.c0},${view.size}|${L.size * dpr}|${version}|${colourScale}`;
     if (key !== mainKey || mainImage === null) {
       const cells = regionCells(p, s.layer, s.head, { r0: view.r0, c0: view.c0, rows: view.size, cols: view.size }, L.size * dpr);
-      mainImage = cellImage(doc, cells, ATTENTION, EMPTY_RGBA, mainImage ?? undefined);
+      const maxima = colourScale === "row" ? rowMaxima(p, s.layer, s.head, view.r0, view.size, cells.rows) : null;
+      mainImage = cellImage(doc, scaleCells(cells, colourScale, maxima), ATTENTION, EMPTY_RGBA, mainImage ?? undefined);
       mainKey = key;
     }
     if (mainImage !== null) blit(ctx, mainImage, L.left, L.top, L.size, L.size);
@@ -601,13 +624,16 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       if (middle) wrap.prepend(el(doc, "span", undefined, middle));
       return wrap;
     };
+    const what = kind() === "value" ? "value-weighted (row-normalised)" : "attention";
+    const scaleNote = colourScale === "row" ? ", each row ÷ its max" : colourScale === "gamma" ? ", √ scale" : "";
     items.push(
       bar(
         ATTENTION,
         "0",
-        kind() === "value" ? "value-weighted (row-normalised)" : "attention",
-        "1",
-        kind() === "value" ? "A[dest, src] · ‖v_src W_O‖, divided by its row sum" : "Attention weight",
+        `${what}${scaleNote}`,
+        colourScale === "row" ? "row max" : "1",
+        (kind() === "value" ? "A[dest, src] · ‖v_src W_O‖, divided by its row sum" : "Attention weight") +
+          (colourScale === "row" ? "; colour relative to the row's largest weight" : colourScale === "gamma" ? "; colour ∝ √weight" : ""),
       ),
     );
     if (d.effect !== null) {
@@ -697,10 +723,10 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       shadeIndices(values, shadeNext, absMax(d.effect, off, p.nTokens) || 1);
       key = 1;
     } else if (!headReady(p, s.layer, s.head)) shadeIndices(null, shadeNext);
-    else if (hover.dest !== NONE) shadeIndices(rowWeights(p, s.layer, s.head, hover.dest), shadeNext);
-    else if (hover.src !== NONE) shadeIndices(columnWeights(p, s.layer, s.head, hover.src), shadeNext);
-    else if (s.dest !== NONE) shadeIndices(rowWeights(p, s.layer, s.head, s.dest), shadeNext);
-    else if (s.src !== NONE) shadeIndices(columnWeights(p, s.layer, s.head, s.src), shadeNext);
+    else if (hover.dest !== NONE) shadeIndices(scaleWeights(rowWeights(p, s.layer, s.head, hover.dest), colourScale), shadeNext);
+    else if (hover.src !== NONE) shadeIndices(scaleWeights(columnWeights(p, s.layer, s.head, hover.src), colourScale), shadeNext);
+    else if (s.dest !== NONE) shadeIndices(scaleWeights(rowWeights(p, s.layer, s.head, s.dest), colourScale), shadeNext);
+    else if (s.src !== NONE) shadeIndices(scaleWeights(columnWeights(p, s.layer, s.head, s.src), colourScale), shadeNext);
     else shadeIndices(null, shadeNext);
     applyShades(tokenSpans, shadeNext, shadePrev, key === 1 ? DIVERGING : ATTENTION, key, shadeKey);
   }
@@ -729,13 +755,14 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   let chromeKey = "";
   /** Controls, caption, legend: only when something they show changed, not on every hover. */
   function drawChrome(s: { layer: number; head: number; dest: number; src: number }, p: Patterns, d: Data): void {
-    const key = [s.layer, s.head, kind(), tokenMode, hoverMode, view.r0, view.c0, view.size, model.get("show_diagonals"), version].join("|");
+    const key = [s.layer, s.head, kind(), tokenMode, hoverMode, colourScale, view.r0, view.c0, view.size, model.get("show_diagonals"), version].join("|");
     if (key === chromeKey) return;
     chromeKey = key;
     thumbButtons.forEach((b, i) => b.classList.toggle("cw-selected", i === s.layer * p.nHeads + s.head));
     kindControl.update(kind());
     tokenControl.update(tokenMode);
     hoverControl.update(hoverMode);
+    scaleControl.update(colourScale);
     const valueButton = kindControl.element.querySelector<HTMLButtonElement>('button[data-value="value"]');
     if (valueButton) valueButton.disabled = d.value === null;
     const logitButton = tokenControl.element.querySelector<HTMLButtonElement>('button[data-value="logit"]');
@@ -746,7 +773,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       zoomText,
       isFull(view, p.nTokens)
         ? p.nTokens > 16
-          ? "wheel to zoom, drag to pan"
+          ? WHEEL_HINT
           : ""
         : `rows ${view.r0}–${view.r0 + view.size - 1}, columns ${view.c0}–${view.c0 + view.size - 1} of ${p.nTokens}`,
     );
@@ -800,8 +827,11 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   }
 
   function canvasPoint(event: MouseEvent): { x: number; y: number } {
+    // the canvas may be drawn smaller than its layout (CSS max-width in a narrow container)
     const rect = canvas.getBoundingClientRect();
-    return { x: event.clientX - rect.left, y: event.clientY - rect.top };
+    const L = layout();
+    const k = rect.width > 0 ? L.width / rect.width : 1;
+    return { x: (event.clientX - rect.left) * k, y: (event.clientY - rect.top) * k };
   }
 
   let drag: { x: number; y: number; view: Viewport; moved: boolean } | null = null;
@@ -817,6 +847,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
 
   cleanups.push(
     kindControl.cleanup,
+    scaleControl.cleanup,
     tokenControl.cleanup,
     hoverControl.cleanup,
     listen(diagBox, "change", () => setTraits(model, { show_diagonals: diagBox.checked })),
@@ -907,6 +938,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       const fx = (pt.x - L.left) / L.size;
       const fy = (pt.y - L.top) / L.size;
       if (!(fx >= 0 && fx < 1 && fy >= 0 && fy < 1)) return;
+      if (!wheelZooms(event, canvas.matches(":focus"))) return; // the page scrolls
       event.preventDefault();
       const factor = Math.exp(Math.max(-0.5, Math.min(0.5, event.deltaY * 0.002)));
       setView(zoomAt(view, data.raw.nTokens, factor, fy, fx));
@@ -970,7 +1002,25 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       const d = model.get("selected_dest");
       if (typeof d === "number" && d >= 0) scrollToToken(d);
     }),
+    onTraits(model, ["selected_dest", "selected_src"], () => {
+      // a zoomed view follows a selection made elsewhere (tokens, Python, a linked view)
+      const s = sel();
+      if (data !== null && s !== null) setView(followSelection(view, data.raw.nTokens, s.dest, s.src));
+    }),
   );
+  // fit the container: redraw when its width changes (a narrow notebook, the explorer's grid)
+  const Resize = doc.defaultView?.ResizeObserver;
+  if (Resize !== undefined) {
+    let width = panel.body.clientWidth;
+    const observer = new Resize(() => {
+      if (panel.body.clientWidth !== width) {
+        width = panel.body.clientWidth;
+        frame.schedule();
+      }
+    });
+    observer.observe(panel.body);
+    cleanups.push(() => observer.disconnect());
+  }
   const customHandler = (content: unknown, buffers: unknown) => onCustom(content, buffers);
   model.on("msg:custom", customHandler);
   cleanups.push(() => model.off("msg:custom", customHandler));
