@@ -1,0 +1,339 @@
+"""Attention patterns over long contexts, computed exactly on demand from queries and keys.
+
+``H · N²`` weights are never held (DESIGN.md §3b). :class:`QKPatterns` keeps
+the post-rotary queries ``q [n_layers, n_heads, N, d_head]`` and keys ``k
+[n_layers, n_kv_heads, N, d_head]`` (``O(N · d_head)`` per head) and computes,
+chunk of rows by chunk of rows (``O(chunk · N)`` memory, like flash attention):
+
+- each row's log-sum-exp ``lse_i = log Σ_j exp(s_ij)`` once per head, so that any
+  weight is ``A_ij = exp(s_ij − lse_i)`` exactly;
+- in the same pass, an *overview*: the max and the mean of ``A`` over blocks
+  of ``block × block`` cells (exact aggregates of the dense pattern, whose
+  masked cells are 0), and each row's top-``k`` sources with their weights;
+- then any *tile* on demand: ``TILE × TILE`` cells of block size ``2^level``
+  (level 0: single weights), again as exact block max and mean.
+
+Scores are ``s_ij = softcap(q_i · k_j / scale)`` with ``softcap(x) = c ·
+tanh(x / c)``, masked to ``j ≤ i`` when causal and to ``i − w < j`` (and ``j <
+i + w`` when not causal) with a sliding window ``w``, as in the model's forward
+pass (:func:`circuitwidgets.model.forward.attention_mask`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
+
+__all__ = ["CHUNK_BYTES", "TILE", "HeadSummary", "QKPatterns", "overview_block"]
+
+#: Cells along a tile's side (at any level).
+TILE = 64
+
+#: Scores held at once while summarising a head (float32 bytes of one chunk of rows).
+CHUNK_BYTES = 64 * 2**20
+
+#: Cells along the overview's side at most.
+OVERVIEW_CELLS = 256
+
+
+def overview_block(n_tokens: int, cells: int = OVERVIEW_CELLS) -> int:
+    """Block size of the overview: the smallest power of two with ``ceil(n / block) ≤ cells``."""
+    block = 1
+    while -(-n_tokens // block) > cells:
+        block *= 2
+    return block
+
+
+@dataclass(frozen=True)
+class HeadSummary:
+    """One head summarised in one chunked pass.
+
+    ``lse [N]`` (float32 log-sum-exp of each row's scores), ``max`` and
+    ``mean [G, G]`` (``G = ceil(N / block)``) block aggregates, ``top_sources [N, k]`` (int32, -1
+    where a row has fewer than ``k`` allowed sources) and ``top_weights [N, k]`` (float32, 0 there).
+    """
+
+    lse: torch.Tensor
+    max: NDArray[np.float32]
+    mean: NDArray[np.float32]
+    top_sources: NDArray[np.int32]
+    top_weights: NDArray[np.float32]
+
+
+def _as_tensor(x: Any, name: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        t = x.detach()
+    else:
+        try:
+            t = torch.as_tensor(np.asarray(x))
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ArgumentTypeError(f"{name}: expected an array of numbers, got {type(x).__name__} ({exc})") from None
+    if t.is_complex() or t.dtype == torch.bool or not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
+        raise ArgumentTypeError(f"{name}: expected real floating-point values, got dtype {t.dtype}")
+    if t.ndim != 4:
+        raise ShapeError(f"{name}: expected [n_layers, n_heads, n_tokens, d_head], got shape {tuple(t.shape)}")
+    return t
+
+
+def _windows(sliding_window: int | Sequence[int | None] | None, n_layers: int) -> list[int | None]:
+    if sliding_window is None or isinstance(sliding_window, int):
+        windows: list[int | None] = [sliding_window] * n_layers
+    elif isinstance(sliding_window, Sequence) and not isinstance(sliding_window, str):
+        windows = list(sliding_window)
+        if len(windows) != n_layers:
+            raise ArgumentError(f"sliding_window: expected one window per layer ({n_layers}), got {len(windows)}")
+    else:
+        raise ArgumentTypeError(
+            f"sliding_window: expected None, an int or one per layer, got {type(sliding_window).__name__}"
+        )
+    for layer, w in enumerate(windows):
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0):
+            raise ArgumentError(f"sliding_window: expected positive ints (or None), got {w!r} for layer {layer}")
+    return windows
+
+
+def _positive(value: float | None, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ArgumentError(f"{name}: expected a positive finite number (or None), got {value!r}")
+    return float(value)
+
+
+class QKPatterns:
+    """Exact attention patterns from post-rotary queries and keys, without holding any ``N × N`` array.
+
+    Parameters
+    ----------
+    q
+        Queries ``[n_layers, n_heads, N, d_head]`` (numpy or torch, any float dtype, any device).
+    k
+        Keys ``[n_layers, n_kv_heads, N, d_head]``; ``n_heads`` must be a multiple of
+        ``n_kv_heads`` (grouped-query attention: query head ``h`` reads key head
+        ``h // (n_heads / n_kv_heads)``).
+    causal
+        Mask sources after the destination.
+    scale
+        Scores are ``q · k / scale``; default ``sqrt(d_head)``.
+    sliding_window
+        ``w`` (or one per layer, ``None`` for none): a destination ``i`` sees sources ``j > i − w``
+        (and ``j < i + w`` when not causal).
+    softcap
+        ``c``: scores become ``c · tanh(s / c)`` (Gemma 2).
+
+    Cost: holds ``q`` and ``k`` as float32 (``4 · (n_heads + n_kv_heads) · N · d_head`` bytes
+    per layer) and ``4 N`` bytes of log-sum-exp per summarised head.
+    """
+
+    def __init__(
+        self,
+        q: Any,
+        k: Any,
+        *,
+        causal: bool = True,
+        scale: float | None = None,
+        sliding_window: int | Sequence[int | None] | None = None,
+        softcap: float | None = None,
+    ) -> None:
+        qt, kt = _as_tensor(q, "q"), _as_tensor(k, "k")
+        n_layers, n_heads, n, d = (int(s) for s in qt.shape)
+        if kt.shape[0] != n_layers or kt.shape[2] != n or kt.shape[3] != d:
+            raise ShapeError(
+                f"k: expected [n_layers={n_layers}, n_kv_heads, n_tokens={n}, d_head={d}] like q, got shape {tuple(kt.shape)}"
+            )
+        n_kv = int(kt.shape[1])
+        if min(n_layers, n_heads, n, d, n_kv) == 0:
+            raise ShapeError(f"q, k: expected non-empty arrays, got shapes {tuple(qt.shape)} and {tuple(kt.shape)}")
+        if n_heads % n_kv:
+            raise ArgumentError(f"k: n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv})")
+        if qt.dtype != kt.dtype:
+            raise ArgumentTypeError(f"k: expected the dtype of q ({qt.dtype}), got {kt.dtype}")
+        if not isinstance(causal, bool):
+            raise ArgumentTypeError(f"causal: expected a bool, got {type(causal).__name__}")
+        self.q = qt.to(torch.float32)
+        self.k = kt.to(torch.float32)
+        for name, t in (("q", self.q), ("k", self.k)):
+            if not bool(torch.isfinite(t).all()):
+                raise NonFiniteError(f"{name}: expected finite values, got NaN or infinite entries")
+        self.causal = causal
+        self.scale = _positive(scale, "scale") or math.sqrt(d)
+        self.softcap = _positive(softcap, "softcap")
+        self.windows = _windows(sliding_window, n_layers)
+        self.n_layers, self.n_heads, self.n_kv_heads, self.n_tokens, self.d_head = n_layers, n_heads, n_kv, n, d
+        self._lse: dict[tuple[int, int], torch.Tensor] = {}
+
+    # ------------------------------------------------------------ scores
+
+    def _check_head(self, layer: int, head: int) -> None:
+        if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
+            raise ArgumentError(
+                f"head: expected layer < {self.n_layers} and head < {self.n_heads}, got [{layer}, {head}]"
+            )
+
+    def _allowed(self, layer: int, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor | None:
+        """Mask ``[r1 - r0, c1 - c0]`` (True where allowed), or ``None`` when every cell is allowed."""
+        w = self.windows[layer]
+        # whole rectangle allowed?
+        if (not self.causal or c1 - 1 <= r0) and (w is None or (c0 > r1 - 1 - w and (self.causal or c1 - 1 < r0 + w))):
+            return None
+        dest = torch.arange(r0, r1, device=self.q.device)[:, None]
+        src = torch.arange(c0, c1, device=self.q.device)[None, :]
+        allowed = torch.ones(r1 - r0, c1 - c0, dtype=torch.bool, device=self.q.device)
+        if self.causal:
+            allowed &= src <= dest
+        if w is not None:
+            allowed &= src > dest - w
+            if not self.causal:
+                allowed &= src < dest + w
+        return allowed
+
+    def columns(self, layer: int, r0: int, r1: int) -> tuple[int, int]:
+        """The columns rows ``r0..r1-1`` may attend to at all, ``[c0, c1)``."""
+        w = self.windows[layer]
+        c0 = 0 if w is None else max(0, r0 - w + 1)
+        c1 = r1 if self.causal else (self.n_tokens if w is None else min(self.n_tokens, r1 - 1 + w))
+        return c0, c1
+
+    def scores(self, layer: int, head: int, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
+        """Scores ``[r1 - r0, c1 - c0]`` float32, ``-inf`` where masked. Cost: ``O(rows · cols · d_head)``."""
+        kv = head // (self.n_heads // self.n_kv_heads)
+        s = self.q[layer, head, r0:r1] @ self.k[layer, kv, c0:c1].T
+        s = s / self.scale
+        if self.softcap is not None:
+            s = self.softcap * torch.tanh(s / self.softcap)
+        allowed = self._allowed(layer, r0, r1, c0, c1)
+        if allowed is not None:
+            s = s.masked_fill(~allowed, float("-inf"))
+        return s
+
+    def _chunk_rows(self, block: int) -> int:
+        rows = max(1, CHUNK_BYTES // (4 * self.n_tokens))
+        return max(block, rows // block * block)
+
+    # ------------------------------------------------------------ one pass per head
+
+    def summarise(self, layer: int, head: int, block: int, top_k: int) -> HeadSummary:
+        """Log-sum-exp, overview (block max and mean) and each row's top-``k`` sources, in one chunked pass.
+
+        Cost: ``O(N² · d_head)`` time (half when causal), ``O(chunk · N)`` memory.
+        """
+        self._check_head(layer, head)
+        n = self.n_tokens
+        g = -(-n // block)
+        lse = torch.empty(n, dtype=torch.float32, device=self.q.device)
+        bmax = torch.zeros(g, g, dtype=torch.float32)
+        bsum = torch.zeros(g, g, dtype=torch.float64)
+        k = max(0, min(top_k, n))
+        top_src = np.full((n, k), -1, dtype=np.int32)
+        top_w = np.zeros((n, k), dtype=np.float32)
+        step = self._chunk_rows(block)
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            c0, c1 = self.columns(layer, r0, r1)
+            b0 = c0 // block
+            c0 = b0 * block  # align to blocks (masked cells add 0)
+            s = self.scores(layer, head, r0, r1, c0, c1)
+            row_lse = torch.logsumexp(s, dim=-1)
+            lse[r0:r1] = row_lse
+            p = torch.exp(s - row_lse[:, None])
+            m, total = _reduce(p, block)
+            bmax[r0 // block : r0 // block + m.shape[0], b0 : b0 + m.shape[1]] = m.cpu()
+            bsum[r0 // block : r0 // block + m.shape[0], b0 : b0 + m.shape[1]] = total.cpu().double()
+            if k:
+                kk = min(k, p.shape[1])
+                w, idx = torch.topk(p, kk, dim=-1)
+                top_w[r0:r1, :kk] = w.cpu().numpy()
+                top_src[r0:r1, :kk] = (idx + c0).to(torch.int32).cpu().numpy()
+        # rows with fewer allowed sources than k: their extra picks have weight 0
+        if k:
+            top_src[top_w <= 0] = -1
+        self._lse[layer, head] = lse
+        return HeadSummary(lse, bmax.numpy(), (bsum / _block_counts(n, block)).float().numpy(), top_src, top_w)
+
+    def lse(self, layer: int, head: int) -> torch.Tensor:
+        """Each row's log-sum-exp ``[N]`` (computed once, chunked, then kept)."""
+        self._check_head(layer, head)
+        cached = self._lse.get((layer, head))
+        if cached is not None:
+            return cached
+        n = self.n_tokens
+        lse = torch.empty(n, dtype=torch.float32, device=self.q.device)
+        step = self._chunk_rows(1)
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            c0, c1 = self.columns(layer, r0, r1)
+            lse[r0:r1] = torch.logsumexp(self.scores(layer, head, r0, r1, c0, c1), dim=-1)
+        self._lse[layer, head] = lse
+        return lse
+
+    # ------------------------------------------------------------ on demand
+
+    def weights(self, layer: int, head: int, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
+        """Exact weights ``A[r0:r1, c0:c1]`` float32. Cost: ``O(rows · cols · d_head)`` (after the log-sum-exp)."""
+        lse = self.lse(layer, head)
+        return torch.exp(self.scores(layer, head, r0, r1, c0, c1) - lse[r0:r1, None])
+
+    def tile(
+        self, layer: int, head: int, level: int, row: int, col: int
+    ) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+        """Tile ``(row, col)`` at ``level``: block max and mean ``[rows, cols]`` (≤ ``TILE``), block ``2^level``.
+
+        Covers destinations ``row · TILE · 2^level ...`` and sources likewise; cut at the matrix's edge.
+        Cost: ``O((TILE · 2^level)² · d_head)``, nothing when the tile is wholly masked.
+        """
+        self._check_head(layer, head)
+        block = 2**level
+        span = TILE * block
+        n = self.n_tokens
+        r0, c0 = row * span, col * span
+        if not (0 <= r0 < n and 0 <= c0 < n):
+            raise ArgumentError(f"tile: ({row}, {col}) at level {level} lies outside the {n} × {n} matrix")
+        r1, c1 = min(n, r0 + span), min(n, c0 + span)
+        shape = (-(-(r1 - r0) // block), -(-(c1 - c0) // block))
+        lo, hi = self.columns(layer, r0, r1)
+        if hi <= c0 or lo >= c1:  # wholly masked
+            zero = np.zeros(shape, dtype=np.float32)
+            return zero, zero.copy()
+        m, total = _reduce(self.weights(layer, head, r0, r1, c0, c1), block)
+        counts = _block_counts_rect(r1 - r0, c1 - c0, block)
+        return m.cpu().numpy(), (total.cpu().double() / counts).float().numpy()
+
+    def dense(self, layer: int, head: int) -> torch.Tensor:
+        """The whole pattern ``[N, N]`` (for tests and small inputs). Cost: ``4 N²`` bytes."""
+        return self.weights(layer, head, 0, self.n_tokens, 0, self.n_tokens)
+
+
+def _reduce(p: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block max and block sum (float32) of ``p [rows, cols]`` (zero-padded to whole blocks)."""
+    rows, cols = p.shape
+    gr, gc = -(-rows // block), -(-cols // block)
+    if block == 1:
+        return p, p
+    if gr * block != rows or gc * block != cols:
+        p = torch.nn.functional.pad(p, (0, gc * block - cols, 0, gr * block - rows))
+    v = p.reshape(gr, block, gc, block)
+    return v.amax(dim=(1, 3)), v.sum(dim=(1, 3))
+
+
+def _block_counts_rect(rows: int, cols: int, block: int) -> torch.Tensor:
+    """Cells of the matrix in each block of a ``rows × cols`` rectangle starting on a block boundary."""
+
+    def sizes(n: int) -> torch.Tensor:
+        g = -(-n // block)
+        s = torch.full((g,), float(block), dtype=torch.float64)
+        s[-1] = n - (g - 1) * block
+        return s
+
+    return sizes(rows)[:, None] * sizes(cols)[None, :]
+
+
+def _block_counts(n: int, block: int) -> torch.Tensor:
+    return _block_counts_rect(n, n, block)
