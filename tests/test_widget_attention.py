@@ -455,7 +455,7 @@ def _run_in_fresh_loop(make_coroutine: Any) -> Any:
 
 
 def test_in_an_event_loop_large_inputs_stream_without_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
-    from circuitwidgets.widgets import attention as module
+    from circuitwidgets.widgets import _attention_source as module
 
     monkeypatch.setattr(module, "STREAM_BYTES", 1000)
     a = causal_patterns(3, 4, 40)

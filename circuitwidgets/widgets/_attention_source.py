@@ -1,0 +1,232 @@
+"""Where an attention widget's data comes from, and how it streams to the view.
+
+- :func:`from_model_source`: tokens, patterns of every layer, value norms and logit
+  effects of one forward pass;
+- :class:`Source`: validated data for a new widget, encoded at once or by a
+  :class:`Stream` (one head per turn of the kernel's event loop; see
+  *Streaming* in :mod:`circuitwidgets.widgets.attention`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
+from circuitwidgets.errors import ArgumentTypeError, ShapeError
+from circuitwidgets.model import CircuitModel
+from circuitwidgets.widgets._attention_codec import Heads, check_state_bytes, encode_all, head_size, pack, validate
+
+if TYPE_CHECKING:
+    from circuitwidgets.widgets.attention import AttentionPatterns
+
+__all__ = ["STREAM_BYTES", "Source", "Stream", "default_diagonals", "from_model_source", "repeat_period", "running_loop"]
+
+#: Patterns larger than this (bytes, encoded) stream head by head when an event loop runs.
+STREAM_BYTES = 16 * 2**20
+
+
+def repeat_period(tokens: Sequence[Any], min_length: int = 4) -> int | None:
+    """Period ``p`` of a repeated sequence (``tokens[i] == tokens[i - p]`` for at least half of ``i ≥ p``), else None.
+
+    The paper's induction test input ``[BOS] r_1..r_n r_1..r_n`` has period ``n``;
+    there an induction head attends along the diagonal ``dest - src = p - 1``.
+    Cost: O(n²) comparisons.
+    """
+    n = len(tokens)
+    codes = (
+        np.unique(np.asarray([str(t) for t in tokens], dtype=object), return_inverse=True)[1] if n else np.zeros(0, int)
+    )
+    best: tuple[int, int] | None = None
+    for p in range(2, n - min_length + 1):
+        matches = int((codes[p:] == codes[:-p]).sum())
+        if matches >= max(min_length, (n - p) // 2) and (best is None or matches > best[1]):
+            best = (p, matches)
+    return None if best is None else best[0]
+
+
+def default_diagonals(tokens: Sequence[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"offset": 1, "label": "previous token"}]
+    period = repeat_period(tokens)
+    if period is not None and period - 1 != 1:
+        out.append({"offset": period - 1, "label": f"induction (repeat every {period})"})
+    return out
+
+
+# ---------------------------------------------------------------- streaming
+
+
+class Stream:
+    """Encodes heads one step at a time for a widget (see the module docs, *Streaming*)."""
+
+    def __init__(
+        self,
+        widget: AttentionPatterns,
+        heads: Heads,
+        causal: bool,
+        norms: NDArray[np.float32] | None,
+    ) -> None:
+        self.widget = widget
+        self.heads = heads
+        self.causal = causal
+        self.norms = norms
+        shape = (heads.n_layers, heads.n_heads, *head_size(heads.n, causal))
+        self.patterns = np.empty(shape, dtype=np.uint8)
+        self.value_patterns = np.empty(shape, dtype=np.uint8) if norms is not None else None
+        self.tril = np.tri(heads.n, dtype=bool) if causal else None
+        self.ready = np.zeros((heads.n_layers, heads.n_heads), dtype=bool)
+        self.queue: list[tuple[int, int]] = [(l, h) for l in range(heads.n_layers) for h in range(heads.n_heads)]
+        self.view_wants = False
+        self.task: asyncio.Task[None] | None = None
+
+    def prioritise(self, layer: int, head: int) -> None:
+        """Encode ``[layer, head]`` next."""
+        if (layer, head) in self.queue:
+            self.queue.remove((layer, head))
+            self.queue.insert(0, (layer, head))
+
+    def _encode(self, layer: int, head: int) -> None:
+        a = self.heads.head(layer, head)
+        self.patterns[layer, head] = pack(a, self.causal, self.tril)
+        if self.value_patterns is not None and self.norms is not None:
+            self.value_patterns[layer, head] = pack(value_weighted(a, self.norms[layer, head]), self.causal, self.tril)
+        self.ready[layer, head] = True
+
+    def _message(self, heads: list[tuple[int, int]]) -> None:
+        buffers: list[memoryview] = []
+        for layer, head in heads:
+            buffers.append(memoryview(self.patterns[layer, head]).cast("B"))
+            if self.value_patterns is not None:
+                buffers.append(memoryview(self.value_patterns[layer, head]).cast("B"))
+        content = {"type": "heads", "heads": [[l, h] for l, h in heads], "value": self.value_patterns is not None}
+        self.widget.send(content, buffers)
+
+    def send_ready(self) -> None:
+        """Send every head encoded so far (the view asked), in messages of up to 16 MB."""
+        self.view_wants = True
+        per_head = self.patterns[0, 0].nbytes * (2 if self.value_patterns is not None else 1)
+        batch = max(1, STREAM_BYTES // max(1, per_head))
+        ready = [(int(l), int(h)) for l, h in zip(*np.nonzero(self.ready), strict=True)]
+        for i in range(0, len(ready), batch):
+            self._message(ready[i : i + batch])
+
+    def step(self) -> bool:
+        """Encode (and send) the next head; commit when none is left. Returns whether heads remain."""
+        if self.queue:
+            layer, head = self.queue.pop(0)
+            self._encode(layer, head)
+            if self.view_wants:
+                self._message([(layer, head)])
+        if not self.queue:
+            self.widget._commit_stream(self)
+            return False
+        return True
+
+    def finish(self) -> None:
+        """Encode every remaining head now (blocking) and commit."""
+        self.view_wants = False  # the complete traits follow; no need to send heads one by one
+        while self.step():
+            pass
+
+    async def run(self) -> None:
+        """Encode head after head, yielding to the event loop in between."""
+        while self.queue and self.widget._stream is self:
+            if self.widget.comm is None:  # closed: stop; reading the data finishes on demand
+                return
+            if not self.step():
+                return
+            await asyncio.sleep(0)
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class Source:
+    """Validated data for a new widget: tokens, heads and the optional per-position arrays."""
+
+    def __init__(
+        self,
+        tokens: list[str],
+        heads: Heads,
+        causal: bool | None,
+        norms: NDArray[np.float32] | None,
+        effect: NDArray[np.float32] | None,
+        *,
+        known_causal: bool,
+    ) -> None:
+        self.tokens, self.heads, self.norms, self.effect = tokens, heads, norms, effect
+        check_state_bytes(heads.n_layers, heads.n_heads, heads.n, value_weighted=norms is not None)
+        self.causal = validate(heads, causal, row_stochastic=True, known_causal=known_causal)
+
+    def prepare(
+        self, widget: AttentionPatterns | None, stream: bool | None, loop_running: bool
+    ) -> tuple[dict[str, Any], Stream | None]:
+        """Initial traits, and the stream that will fill ``patterns`` (or ``None``: encoded here)."""
+        heads, causal, norms = self.heads, self.causal, self.norms
+        per_head = int(np.prod(head_size(heads.n, causal)))
+        total = heads.n_layers * heads.n_heads * per_head * (2 if norms is not None else 1)
+        if stream is None:
+            stream = loop_running and total > STREAM_BYTES
+        data: dict[str, Any] = {
+            "tokens": self.tokens,
+            "causal": causal,
+            "value_norms": norms,
+            "logit_effect": self.effect,
+            "diagonals": default_diagonals(self.tokens),
+        }
+        if stream and widget is not None:
+            placeholder = np.zeros((heads.n_layers, heads.n_heads, 0), dtype=np.uint8)
+            data["patterns"] = placeholder
+            data["value_patterns"] = placeholder if norms is not None else None
+            return data, Stream(widget, heads, causal, norms)
+        data["patterns"] = encode_all(heads, causal)
+        if norms is not None:
+            data["value_patterns"] = encode_all(heads, causal, lambda l, h, a: value_weighted(a, norms[l, h]))
+        return data, None
+
+
+def from_model_source(model: Any, text_or_tokens: Any) -> Source:
+    """Tokens, patterns (every layer), value norms and logit effects of one forward pass."""
+    if not isinstance(model, CircuitModel):
+        raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
+    if isinstance(text_or_tokens, str):
+        if not text_or_tokens:
+            raise ShapeError("text_or_tokens: expected a non-empty text, got ''")
+        ids = model.to_tokens(text_or_tokens)[0]
+    elif text_or_tokens is None:
+        raise ArgumentTypeError("text_or_tokens: expected a text or token ids, got None")
+    else:
+        if isinstance(text_or_tokens, Sequence) and any(isinstance(t, str) for t in text_or_tokens):
+            raise ArgumentTypeError(
+                "text_or_tokens: expected a text (str) or token ids (ints), got a list of str; "
+                "for token strings with precomputed attention use AttentionPatterns.from_arrays"
+            )
+        try:
+            ids = torch.as_tensor(text_or_tokens)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ArgumentTypeError(
+                f"text_or_tokens: expected a text or token ids, got {type(text_or_tokens).__name__} ({exc})"
+            ) from None
+        if ids.ndim == 2 and ids.shape[0] == 1:
+            ids = ids[0]
+        if ids.ndim != 1:
+            raise ShapeError(f"text_or_tokens: expected token ids [pos] or [1, pos], got shape {tuple(ids.shape)}")
+        if ids.numel() == 0:
+            raise ShapeError("text_or_tokens: expected at least one token, got 0")
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise ArgumentTypeError(f"text_or_tokens: expected integer token ids, got dtype {ids.dtype}")
+    ids = model._check_tokens(ids)[0]
+    check_state_bytes(model.cfg.n_layers, model.cfg.n_heads, int(ids.shape[0]), value_weighted=True)
+    tokens = model.to_str_tokens(ids)
+    _, cache = model.run_with_cache(ids[None], names=["pattern", "v", "z"])
+    heads = Heads([cache["pattern", layer][0] for layer in range(model.cfg.n_layers)], len(tokens))
+    return Source(tokens, heads, True, value_norms(model, cache), logit_effects(model, cache, ids), known_causal=True)
