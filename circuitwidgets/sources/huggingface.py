@@ -183,6 +183,8 @@ def from_hf(
     name
         Display name (default: the model's ``name_or_path`` or class name).
 
+    Notes
+    -----
     Cost: one copy of the weights (from a directory, the source's layers are
     freed as they are converted, so the peak stays near one copy); folding is
     ``O(n_layers · d_model²)``.

@@ -138,6 +138,8 @@ class AttentionPatterns(CircuitWidget):
     **kwargs
         Initial traits, for example ``selected_layer=1, selected_head=3``.
 
+    Notes
+    -----
     Click a thumbnail to select a head, a token to select a destination, a
     cell of the large pattern to select a destination and a source; read or
     set ``selected_*`` from a cell. Cost of the model path: one forward pass
