@@ -1,7 +1,7 @@
 // @vitest-environment happy-dom
 import { describe, expect, it } from "vitest";
 import { decodeArray } from "../src/lib/arrays";
-import { eigenScore, headEigenvalues, placeLabels, scatterPoints, scoreDomain, toEigenData } from "../src/lib/eigen";
+import { eigenScore, headEigenvalues, placeLabels, scatterPoints, scoreDomain, stripRows, toEigenData } from "../src/lib/eigen";
 import { eigenState, H, L, nextFrame, viewsCleanedAfterEach } from "./weightspace-fixtures";
 
 const view = viewsCleanedAfterEach(eigenState);
@@ -86,14 +86,55 @@ describe("eigen scatter view", () => {
 });
 
 describe("label placement", () => {
-  it("moves a label to a free spot when the first one is taken", () => {
-    const boxes = placeLabels([
-      { x: 100, y: 100, width: 30, height: 10 },
-      { x: 101, y: 100, width: 30, height: 10 },
-      { x: 300, y: 300, width: 30, height: 10 },
-    ]);
-    expect(boxes[0]).toEqual({ x: 107, y: 83, width: 30, height: 10 });
-    expect(boxes[1]).toEqual({ x: 108, y: 107, width: 30, height: 10 }); // right-below
-    expect(boxes[2]).toEqual({ x: 307, y: 283, width: 30, height: 10 });
+  const hit = (a: { x: number; y: number; width: number; height: number }, b: typeof a) =>
+    a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+  const coversCircle = (b: { x: number; y: number; width: number; height: number }, c: { x: number; y: number; r: number }) => {
+    const nx = Math.max(b.x, Math.min(c.x, b.x + b.width));
+    const ny = Math.max(b.y, Math.min(c.y, b.y + b.height));
+    return (nx - c.x) ** 2 + (ny - c.y) ** 2 < c.r * c.r;
+  };
+
+  it("keeps labels off each other, off every dot and off the selection ring", () => {
+    // the report's case: L1H1 selected (ring r = 11), L1H2 right next to it
+    const ring = { x: 200, y: 200, r: 13 };
+    const dots = [ring, { x: 214, y: 196, r: 7 }, { x: 190, y: 188, r: 7 }, { x: 300, y: 300, r: 7 }];
+    const boxes = placeLabels(
+      [
+        { x: 200, y: 200, width: 30, height: 12, clear: 14, required: true },
+        { x: 214, y: 196, width: 25, height: 10 },
+        { x: 190, y: 188, width: 25, height: 10 },
+        { x: 300, y: 300, width: 25, height: 10 },
+      ],
+      dots,
+    );
+    const placed = boxes.filter((b) => b !== null);
+    expect(placed.length).toBeGreaterThanOrEqual(3);
+    expect(boxes[0]).not.toBeNull();
+    for (const [i, b] of placed.entries()) {
+      for (const c of dots) expect(coversCircle(b, c)).toBe(false);
+      for (const other of placed.slice(i + 1)) expect(hit(b, other)).toBe(false);
+    }
+  });
+
+  it("leaves out a label with no free spot unless it is required, and stays in bounds", () => {
+    const crowd = Array.from({ length: 40 }, (_, i) => ({ x: 100 + (i % 8) * 6, y: 100 + Math.floor(i / 8) * 6, r: 6 }));
+    const [free, forced] = placeLabels(
+      [
+        { x: 121, y: 112, width: 30, height: 10 },
+        { x: 121, y: 112, width: 30, height: 10, required: true },
+      ],
+      crowd,
+    );
+    expect(free).toBeNull();
+    expect(forced).not.toBeNull();
+    const [edge] = placeLabels([{ x: 395, y: 5, width: 30, height: 10 }], [], { x: 0, y: 0, width: 400, height: 400 });
+    expect(edge).not.toBeNull();
+    expect((edge?.x ?? 0) + (edge?.width ?? 0)).toBeLessThanOrEqual(400);
+    expect(edge?.y ?? -1).toBeGreaterThanOrEqual(0);
+  });
+
+  it("dodges dots on the n/a strip into rows so none hides another", () => {
+    expect(stripRows([10, 12, 40, 11], 13)).toEqual([0, 2, 0, 1]); // by x: 10, 11, 12 each take a new row
+    expect(stripRows([], 13)).toEqual([]);
   });
 });

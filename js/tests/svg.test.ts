@@ -10,7 +10,12 @@ describe("svg helpers", () => {
     expect(niceTicks(-1, 1, 4)).toEqual([-1, -0.5, 0, 0.5, 1]);
     expect(niceTicks(0, 7, 5)).toEqual([0, 2, 4, 6]);
     expect(niceTicks(Number.NaN, 1)).toEqual([]);
-    expect(tickDigits([0, 0.25, 0.5])).toBe(1);
+    // every tick label equals its position: 0.25 and 0.75 keep two decimals
+    expect(tickDigits([0, 0.25, 0.5, 0.75, 1])).toBe(2);
+    expect([0, 0.25, 0.5, 0.75, 1].map((t) => fmt(t, tickDigits([0, 0.25, 0.5, 0.75, 1])))).toEqual(["0.00", "0.25", "0.50", "0.75", "1.00"]);
+    expect(tickDigits([-1, -0.5, 0, 0.5, 1])).toBe(1);
+    expect(tickDigits([0, 2, 4, 6])).toBe(0);
+    expect(tickDigits([0.25])).toBe(2);
   });
 
   it("formats numbers with a true minus sign and a dash for NaN", () => {

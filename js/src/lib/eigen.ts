@@ -101,22 +101,110 @@ export interface LabelBox {
   height: number;
 }
 
-/**
- * Greedy label placement: for each point (in order) the first of four spots
- * around it (right-above, right-below, left-above, left-below) whose box
- * overlaps no label placed before; the first spot when all overlap.
- */
-export function placeLabels(points: readonly { x: number; y: number; width: number; height: number }[], gap = 7): LabelBox[] {
-  const placed: LabelBox[] = [];
-  const hit = (a: LabelBox, b: LabelBox) => a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
-  for (const p of points) {
-    const spots: LabelBox[] = [
-      { x: p.x + gap, y: p.y - gap - p.height, width: p.width, height: p.height },
-      { x: p.x + gap, y: p.y + gap, width: p.width, height: p.height },
-      { x: p.x - gap - p.width, y: p.y - gap - p.height, width: p.width, height: p.height },
-      { x: p.x - gap - p.width, y: p.y + gap, width: p.width, height: p.height },
-    ];
-    placed.push(spots.find((s) => !placed.some((q) => hit(s, q))) ?? (spots[0] as LabelBox));
+/** A round mark a label must not cover (a dot, a selection ring), centre and radius in px. */
+export interface Obstacle {
+  x: number;
+  y: number;
+  r: number;
+}
+
+/** A label wanted next to a point: its size, how far from the point's centre it must stay, and whether it must be drawn. */
+export interface LabelWish {
+  x: number;
+  y: number;
+  width: number;
+  height: number;
+  /** Distance from the point's centre to the label (clear of its own dot or ring); default 7. */
+  clear?: number;
+  /** Drawn even when every spot collides (the selected head's label). */
+  required?: boolean;
+}
+
+function boxesHit(a: LabelBox, b: LabelBox): boolean {
+  return a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+}
+
+function circleHits(c: Obstacle, b: LabelBox): boolean {
+  const nx = Math.max(b.x, Math.min(c.x, b.x + b.width));
+  const ny = Math.max(b.y, Math.min(c.y, b.y + b.height));
+  return (nx - c.x) ** 2 + (ny - c.y) ** 2 < c.r * c.r;
+}
+
+/** Candidate boxes around a point, nearest first: right, left, above, below, diagonals; then the same farther out. */
+function spots(p: LabelWish): LabelBox[] {
+  const out: LabelBox[] = [];
+  const { width: w, height: h } = p;
+  for (const g of [p.clear ?? 7, (p.clear ?? 7) + 8]) {
+    const d = g * Math.SQRT1_2;
+    out.push(
+      { x: p.x + d, y: p.y - d - h, width: w, height: h }, // right-above
+      { x: p.x + g, y: p.y - h / 2, width: w, height: h }, // right
+      { x: p.x + d, y: p.y + d, width: w, height: h }, // right-below
+      { x: p.x - d - w, y: p.y - d - h, width: w, height: h }, // left-above
+      { x: p.x - g - w, y: p.y - h / 2, width: w, height: h }, // left
+      { x: p.x - d - w, y: p.y + d, width: w, height: h }, // left-below
+      { x: p.x - w / 2, y: p.y - g - h, width: w, height: h }, // above
+      { x: p.x - w / 2, y: p.y + g, width: w, height: h }, // below
+    );
   }
-  return placed;
+  return out;
+}
+
+/**
+ * Greedy label placement that keeps labels off every dot and ring and off
+ * each other: for each wish (in order, so put the selected head first) the
+ * first spot around its point that overlaps no placed label, no obstacle and
+ * stays inside `bounds`. A label with no free spot is left out (null: the head
+ * is still named by its hover label), unless `required`, when it takes the
+ * spot that covers fewest dots and no other label where it can.
+ */
+export function placeLabels(
+  wishes: readonly LabelWish[],
+  obstacles: readonly Obstacle[] = [],
+  bounds: LabelBox | null = null,
+): (LabelBox | null)[] {
+  const placed: LabelBox[] = [];
+  const inside = (b: LabelBox) => bounds === null || (b.x >= bounds.x && b.y >= bounds.y && b.x + b.width <= bounds.x + bounds.width && b.y + b.height <= bounds.y + bounds.height);
+  return wishes.map((p) => {
+    const candidates = spots(p);
+    const cost = (b: LabelBox) =>
+      (inside(b) ? 0 : 1000) + 100 * placed.filter((q) => boxesHit(b, q)).length + obstacles.filter((o) => circleHits(o, b)).length;
+    let best: LabelBox | null = null;
+    let bestCost = Number.POSITIVE_INFINITY;
+    for (const b of candidates) {
+      const c = cost(b);
+      if (c === 0) {
+        best = b;
+        bestCost = 0;
+        break;
+      }
+      if (c < bestCost) {
+        best = b;
+        bestCost = c;
+      }
+    }
+    if (best === null || (bestCost > 0 && !p.required)) return null;
+    placed.push(best);
+    return best;
+  });
+}
+
+/**
+ * Rows of a one-dimensional strip of dots (heads with no vertical value):
+ * each dot goes to the first row where it keeps `gap` px from every dot
+ * already there, so no two dots hide each other. Returns a row per dot.
+ */
+export function stripRows(xs: readonly number[], gap: number): number[] {
+  const order = xs.map((x, i) => [x, i] as const).sort((a, b) => a[0] - b[0]);
+  const last: number[] = [];
+  const rows = new Array<number>(xs.length).fill(0);
+  for (const [x, i] of order) {
+    let k = last.findIndex((prev) => x - prev >= gap);
+    if (k < 0) {
+      k = last.length;
+      last.push(x);
+    } else last[k] = x;
+    rows[i] = k;
+  }
+  return rows;
 }

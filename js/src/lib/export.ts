@@ -4,16 +4,47 @@
 // backgrounds and borders become rects, canvases become embedded PNG images,
 // inline SVG is copied, and every text node becomes an SVG <text> node holding
 // the text as text (the serializer escapes it, so a token like "</svg>" stays
-// text). PNG is that SVG rasterised at twice the size. Nothing here uses
-// foreignObject, so the PNG canvas is never tainted and the SVG opens in
+// text). PNG is that SVG rasterised at 1×, 2× or 3× its size. Nothing here
+// uses foreignObject, so the PNG canvas is never tainted and the SVG opens in
 // vector editors.
+//
+// An export is the figure alone: plot, axes, legend, colour bar, title.
+// Whatever is marked `data-cw-no-export` (the toolbar, the controls row, the
+// status line, hints such as "Ctrl/⌘ + wheel to zoom") is taken out of the
+// layout while the snapshot is taken (synchronously, so nothing flickers).
 
 import { el, listen } from "./dom";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
-/** Elements marked with this attribute (the toolbar) are left out of exports. */
+/** Elements marked with this attribute (the toolbar, controls, status, hints) are left out of exports. */
 export const NO_EXPORT = "data-cw-no-export";
+
+/** PNG scales offered (× the view's CSS size). */
+export const PNG_SCALES = [1, 2, 3] as const;
+
+/** Mark `node` as not part of the figure (left out of SVG and PNG exports). */
+export function noExport<T extends Element>(node: T): T {
+  node.setAttribute(NO_EXPORT, "");
+  return node;
+}
+
+/**
+ * Run `fn` with every `[data-cw-no-export]` element under `root` taken out of
+ * the layout (`display: none`), then put them back exactly as they were.
+ */
+export function withoutControls<T>(root: HTMLElement, fn: () => T): T {
+  const hidden = [...root.querySelectorAll<HTMLElement>(`[${NO_EXPORT}]`)].map((e) => [e, e.style.getPropertyValue("display"), e.style.getPropertyPriority("display")] as const);
+  for (const [e] of hidden) e.style.setProperty("display", "none", "important");
+  try {
+    return fn();
+  } finally {
+    for (const [e, value, priority] of hidden) {
+      if (value) e.style.setProperty("display", value, priority);
+      else e.style.removeProperty("display");
+    }
+  }
+}
 
 interface Box {
   left: number;
@@ -72,6 +103,10 @@ export function parseLinearGradient(css: string): { vertical: boolean; stops: { 
  * live page, so call it on a rendered, visible view.
  */
 export function snapshotSvg(root: HTMLElement): string {
+  return withoutControls(root, () => snapshotLayout(root));
+}
+
+function snapshotLayout(root: HTMLElement): string {
   const doc = root.ownerDocument;
   const win = doc.defaultView;
   const rootBox = root.getBoundingClientRect();
@@ -100,6 +135,47 @@ export function snapshotSvg(root: HTMLElement): string {
     r.setAttribute("height", num(box.height));
     for (const [k, v] of Object.entries(attrs)) r.setAttribute(k, v);
     svg.append(r);
+  }
+
+  /** Borders: one rect when all four sides match, else a line per side (dashed and dotted kept, as in legend samples). */
+  function addBorders(box: Box, s: CSSStyleDeclaration): void {
+    const sides = (["top", "right", "bottom", "left"] as const).map((side) => ({
+      side,
+      width: parseFloat(s.getPropertyValue(`border-${side}-width`)) || 0,
+      style: s.getPropertyValue(`border-${side}-style`),
+      colour: s.getPropertyValue(`border-${side}-color`),
+    }));
+    const shown = sides.filter((b) => b.width > 0 && b.style !== "none" && b.style !== "hidden" && b.style !== "" && !isTransparent(b.colour));
+    if (shown.length === 0) return;
+    const dash = (b: (typeof sides)[number]) => (b.style === "dashed" ? `${num(b.width * 3)} ${num(b.width * 2)}` : b.style === "dotted" ? `${num(b.width)} ${num(b.width)}` : null);
+    const first = shown[0] as (typeof sides)[number];
+    const same = shown.length === 4 && shown.every((b) => b.width === first.width && b.style === first.style && b.colour === first.colour);
+    if (same && box.height > first.width * 2 && box.width > first.width * 2) {
+      const attrs: Record<string, string> = { fill: "none", stroke: first.colour, "stroke-width": String(first.width), rx: String(parseFloat(s.borderTopLeftRadius) || 0) };
+      const d = dash(first);
+      if (d) attrs["stroke-dasharray"] = d;
+      addRect({ left: box.left + first.width / 2, top: box.top + first.width / 2, width: box.width - first.width, height: box.height - first.width }, attrs);
+      return;
+    }
+    for (const b of shown) {
+      const h = b.width / 2;
+      const right = box.left + box.width;
+      const bottom = box.top + box.height;
+      const [x1, y1, x2, y2] =
+        b.side === "top"
+          ? [box.left, box.top + h, right, box.top + h]
+          : b.side === "bottom"
+            ? [box.left, bottom - h, right, bottom - h]
+            : b.side === "left"
+              ? [box.left + h, box.top, box.left + h, bottom]
+              : [right - h, box.top, right - h, bottom];
+      const line = doc.createElementNS(SVG_NS, "line");
+      const attrs: Record<string, string> = { x1: num(x1), y1: num(y1), x2: num(x2), y2: num(y2), stroke: b.colour, "stroke-width": String(b.width) };
+      const d = dash(b);
+      if (d) attrs["stroke-dasharray"] = d;
+      for (const [k, v] of Object.entries(attrs)) line.setAttribute(k, v);
+      svg.append(line);
+    }
   }
 
   function addLine(text: string, first: Box, parentStyle: CSSStyleDeclaration | null, fit: boolean): void {
@@ -224,13 +300,7 @@ export function snapshotSvg(root: HTMLElement): string {
         defs.append(g);
         addRect(box, { fill: `url(#${id})` });
       }
-      const bw = parseFloat(s.borderTopWidth) || 0;
-      if (bw > 0 && s.borderTopStyle !== "none" && !isTransparent(s.borderTopColor)) {
-        addRect(
-          { left: box.left + bw / 2, top: box.top + bw / 2, width: box.width - bw, height: box.height - bw },
-          { fill: "none", stroke: s.borderTopColor, "stroke-width": String(bw), rx: String(parseFloat(s.borderTopLeftRadius) || 0) },
-        );
-      }
+      addBorders(box, s);
     }
     if (node instanceof HTMLCanvasElement) {
       if (box.width > 0 && box.height > 0) {
@@ -276,7 +346,7 @@ export function snapshotSvg(root: HTMLElement): string {
   return `<?xml version="1.0" encoding="UTF-8"?>\n${serializer.serializeToString(svg)}`;
 }
 
-/** Rasterise an SVG document to a PNG blob at `scale` × its size. */
+/** Rasterise an SVG document to a PNG blob at `scale` × its size (1, 2 or 3 for papers). */
 export async function svgToPng(doc: Document, svgText: string, scale = 2): Promise<Blob> {
   const sizes = /<svg[^>]*\swidth="([\d.]+)"[^>]*\sheight="([\d.]+)"/.exec(svgText);
   const width = Number(sizes?.[1] ?? 800);
@@ -320,7 +390,7 @@ export function exportName(view: string, suffix: string, extension: "svg" | "png
 }
 
 /**
- * A small "SVG · PNG" toolbar saving `target()` (the view's root). Returns the
+ * A small "SVG · PNG [1×|2×|3×]" toolbar saving `target()` (the view's root). Returns the
  * element and its cleanup. The toolbar itself is left out of the exports.
  */
 export function exportToolbar(
@@ -338,8 +408,19 @@ export function exportToolbar(
   const pngButton = el(doc, "button", "cw-button cw-small", "PNG");
   pngButton.type = "button";
   pngButton.dataset.cwExport = "png";
-  pngButton.title = "Save this view as PNG";
-  bar.append(svgButton, pngButton);
+  pngButton.title = "Save the figure (plot, axes, legend, colour bar, title; no controls) as PNG";
+  svgButton.title = "Save the figure (plot, axes, legend, colour bar, title; no controls) as SVG";
+  const scaleSelect = el(doc, "select", "cw-export-scale");
+  scaleSelect.dataset.cwExportScale = "";
+  scaleSelect.title = "PNG resolution (× the size on screen)";
+  scaleSelect.setAttribute("aria-label", "PNG resolution");
+  for (const k of PNG_SCALES) {
+    const option = el(doc, "option", undefined, `${k}×`);
+    option.value = String(k);
+    scaleSelect.append(option);
+  }
+  scaleSelect.value = "2";
+  bar.append(svgButton, pngButton, scaleSelect);
   const failed = (err: unknown) => {
     bar.title = err instanceof Error ? err.message : String(err);
     bar.classList.add("cw-error");
@@ -354,8 +435,9 @@ export function exportToolbar(
       }
     }),
     listen(pngButton, "click", () => {
-      svgToPng(doc, snapshotSvg(target()))
-        .then((blob) => download(doc, blob, exportName(view, suffix(), "png")))
+      const scale = Number(scaleSelect.value) || 2;
+      svgToPng(doc, snapshotSvg(target()), scale)
+        .then((blob) => download(doc, blob, exportName(view, [suffix(), `${scale}x`].filter(Boolean).join("-"), "png")))
         .catch(failed);
     }),
   ];

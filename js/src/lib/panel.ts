@@ -5,7 +5,7 @@
 import type { AnyModel } from "@anywidget/types";
 import "../styles/panel.css";
 import { el } from "./dom";
-import { exportToolbar } from "./export";
+import { exportToolbar, noExport } from "./export";
 import { onTraits } from "./selection";
 
 
@@ -32,9 +32,10 @@ export function makePanel(root: HTMLElement, view: string, className: string, ex
   const subtitle = el(doc, "span", "cw-subtitle");
   const toolbar = exportToolbar(doc, view, () => root, exportSuffix);
   head.append(title, toolbar.element);
-  const controls = el(doc, "div", "cw-controls");
+  // the controls and the status line are the tool, not the figure: left out of exports
+  const controls = noExport(el(doc, "div", "cw-controls"));
   const body = el(doc, "div", "cw-body");
-  const status = el(doc, "div", "cw-status");
+  const status = noExport(el(doc, "div", "cw-status"));
   status.dataset.cwStatus = "";
   status.setAttribute("aria-live", "polite");
   root.append(head, controls, body, status);

@@ -132,9 +132,12 @@ export function drawAxes(
   );
 }
 
-/** Decimals needed to tell ticks apart. */
+/**
+ * Decimals needed to write every tick exactly (0.25 is "0.25", never "0.3",
+ * so a label always names its gridline), at most 4.
+ */
 export function tickDigits(ticks: readonly number[]): number {
-  if (ticks.length < 2) return 1;
-  const step = Math.abs((ticks[1] as number) - (ticks[0] as number));
-  return Math.max(0, Math.min(4, -Math.floor(Math.log10(step) + 1e-9)));
+  const finite = ticks.filter((t) => Number.isFinite(t));
+  for (let d = 0; d < 4; d++) if (finite.every((t) => Math.abs(Number(t.toFixed(d)) - t) <= 1e-9 * Math.max(1, Math.abs(t)))) return d;
+  return 4;
 }

@@ -8,6 +8,7 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
+import { noExport } from "../lib/export";
 import { el, listen } from "../lib/dom";
 import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
@@ -19,8 +20,11 @@ import {
   eigenScore,
   headEigenvalues,
   METHOD_LABELS,
+  type LabelWish,
+  type Obstacle,
   placeLabels,
   scatterPoints,
+  stripRows,
   scoreAt,
   scoreDomain,
   toEigenData,
@@ -45,7 +49,13 @@ export interface EigenTraits {
 type Model = AnyModel<EigenTraits>;
 
 /** Circuits in the order of the `scores` and `eigenvalues` axes. */
+/** Colours of eigenvalues with positive and negative real part (RdBu ends). */
+const POSITIVE = "#b2182b";
+const NEGATIVE = "#2166ac";
 const PLOT = { width: 380, height: 390, left: 54, right: 14, top: 26, bottom: 46, strip: 34 };
+/** Extra height of each further row of the "n/a" strip, and the selection ring's radius. */
+const STRIP_ROW = 11;
+const RING = 11;
 
 export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () => void {
   const doc = root.ownerDocument;
@@ -77,6 +87,7 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
   const side = el(doc, "div", "cw-side");
   panel.body.append(plotBox, side);
   const note = el(doc, "div", "cw-note cw-method-note");
+  const hint = noExport(el(doc, "span", undefined, " Click a head to select it; hover a dot for its name."));
   const legend = el(doc, "div", "cw-legend");
   plotBox.append(legend);
   panel.body.after(note);
@@ -169,23 +180,34 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
       svg.append(svgEl(doc, "text", { x: x(1), y: 12, "text-anchor": "end", "font-size": 10.5, fill: "#777", "font-style": "italic" }, "copying & matching ↗"));
     }
     const stripY = PLOT.height + 8;
+    // heads with no vertical value sit on a strip below, dodged into rows so none hides another
+    const stripPoints = points.filter((p) => Number.isNaN(p.y) && Number.isFinite(p.x));
+    const rowsOf = stripRows(stripPoints.map((p) => x(p.x)), 13);
+    const stripRow = new Map(stripPoints.map((p, i) => [`${p.layer}.${p.head}`, rowsOf[i] as number]));
+    const stripRowCount = Math.max(0, ...rowsOf.map((r) => r + 1));
     if (hasStrip) {
+      const extra = Math.max(0, stripRowCount - 1) * STRIP_ROW;
+      svg.setAttribute("height", String(H + extra));
+      svg.setAttribute("viewBox", `0 0 ${W} ${H + extra}`);
       svg.append(svgEl(doc, "line", { x1: PLOT.left, x2: W - PLOT.right, y1: stripY, y2: stripY, stroke: "#ddd", "stroke-dasharray": "3 3" }));
       svg.append(svgEl(doc, "text", { x: PLOT.left - 6, y: stripY + 4, "text-anchor": "end", "font-size": 10.5, fill: "#777" }, "n/a"));
-      svg.append(svgEl(doc, "text", { x: W - PLOT.right, y: stripY + 16, "text-anchor": "end", "font-size": 10, fill: "#888" }, "layer 0: no earlier head to compose with"));
+      svg.append(svgEl(doc, "text", { x: W - PLOT.right, y: stripY + extra + 20, "text-anchor": "end", "font-size": 10, fill: "#888" }, "layer 0: no earlier head to compose with"));
     }
-    const few = points.length <= 32;
-    const labels = svgEl(doc, "g");
-    const wanted: { x: number; y: number; width: number; height: number; text: string; selected: boolean }[] = [];
+    const labelAll = points.length <= 48;
+    const labels = svgEl(doc, "g", { class: "cw-labels" });
+    const wishes: (LabelWish & { text: string; selected: boolean })[] = [];
+    const obstacles: Obstacle[] = [];
     const ordered = [...points].sort((a, b) => Number(a.layer === sel.layer && a.head === sel.head) - Number(b.layer === sel.layer && b.head === sel.head));
     for (const p of ordered) {
       if (!Number.isFinite(p.x)) continue;
       const selected = p.layer === sel.layer && p.head === sel.head;
       const px = x(p.x);
-      const py = Number.isNaN(p.y) ? stripY : y(p.y);
-      const g = svgEl(doc, "g", { class: "cw-point", "data-cw-head": `${p.layer}.${p.head}`, tabindex: 0 });
-      if (selected) g.append(svgEl(doc, "circle", { cx: px, cy: py, r: 11, fill: "none", stroke: "#222", "stroke-width": 2 }));
-      const mark = marker(doc, layerShape(p.layer), px, py, selected ? 7 : 5.5, {
+      const py = Number.isNaN(p.y) ? stripY + (stripRow.get(`${p.layer}.${p.head}`) ?? 0) * STRIP_ROW : y(p.y);
+      const name = headName(p.layer, p.head);
+      const g = svgEl(doc, "g", { class: "cw-point", "data-cw-head": `${p.layer}.${p.head}`, "data-cw-x": px.toFixed(1), "data-cw-y": py.toFixed(1), tabindex: 0, "aria-label": name });
+      if (selected) g.append(svgEl(doc, "circle", { class: "cw-ring", cx: px, cy: py, r: RING, fill: "none", stroke: "#222", "stroke-width": 2 }));
+      const r = selected ? 7 : 5.5;
+      const mark = marker(doc, layerShape(p.layer), px, py, r, {
         class: "cw-mark",
         fill: layerColour(p.layer),
         stroke: "#fff",
@@ -193,23 +215,27 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
         "fill-opacity": Number.isNaN(p.y) ? 0.55 : 0.95,
       });
       g.append(mark);
-      svgTitle(doc, g, `${headName(p.layer, p.head)}: OV ${fmt(p.x)}, QK ${Number.isNaN(p.y) ? "n/a" : fmt(p.y)}`);
+      svgTitle(doc, g, `${name}: OV ${fmt(p.x)}, QK ${Number.isNaN(p.y) ? "n/a" : fmt(p.y)}`);
       svg.append(g);
-      if ((few && !Number.isNaN(p.y)) || selected) {
-        const text = headName(p.layer, p.head);
-        wanted.push({ x: px, y: py, width: text.length * (selected ? 7.4 : 6.2), height: selected ? 12 : 10, text, selected });
+      obstacles.push({ x: px, y: py, r: selected ? RING + 2 : r + 1.5 });
+      if (labelAll || selected) {
+        wishes.push({ x: px, y: py, width: name.length * (selected ? 7.4 : 6.2), height: selected ? 12 : 10, clear: selected ? RING + 3 : 8, required: selected, text: name, selected });
       }
     }
-    // the selected head's label first (it wins its spot), then the others; outside the
-    // clickable groups, so each group's box is its marker alone
-    wanted.sort((a, b) => Number(b.selected) - Number(a.selected));
-    placeLabels(wanted).forEach((box, i) => {
-      const w = wanted[i] as (typeof wanted)[number];
+    // the selected head's label first (it wins its spot), then the others; a label that
+    // finds no spot clear of every dot, ring and label is left to the hover label
+    wishes.sort((a, b) => Number(b.selected) - Number(a.selected));
+    const plotBounds = { x: 0, y: 0, width: W, height: Number(svg.getAttribute("height")) };
+    placeLabels(wishes, obstacles, plotBounds).forEach((box, i) => {
+      const w = wishes[i] as (typeof wishes)[number];
+      if (box === null) return;
       labels.append(
         svgEl(
           doc,
           "text",
           {
+            class: "cw-label",
+            "data-cw-label": w.text,
             x: box.x,
             y: box.y + box.height - 1,
             "font-size": w.selected ? 12 : 10,
@@ -222,6 +248,13 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
       );
     });
     svg.append(labels);
+    // the hovered head's name, drawn on top (every head is reachable this way)
+    const hoverLabel = svgEl(doc, "g", { class: "cw-hover-label", "pointer-events": "none", visibility: "hidden" });
+    hoverLabel.append(
+      svgEl(doc, "rect", { rx: 2, fill: "#fff", "fill-opacity": 0.92, stroke: "#999", "stroke-width": 0.6 }),
+      svgEl(doc, "text", { "font-size": 11, fill: "#111" }),
+    );
+    svg.append(hoverLabel);
     return svg;
   }
 
@@ -229,7 +262,9 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
     const box = el(doc, "div", "cw-complex");
     const eigs = headEigenvalues(d, c, sel.layer, sel.head);
     const size = 124;
-    const svg = svgEl(doc, "svg", { width: size + 8, height: size + 8, viewBox: `-4 -4 ${size + 8} ${size + 8}` });
+    const top = 18; // the plot's title
+    const svg = svgEl(doc, "svg", { width: size + 8, height: size + 8 + top, viewBox: `-4 ${-4 - top} ${size + 8} ${size + 8 + top}`, role: "img", "aria-label": `${title}: eigenvalues in the complex plane` });
+    svg.append(svgEl(doc, "text", { class: "cw-complex-title", x: 0, y: -6, "font-size": 11.5, "font-weight": 600, fill: "#222" }, `${title} eigenvalues λ`));
     const r = Math.max(1e-12, ...eigs.map(([re, im]) => Math.hypot(re, im)));
     const s = linearScale([-r * 1.08, r * 1.08], [0, size]);
     const sy = linearScale([-r * 1.08, r * 1.08], [size, 0]);
@@ -238,7 +273,7 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
     svg.append(svgEl(doc, "line", { x1: 0, x2: size, y1: sy(0), y2: sy(0), stroke: "#ccc" }));
     svg.append(svgEl(doc, "circle", { cx: s(0), cy: sy(0), r: s(r) - s(0), fill: "none", stroke: "#e5e5e5", "stroke-dasharray": "2 2" }));
     for (const [re, im] of eigs) {
-      const colour = re >= 0 ? "#b2182b" : "#2166ac";
+      const colour = re >= 0 ? POSITIVE : NEGATIVE;
       const dot = svgEl(doc, "circle", { cx: s(re), cy: sy(im), r: 3, fill: colour, "fill-opacity": 0.75 });
       svgTitle(doc, dot, `λ = ${fmt(re, 3)}${im >= 0 ? " + " : " − "}${fmt(Math.abs(im), 3)}i`);
       svg.append(dot);
@@ -291,20 +326,56 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
       qkTitle = src[0] !== undefined && src[0] >= 0 ? `QK via ${headName(src[0], src[1] as number)}` : "QK via K-comp.";
     }
     pair.append(drawComplex(d, 0, sel, "OV"), drawComplex(d, qkIndex, sel, qkTitle));
+    const key = svgEl(doc, "svg", { class: "cw-eig-key", width: 270, height: 16, viewBox: "0 0 270 16", role: "img", "aria-label": "colour key of the eigenvalue plots" });
+    key.append(
+      svgEl(doc, "circle", { cx: 5, cy: 8, r: 3.5, fill: POSITIVE, "fill-opacity": 0.75 }),
+      svgEl(doc, "text", { x: 13, y: 12, "font-size": 11, fill: "#333" }, "Re λ ≥ 0 (copying)"),
+      svgEl(doc, "circle", { cx: 131, cy: 8, r: 3.5, fill: NEGATIVE, "fill-opacity": 0.75 }),
+      svgEl(doc, "text", { x: 139, y: 12, "font-size": 11, fill: "#333" }, "Re λ < 0 (anti-copying)"),
+    );
     const detTitle = el(doc, "div", "cw-side-title", "Detector scores (attention on repeated random tokens)");
     detTitle.style.marginTop = "8px";
     detTitle.style.fontWeight = "400";
     detTitle.style.fontSize = "12px";
-    side.replaceChildren(heading, pair, detTitle, drawDetectors(d, sel));
+    side.replaceChildren(heading, pair, key, detTitle, drawDetectors(d, sel));
 
     const notes = m.get("method_notes");
-    note.textContent = `${METHOD_LABELS[method] ?? method}: ${Array.isArray(notes) ? String(notes[methodIndex()] ?? "") : ""}. Click a head to select it.`;
+    note.textContent = `${METHOD_LABELS[method] ?? method}: ${Array.isArray(notes) ? String(notes[methodIndex()] ?? "") : ""}.`;
+    note.append(hint);
     panel.status.textContent = `${headName(sel.layer, sel.head)} selected (OV ${fmt(scoreAt(d, methodIndex(), 0, sel.layer, sel.head))}, QK ${fmt(scoreAt(d, methodIndex(), qkIndex, sel.layer, sel.head))})`;
   }
 
   const frame = perFrame(draw);
 
+  function showHoverLabel(event: Event): void {
+    const g = (event.target as Element | null)?.closest?.("[data-cw-head]");
+    const svg = plotBox.querySelector("svg");
+    const label = svg?.querySelector<SVGGElement>(".cw-hover-label");
+    if (!label) return;
+    if (!g) {
+      label.setAttribute("visibility", "hidden");
+      return;
+    }
+    const [layer, head] = (g.getAttribute("data-cw-head") ?? "").split(".").map(Number);
+    const px = Number(g.getAttribute("data-cw-x"));
+    const py = Number(g.getAttribute("data-cw-y"));
+    const name = headName(layer as number, head as number);
+    const text = label.querySelector("text") as SVGTextElement;
+    const rect = label.querySelector("rect") as SVGRectElement;
+    const width = name.length * 7 + 8;
+    const width0 = Number(svg?.getAttribute("width")) || PLOT.width;
+    const left = px + 10 + width > width0 ? px - 10 - width : px + 10;
+    text.textContent = name;
+    text.setAttribute("x", String(left + 4));
+    text.setAttribute("y", String(py - 10));
+    for (const [k, v] of Object.entries({ x: left, y: py - 22, width, height: 16 })) rect.setAttribute(k, String(v));
+    label.setAttribute("visibility", "visible");
+  }
+
   cleanups.push(
+    listen(plotBox, "mouseover", showHoverLabel),
+    listen(plotBox, "focusin", showHoverLabel),
+    listen(plotBox, "mouseleave", showHoverLabel),
     listen(plotBox, "click", (event) => {
       const g = (event.target as Element | null)?.closest?.("[data-cw-head]");
       const value = g?.getAttribute("data-cw-head");
