@@ -119,3 +119,68 @@ export function edgeWidth(value: number, max: number): number {
   if (!(max > 0) || !(value > 0)) return 1;
   return 1 + 5 * Math.min(1, value / max);
 }
+
+/** Points along the edge drawn by `edgePath(a, b, radius, bend)` (the same cubic Bézier), `steps` segments. */
+export function edgePoints(a: { x: number; y: number }, b: { x: number; y: number }, radius: number, bend = 0, steps = 32): { x: number; y: number }[] {
+  const x0 = a.x + radius;
+  const x1 = b.x - radius;
+  const dx = (x1 - x0) / 2;
+  const p = [
+    [x0, a.y],
+    [x0 + dx, a.y + bend],
+    [x1 - dx, b.y + bend],
+    [x1, b.y],
+  ] as const;
+  const out: { x: number; y: number }[] = [];
+  for (let i = 0; i <= steps; i++) {
+    const t = i / steps;
+    const u = 1 - t;
+    const w = [u * u * u, 3 * u * u * t, 3 * u * t * t, t * t * t];
+    out.push({
+      x: w.reduce((s, k, j) => s + k * (p[j] as readonly [number, number])[0], 0),
+      y: w.reduce((s, k, j) => s + k * (p[j] as readonly [number, number])[1], 0),
+    });
+  }
+  return out;
+}
+
+/** Distance from point `p` to the segment `a`–`b`. */
+export function segmentDistance(p: { x: number; y: number }, a: { x: number; y: number }, b: { x: number; y: number }): number {
+  const vx = b.x - a.x;
+  const vy = b.y - a.y;
+  const len2 = vx * vx + vy * vy;
+  const t = len2 > 0 ? Math.max(0, Math.min(1, ((p.x - a.x) * vx + (p.y - a.y) * vy) / len2)) : 0;
+  return Math.hypot(p.x - (a.x + t * vx), p.y - (a.y + t * vy));
+}
+
+/** Distance from `p` to a polyline. */
+export function polylineDistance(p: { x: number; y: number }, points: readonly { x: number; y: number }[]): number {
+  let best = Number.POSITIVE_INFINITY;
+  for (let i = 1; i < points.length; i++) best = Math.min(best, segmentDistance(p, points[i - 1] as { x: number; y: number }, points[i] as { x: number; y: number }));
+  if (points.length === 1) best = Math.hypot(p.x - (points[0] as { x: number }).x, p.y - (points[0] as { y: number }).y);
+  return best;
+}
+
+/**
+ * The index of the edge nearest to `p` (by distance to its drawn curve, so a
+ * click near a crossing picks the edge the pointer is actually closer to), or
+ * -1 when none is within `within` px.
+ */
+export function nearestEdge(p: { x: number; y: number }, curves: readonly (readonly { x: number; y: number }[])[], within = 8): number {
+  let best = -1;
+  let bestD = within;
+  curves.forEach((pts, i) => {
+    const d = polylineDistance(p, pts);
+    if (d <= bestD) {
+      best = i;
+      bestD = d;
+    }
+  });
+  return best;
+}
+
+/** Opacity of an edge of `value` when the strongest drawn edge is `max`: strength alone decides (never the selection). */
+export function edgeOpacity(value: number, max: number): number {
+  if (!(max > 0) || !(value > 0)) return 0.35;
+  return 0.35 + 0.6 * Math.min(1, value / max);
+}

@@ -14,16 +14,21 @@ import {
   compValue,
   type Edge,
   edgeId,
+  edgeOpacity,
   edgeOr,
   edgePath,
+  edgePoints,
   edgeWidth,
   type Kind,
   KIND_STYLE,
   KINDS,
   layeredLayout,
+  nearestEdge,
   parseEdgeId,
   strongestEdges,
 } from "../lib/graph";
+import { colourBar } from "../lib/colourbar";
+import { noExport } from "../lib/export";
 import { cellAtEvent, drawHeatmap, outlineCells } from "../lib/heatmap";
 import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
@@ -47,9 +52,11 @@ export interface CompositionTraits {
 
 type Model = AnyModel<CompositionTraits>;
 
-const MAP_MIN = 96;
-const MAP_MAX = 210;
-const MAP_CELL = 22;
+const MAP_MIN = 150;
+const MAP_MAX = 300;
+const MAP_CELL = 32;
+/** A click this close (px) to an edge's curve selects the nearest edge. */
+const EDGE_PICK_PX = 8;
 const EDGE_COUNTS = [6, 12, 24, 48];
 
 export function renderComposition({ model, el: root }: RenderProps<CompositionTraits>): () => void {
@@ -83,7 +90,13 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
 
   const maps = el(doc, "div", "cw-maps");
   const graphBox = el(doc, "div", "cw-graph");
-  panel.body.append(graphBox, maps);
+  const mapsColumn = el(doc, "div", "cw-maps-column");
+  const barBox = el(doc, "div", "cw-bar-box");
+  const cellLine = noExport(el(doc, "div", "cw-cell-value"));
+  mapsColumn.append(maps, barBox, cellLine);
+  panel.body.append(graphBox, mapsColumn);
+  /** The edges drawn in the graph and their curves (graph coordinates), for picking the nearest. */
+  let drawn: { edge: Edge; points: { x: number; y: number }[] }[] = [];
   const keys = el(doc, "div", "cw-keys");
   const note = el(doc, "div", "cw-note");
   panel.body.after(keys, note);
@@ -173,6 +186,9 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
     const sub = subtract();
     const limit = colourLimit(d, sub);
     const lut: Lut = sub ? DIVERGING : VIRIDIS;
+    barBox.replaceChildren(
+      colourBar(doc, lut, sub ? -limit : 0, limit, sub ? "composition score − random baseline" : "composition score", Math.max(200, Math.min(320, size + 40))),
+    );
     canvases.forEach((canvas, k) => {
       const ctx = drawHeatmap(canvas, heatmapCells(d, k, sub, limit), lut, { width: size, height: size, empty: [236, 236, 236, 255] });
       if (ctx === null) return;
@@ -214,8 +230,8 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
         edges.push({ kind, l1, h1, l2, h2, value: compValue(d, KINDS.indexOf(kind), l1, h1, l2, h2, sub) });
       }
     }
-    const width = Math.max(220, Math.min(420, 130 * d.nLayers));
-    const layout = layeredLayout(d.nLayers, d.nHeads, width);
+    const width = Math.max(280, Math.min(560, 180 * d.nLayers));
+    const layout = layeredLayout(d.nLayers, d.nHeads, width, { rowGap: d.nHeads > 16 ? 18 : 34, side: 40 });
     const svg = svgEl(doc, "svg", { width, height: layout.height, viewBox: `0 0 ${width} ${layout.height}`, role: "img", "aria-label": "composition graph" });
     for (let l = 0; l < d.nLayers; l++) {
       const p = layout.node(l, 0);
@@ -225,15 +241,17 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
     const incident = (e: Edge) => (e.l1 === sel.layer && e.h1 === sel.head) || (e.l2 === sel.layer && e.h2 === sel.head);
     const edgeGroup = svgEl(doc, "g");
     const ordered = [...edges].sort((a, b) => Number(incident(a)) - Number(incident(b)) || a.value - b.value);
+    drawn = [];
     for (const e of ordered) {
       const a = layout.node(e.l1, e.h1);
       const b = layout.node(e.l2, e.h2);
-      const bend = (KINDS.indexOf(e.kind) - 1) * 5;
+      const bend = (KINDS.indexOf(e.kind) - 1) * 6;
       const d1 = edgePath(a, b, layout.radius, bend);
+      drawn.push({ edge: e, points: edgePoints(a, b, layout.radius, bend) });
       const isSelected = sel.edge !== null && edgeId(e) === edgeId({ l1: sel.edge[0], h1: sel.edge[1], l2: sel.edge[2], h2: sel.edge[3] }) && (sel.edgeKind === "" || sel.edgeKind === e.kind);
       const g = svgEl(doc, "g", { class: "cw-edge", "data-cw-edge": edgeId(e), "data-cw-kind": e.kind });
       const style = KIND_STYLE[e.kind];
-      if (isSelected) g.append(svgEl(doc, "path", { d: d1, fill: "none", stroke: "#000", "stroke-width": edgeWidth(e.value, max) + 4, "stroke-opacity": 0.8 }));
+      if (isSelected) g.append(svgEl(doc, "path", { class: "cw-edge-selected", d: d1, fill: "none", stroke: "#000", "stroke-width": edgeWidth(e.value, max) + 4, "stroke-opacity": 0.8 }));
       g.append(
         svgEl(doc, "path", {
           class: "cw-edge-line",
@@ -242,11 +260,12 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
           stroke: style.colour,
           "stroke-width": edgeWidth(e.value, max),
           "stroke-dasharray": style.dash,
-          "stroke-opacity": incident(e) || isSelected ? 0.95 : 0.4,
+          // strength alone sets the shade, so a selected head's weak edge never looks strong
+          "stroke-opacity": isSelected ? 0.95 : edgeOpacity(e.value, max),
           "stroke-linecap": "round",
         }),
       );
-      g.append(svgEl(doc, "path", { d: d1, fill: "none", stroke: "transparent", "stroke-width": 9 }));
+      g.append(svgEl(doc, "path", { d: d1, fill: "none", stroke: "transparent", "stroke-width": 2 * EDGE_PICK_PX }));
       svgTitle(doc, g, `${headName(e.l1, e.h1)} → ${headName(e.l2, e.h2)}: ${e.kind}-composition ${fmt(e.value, 3)}${sub ? " above baseline" : ""}`);
       edgeGroup.append(g);
     }
@@ -283,8 +302,9 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
     const graph = drawGraph(d, sel);
     graphBox.replaceChildren(graph);
     note.textContent = sub
-      ? `Scores ‖W_A W_B‖ / (‖W_A‖ ‖W_B‖) minus ${fmt(d.baseline, 3)}, the expected score of random matrices (blue below, red above). Click an edge, a cell or a head.`
-      : "Scores ‖W_A W_B‖ / (‖W_A‖ ‖W_B‖), raw. Click an edge, a cell or a head.";
+      ? `Scores ‖W_A W_B‖ / (‖W_A‖ ‖W_B‖) minus ${fmt(d.baseline, 3)}, the expected score of random matrices (blue below, red above).`
+      : "Scores ‖W_A W_B‖ / (‖W_A‖ ‖W_B‖), raw.";
+    note.append(noExport(el(doc, "span", undefined, " Click an edge, a cell or a head; hover a cell for its value.")));
     if (sel.edge) {
       const [l1, h1, l2, h2] = sel.edge;
       const k = KINDS.indexOf(sel.edgeKind as Kind);
@@ -297,6 +317,15 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
 
   const frame = perFrame(draw);
 
+  /** A pointer event's position in the graph's own coordinates (the SVG may be drawn scaled). */
+  function graphPoint(event: MouseEvent): { x: number; y: number } | null {
+    const svg = graphBox.querySelector("svg");
+    const ctm = svg?.getScreenCTM?.();
+    if (!svg || !ctm) return null;
+    const inv = ctm.inverse();
+    return { x: inv.a * event.clientX + inv.c * event.clientY + inv.e, y: inv.b * event.clientX + inv.d * event.clientY + inv.f };
+  }
+
   function selectEdge(l1: number, h1: number, l2: number, h2: number, kind: string): void {
     setTraits(m, { selected_edge: [l1, h1, l2, h2], edge_kind: kind, selected_layer: l2, selected_head: h2 });
     frame.schedule();
@@ -305,13 +334,21 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
   cleanups.push(
     listen(graphBox, "click", (event) => {
       const target = event.target as Element | null;
-      const edge = target?.closest?.("[data-cw-edge]");
-      if (edge) {
-        const parsed = parseEdgeId(edge.getAttribute("data-cw-edge") ?? "");
-        if (parsed) selectEdge(...parsed, edge.getAttribute("data-cw-kind") ?? "");
+      const node = target?.closest?.("[data-cw-head]");
+      if (!node) {
+        // the edge whose curve is nearest the pointer (at a crossing, the one the pointer is closer to)
+        const p = graphPoint(event);
+        const i = p === null ? -1 : nearestEdge(p, drawn.map((d) => d.points), EDGE_PICK_PX);
+        const hit = drawn[i]?.edge;
+        if (hit) {
+          selectEdge(hit.l1, hit.h1, hit.l2, hit.h2, hit.kind);
+          return;
+        }
+        const edge = target?.closest?.("[data-cw-edge]");
+        const parsed = edge ? parseEdgeId(edge.getAttribute("data-cw-edge") ?? "") : null;
+        if (edge && parsed) selectEdge(...parsed, edge.getAttribute("data-cw-kind") ?? "");
         return;
       }
-      const node = target?.closest?.("[data-cw-head]");
       if (node) {
         const [layer, head] = (node.getAttribute("data-cw-head") ?? "").split(".").map(Number);
         setTraits(m, { selected_layer: layer as number, selected_head: head as number });
@@ -341,7 +378,12 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
       const l2 = Math.floor(cell.col / d.nHeads) + 1;
       const k = KINDS.indexOf((canvas.dataset.kind ?? "Q") as Kind);
       const v = compValue(d, k, l1, cell.row % d.nHeads, l2, cell.col % d.nHeads, subtract());
-      canvas.title = `${headName(l1, cell.row % d.nHeads)} → ${headName(l2, cell.col % d.nHeads)}: ${Number.isFinite(v) ? fmt(v, 3) : "not an earlier head"}`;
+      const text = `${canvas.dataset.kind ?? ""}-composition ${headName(l1, cell.row % d.nHeads)} → ${headName(l2, cell.col % d.nHeads)}: ${Number.isFinite(v) ? `${fmt(v, 3)}${subtract() ? " above baseline" : ""}` : "not an earlier head"}`;
+      canvas.title = text;
+      cellLine.textContent = text;
+    }),
+    listen(maps, "mouseleave", () => {
+      cellLine.textContent = "";
     }),
     listen(baselineBox, "change", () => {
       setTraits(m, { subtract_baseline: baselineBox.checked });
