@@ -90,13 +90,29 @@ def _pack_complex(values: NDArray[np.complex128]) -> NDArray[np.float32]:
     return np.stack([values.real, values.imag], axis=-1).astype(np.float32)
 
 
-def _strongest_induction(detectors: NDArray[np.float32]) -> dict[str, int]:
-    """``selected_layer`` / ``selected_head`` of the head with the highest induction score ({} when there is none)."""
+#: Below this induction score no head counts as an induction head (random heads score ~1/n).
+INDUCTION_MIN = 0.2
+
+
+def _strongest_induction(detectors: NDArray[np.float32], ov_scores: NDArray[Any] | None = None) -> dict[str, int]:
+    """``selected_layer`` / ``selected_head`` to open on: the strongest induction head, else the strongest copying head.
+
+    A head counts as an induction head from :data:`INDUCTION_MIN`; without one (a
+    one-layer model) the head with the largest OV copying score ``ov_scores``
+    ``[n_layers, n_heads]`` is chosen, never an anti-copying head picked by noise.
+    Returns {} when neither is known.
+    """
     induction = detectors[DETECTORS.index("induction")]
-    if not induction.size or np.isnan(induction).all():
-        return {}
-    layer, head = np.unravel_index(int(np.nanargmax(induction)), induction.shape)
-    return {"selected_layer": int(layer), "selected_head": int(head)}
+    if induction.size and not np.isnan(induction).all() and np.nanmax(induction) >= INDUCTION_MIN:
+        layer, head = np.unravel_index(int(np.nanargmax(induction)), induction.shape)
+        return {"selected_layer": int(layer), "selected_head": int(head)}
+    if ov_scores is not None and ov_scores.size and not np.isnan(ov_scores).all():
+        layer, head = np.unravel_index(int(np.nanargmax(ov_scores)), ov_scores.shape)
+        return {"selected_layer": int(layer), "selected_head": int(head)}
+    if induction.size and not np.isnan(induction).all():
+        layer, head = np.unravel_index(int(np.nanargmax(induction)), induction.shape)
+        return {"selected_layer": int(layer), "selected_head": int(head)}
+    return {}
 
 
 def _complex_heads(name: str, values: ArrayLike, like: tuple[int, ...] | None = None) -> NDArray[np.complex128]:
@@ -288,7 +304,7 @@ class EigenScatter(CircuitWidget):
         if model.cfg.n_layers < 2:
             state["qk_circuit"] = "qk"
         state["method"] = state["methods"][0]
-        return {**state, **_strongest_induction(state["detectors"])}
+        return {**state, **_strongest_induction(state["detectors"], np.asarray(state["scores"])[0, 0])}
 
     @classmethod
     def from_model(
@@ -350,7 +366,7 @@ class EigenScatter(CircuitWidget):
             "method": "eigen",
             "qk_circuit": "qk" if qk_kcomp is None else "qk_kcomp",
             "model_name": model_name,
-            **_strongest_induction(found),
+            **_strongest_induction(found, eigen_score(eig_ov)),
         }
         return cls(**{**state, **kwargs})
 
