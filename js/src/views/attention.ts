@@ -27,6 +27,7 @@ import {
 } from "../lib/attentionui";
 import { DIVERGING, divergingIndex, type Lut } from "../lib/colour";
 import { el, listen } from "../lib/dom";
+import { noExport } from "../lib/export";
 import { blit, type CellSource, cellImage, type RGBA, sizeCanvas } from "../lib/heatmap";
 import { makePanel, segmented, setTitle } from "../lib/panel";
 import {
@@ -237,10 +238,10 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   canvas.tabIndex = 0;
   canvas.setAttribute("role", "img");
   const legend = el(doc, "div", "cw-legend");
-  const hoverLine = el(doc, "div", "cw-hover");
+  const hoverLine = noExport(el(doc, "div", "cw-hover"));
   main.append(caption, canvas, legend, hoverLine);
   panel.body.append(thumbs, main);
-  const tokensHead = el(doc, "div", "cw-tokens-head");
+  const tokensHead = noExport(el(doc, "div", "cw-tokens-head"));
   const tokenBox = el(doc, "div", "cw-tokens");
   // the status line (selection in words) stays last
   root.insertBefore(tokensHead, panel.status);
