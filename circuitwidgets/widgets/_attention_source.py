@@ -1,7 +1,8 @@
 """Where an attention widget's data comes from, and how it streams to the view.
 
 - :func:`from_model_source`: tokens, patterns of every layer, value norms and logit
-  effects of one forward pass;
+  effects of one forward pass; :func:`qk_from_model`: tokens, queries and keys
+  (long inputs);
 - :class:`Source`: validated data for a new widget, encoded at once or by a
   :class:`Stream` (one head per turn of the kernel's event loop; see
   *Streaming* in :mod:`circuitwidgets.widgets.attention`).
@@ -18,6 +19,7 @@ import torch
 from numpy.typing import NDArray
 
 from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
+from circuitwidgets.circuits.tiles import QKPatterns
 from circuitwidgets.errors import ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._attention_codec import Heads, check_state_bytes, encode_all, head_size, pack, validate
@@ -25,7 +27,17 @@ from circuitwidgets.widgets._attention_codec import Heads, check_state_bytes, en
 if TYPE_CHECKING:
     from circuitwidgets.widgets.attention import AttentionPatterns
 
-__all__ = ["STREAM_BYTES", "Source", "Stream", "default_diagonals", "from_model_source", "repeat_period", "running_loop"]
+__all__ = [
+    "STREAM_BYTES",
+    "Source",
+    "Stream",
+    "default_diagonals",
+    "from_model_source",
+    "qk_from_model",
+    "repeat_period",
+    "running_loop",
+    "token_ids",
+]
 
 #: Patterns larger than this (bytes, encoded) stream head by head when an event loop runs.
 STREAM_BYTES = 16 * 2**20
@@ -194,8 +206,8 @@ class Source:
         return data, None
 
 
-def from_model_source(model: Any, text_or_tokens: Any) -> Source:
-    """Tokens, patterns (every layer), value norms and logit effects of one forward pass."""
+def token_ids(model: Any, text_or_tokens: Any) -> torch.Tensor:
+    """Checked token ids ``[pos]`` for ``model`` from a text (tokenised, BOS as the model does) or ids."""
     if not isinstance(model, CircuitModel):
         raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
     if isinstance(text_or_tokens, str):
@@ -224,9 +236,30 @@ def from_model_source(model: Any, text_or_tokens: Any) -> Source:
             raise ShapeError("text_or_tokens: expected at least one token, got 0")
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
             raise ArgumentTypeError(f"text_or_tokens: expected integer token ids, got dtype {ids.dtype}")
-    ids = model._check_tokens(ids)[0]
+    checked: torch.Tensor = model._check_tokens(ids)[0]
+    return checked
+
+
+def from_model_source(model: CircuitModel, ids: torch.Tensor) -> Source:
+    """Tokens, patterns (every layer), value norms and logit effects of one forward pass over ``ids [pos]``."""
     check_state_bytes(model.cfg.n_layers, model.cfg.n_heads, int(ids.shape[0]), value_weighted=True)
     tokens = model.to_str_tokens(ids)
     _, cache = model.run_with_cache(ids[None], names=["pattern", "v", "z"])
     heads = Heads([cache["pattern", layer][0] for layer in range(model.cfg.n_layers)], len(tokens))
     return Source(tokens, heads, True, value_norms(model, cache), logit_effects(model, cache, ids), known_causal=True)
+
+
+def qk_from_model(model: CircuitModel, ids: torch.Tensor) -> tuple[list[str], QKPatterns]:
+    """Tokens and the post-rotary queries and keys of every layer (one forward pass, no pattern kept).
+
+    The cache records ``q`` and ``k`` as ``[batch, pos, head, d_head]`` (keys already repeated
+    per query head); the model's scale, soft-cap and per-layer sliding windows go with them.
+    Cost: ``8 · n_layers · n_heads · pos · d_head`` bytes.
+    """
+    cfg = model.cfg
+    _, cache = model.run_with_cache(ids[None], names=["q", "k"])
+    q = torch.stack([cache["q", layer][0].transpose(0, 1) for layer in range(cfg.n_layers)]).float()
+    k = torch.stack([cache["k", layer][0].transpose(0, 1) for layer in range(cfg.n_layers)]).float()
+    windows = [cfg.window(layer) for layer in range(cfg.n_layers)]
+    engine = QKPatterns(q, k, causal=True, scale=cfg.scale, sliding_window=windows, softcap=cfg.attn_softcap)
+    return model.to_str_tokens(ids), engine

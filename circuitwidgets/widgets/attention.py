@@ -61,7 +61,8 @@ import traitlets
 from numpy.typing import ArrayLike, NDArray
 
 from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+from circuitwidgets.circuits.tiles import TILE, QKPatterns
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
 from circuitwidgets.widgets._attention_codec import (
@@ -83,14 +84,19 @@ from circuitwidgets.widgets._attention_source import (
     Stream,
     default_diagonals,
     from_model_source,
+    qk_from_model,
     repeat_period,
     running_loop,
+    token_ids,
 )
+from circuitwidgets.widgets._attention_tiles import EXPORT_BUDGET_BYTES, TileSource
 from circuitwidgets.widgets._base import CircuitWidget
 from circuitwidgets.widgets._spec import NONE, head_selection, trait_error, view_data, view_setting
 from circuitwidgets.widgets._traits import Choice, SelectionIndex
 
 __all__ = [
+    "EXPORT_BUDGET_BYTES",
+    "LONG_TOKENS",
     "MAX_STATE_BYTES",
     "STREAM_BYTES",
     "AttentionPatterns",
@@ -105,6 +111,9 @@ __all__ = [
 ]
 
 _KINDS = ("raw", "value")
+
+#: ``from_model`` computes patterns on demand from queries and keys above this many tokens.
+LONG_TOKENS = 2048
 _MAX_LABEL = 40
 _MAX_OFFSET = 2**20
 
@@ -118,7 +127,7 @@ def _value_patterns_present(view: Any, kind: str) -> str | None:
     return None
 
 
-_DATA_TRAITS = ("patterns", "value_patterns")
+_DATA_TRAITS = ("patterns", "value_patterns", "overview", "top_sources", "top_weights")
 
 
 class AttentionPatterns(CircuitWidget):
@@ -187,6 +196,24 @@ class AttentionPatterns(CircuitWidget):
     """Offset diagonals ``dest - src = offset`` to mark, ``[{"offset": int, "label": str}]``: by
     default previous-token (1), and induction (``p - 1``) when the tokens repeat with period ``p``."""
 
+    tile_block = view_data(traitlets.Int(0))
+    """Long contexts (:meth:`from_qk`): tokens per overview block along each side; 0 for dense ``patterns``."""
+
+    tile_size = view_data(traitlets.Int(0))
+    """Long contexts: blocks along a tile's side (tiles of level ``l`` have blocks of ``2^l`` tokens); 0 otherwise."""
+
+    overview = view_data(NDArrayTrait(dtype="float16", ndim=5, allow_none=True))
+    """Long contexts: each head's block max and mean, float16 ``[n_layers, n_heads, 2, G, G]`` with
+    ``G = ceil(n / tile_block)`` (exact aggregates of the pattern); ``[n_layers, n_heads, 2, 0, 0]`` while
+    heads are summarised; ``None`` for dense ``patterns``."""
+
+    top_sources = view_data(NDArrayTrait(dtype="int32", ndim=4, allow_none=True))
+    """Long contexts: each query row's strongest sources, int32 ``[n_layers, n_heads, n, k]`` (-1: none),
+    ``k`` chosen to fit :data:`EXPORT_BUDGET_BYTES`; what an exported page shows at full resolution."""
+
+    top_weights = view_data(NDArrayTrait(dtype="float16", ndim=4, allow_none=True))
+    """Long contexts: the weights of ``top_sources``, float16 ``[n_layers, n_heads, n, k]``."""
+
     selected_layer = head_selection(SelectionIndex("n_layers"))
     """Layer of the head shown large, ``0..n_layers-1``."""
 
@@ -205,25 +232,37 @@ class AttentionPatterns(CircuitWidget):
         text_or_tokens: str | Sequence[int] | torch.Tensor | None = None,
         *,
         stream: bool | None = None,
+        long: bool | None = None,
         _source: Source | None = None,
+        _qk: tuple[list[str], QKPatterns] | None = None,
         **kwargs: Any,
     ) -> None:
         self._stream: Stream | None = None
+        self._tiles: TileSource | None = None
         self._opened = False
         if "tokens" in kwargs and not {"patterns", "attention"} & kwargs.keys() and _source is None and model is None:
             # CircuitsVis' spelling would otherwise build a widget with tokens and no patterns
             raise TypeError(f"AttentionPatterns() got tokens= without patterns: {self._spellings['tokens']}")
         if model is not None:
-            _source = from_model_source(model, text_or_tokens)
+            ids = token_ids(model, text_or_tokens)
+            if long or (long is None and int(ids.shape[0]) > LONG_TOKENS):
+                _qk = qk_from_model(model, ids)
+            else:
+                _source = from_model_source(model, ids)
         elif text_or_tokens is not None:
             raise ArgumentTypeError("model: expected a CircuitModel when text_or_tokens is given, got None")
         loop = running_loop()
         if _source is not None:
             data, self._stream = _source.prepare(self, stream, loop is not None)
             kwargs = {**data, **kwargs}
+        if _qk is not None:
+            self._tiles = TileSource(_qk[1], lambda content, buffers: self.send(content, buffers))
+            kwargs = {**self._tiles_data(*_qk), **kwargs}
         super().__init__(**kwargs)
         self._opened = True
         self.on_msg(self._on_custom)
+        if self._tiles is not None:
+            self._start_tiles(loop)
         pending = self._stream
         if pending is not None:
             pending.prioritise(self.selected_layer, self.selected_head)
@@ -239,15 +278,22 @@ class AttentionPatterns(CircuitWidget):
         text_or_tokens: str | Sequence[int] | torch.Tensor,
         *,
         stream: bool | None = None,
+        long: bool | None = None,
         **kwargs: Any,
     ) -> AttentionPatterns:
-        """Same as ``AttentionPatterns(model, text_or_tokens)``."""
-        return cls(model, text_or_tokens, stream=stream, **kwargs)
+        """Same as ``AttentionPatterns(model, text_or_tokens)``.
+
+        ``long``: compute patterns on demand from the queries and keys (as :meth:`from_qk`);
+        ``None``: when there are more than :data:`LONG_TOKENS` tokens.
+        """
+        return cls(model, text_or_tokens, stream=stream, long=long, **kwargs)
 
     @classmethod
     def initial(cls, model: CircuitModel, text_or_tokens: str | Sequence[int] | torch.Tensor) -> dict[str, Any]:
         """Initial data traits for ``model`` on a text or token ids, encoded at once (no streaming)."""
-        state, _ = from_model_source(model, text_or_tokens).prepare(None, stream=False, loop_running=False)
+        state, _ = from_model_source(model, token_ids(model, text_or_tokens)).prepare(
+            None, stream=False, loop_running=False
+        )
         return state
 
     @classmethod
@@ -299,17 +345,104 @@ class AttentionPatterns(CircuitWidget):
             stream=stream, _source=Source(token_list, heads, causal, norms, effect, known_causal=False), **kwargs
         )
 
+    @classmethod
+    def from_qk(
+        cls,
+        tokens: Sequence[str],
+        q: Any,
+        k: Any,
+        *,
+        causal: bool = True,
+        scale: float | None = None,
+        sliding_window: int | Sequence[int | None] | None = None,
+        softcap: float | None = None,
+        **kwargs: Any,
+    ) -> AttentionPatterns:
+        """A widget for long contexts: patterns computed exactly, on demand, from queries and keys.
+
+        Parameters
+        ----------
+        tokens
+            The ``N`` token strings.
+        q
+            Post-rotary queries ``[n_layers, n_heads, N, d_head]`` (numpy or torch).
+        k
+            Post-rotary keys ``[n_layers, n_kv_heads, N, d_head]``; ``n_heads`` a multiple of
+            ``n_kv_heads`` (grouped-query attention).
+        causal, scale, sliding_window, softcap
+            As in :class:`~circuitwidgets.circuits.tiles.QKPatterns`: scores ``softcap(q · k / scale)``
+            (``scale`` defaults to ``sqrt(d_head)``), masked causally and to the window.
+        **kwargs
+            Initial traits, for example ``selected_head=3``.
+
+        Notes
+        -----
+        The kernel holds ``q`` and ``k`` (float32) and each head's row log-sum-exp, never an
+        ``N × N`` array. The view shows an overview (block max) of every head, then asks for
+        finer tiles as it zooms, down to single weights. Exported pages carry the overview
+        and each row's top-``k`` sources within :data:`EXPORT_BUDGET_BYTES`; finer zoom there
+        needs a live kernel. Value-weighted patterns and logit effects are not computed here.
+
+        Raises
+        ------
+        ArgumentTypeError, ShapeError, NonFiniteError, ArgumentError, MemoryBudgetError
+            Naming the argument.
+        """
+        token_list = check_tokens(tokens)
+        engine = QKPatterns(q, k, causal=causal, scale=scale, sliding_window=sliding_window, softcap=softcap)
+        if engine.n_tokens != len(token_list):
+            raise ShapeError(f"q: expected {len(token_list)} positions (one per token), got {engine.n_tokens}")
+        return cls(_qk=(token_list, engine), **kwargs)
+
     # ------------------------------------------------------------ streaming
 
     @property
     def streaming(self) -> bool:
-        """Whether heads are still being encoded and sent (see the module docs)."""
-        return self._stream is not None
+        """Whether heads are still being encoded (or, for long contexts, summarised) and sent."""
+        return self._stream is not None or (self._tiles is not None and not self._tiles.done)
+
+    @property
+    def qk(self) -> QKPatterns | None:
+        """The engine of a long-context widget (:meth:`from_qk`), or ``None``."""
+        return None if self._tiles is None else self._tiles.engine
 
     def finish(self) -> None:
-        """Encode the heads still streaming now (blocking), so the traits hold everything."""
+        """Encode (or summarise) the heads still streaming now (blocking), so the traits hold everything."""
         if self._stream is not None:
             self._stream.finish()
+        if self._tiles is not None:
+            self._tiles.finish()
+
+    def _tiles_data(self, tokens: list[str], engine: QKPatterns) -> dict[str, Any]:
+        shape = (engine.n_layers, engine.n_heads)
+        return {
+            "tokens": tokens,
+            "causal": engine.causal,
+            "patterns": np.zeros((*shape, 0), dtype=np.uint8),
+            "overview": np.zeros((*shape, 2, 0, 0), dtype=np.float16),
+            "tile_block": self._tiles.block if self._tiles is not None else 0,
+            "tile_size": TILE,
+            "diagonals": [{"offset": 1, "label": "previous token"}],
+        }
+
+    def _start_tiles(self, loop: Any) -> None:
+        tiles = self._tiles
+        assert tiles is not None
+        tiles.on_done = self._commit_tiles
+        tiles.prioritise(self.selected_layer, self.selected_head)
+        if loop is None:
+            tiles.finish()
+        else:
+            tiles.task = loop.create_task(tiles.run(lambda: self.comm is None or self._tiles is not tiles))
+
+    def _commit_tiles(self) -> None:
+        tiles = self._tiles
+        if tiles is None:
+            return
+        with self.hold_sync():
+            self.overview = tiles.overview
+            self.top_sources = tiles.top_sources
+            self.top_weights = tiles.top_weights
 
     def _commit_stream(self, stream: Stream) -> None:
         if self._stream is not stream:
@@ -321,12 +454,22 @@ class AttentionPatterns(CircuitWidget):
                 self.value_patterns = stream.value_patterns
 
     def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
-        if isinstance(content, dict) and content.get("type") == "want_heads" and self._stream is not None:
+        if not isinstance(content, dict):
+            return
+        kind = content.get("type")
+        if kind == "want_heads" and self._stream is not None:
             self._stream.send_ready()
+        elif kind == "want_heads" and self._tiles is not None:
+            self._tiles.send_ready()
+        elif kind in ("tile", "cancel"):
+            if self._tiles is None:
+                self.send({"type": "tile_error", "id": None, "message": "tiles need a long-context widget (from_qk)"})
+            else:
+                self._tiles.receive(content, running_loop())
 
     def get_state(self, key: str | Sequence[str] | None = None, drop_defaults: bool = False) -> dict[str, Any]:
         """The synced state; finishes a stream first when the data traits are asked for."""
-        if self._stream is not None and self._opened:
+        if self.streaming and self._opened:
             keys = {key} if isinstance(key, str) else (set(key) if key is not None else set(_DATA_TRAITS))
             if keys & set(_DATA_TRAITS):
                 self.finish()
@@ -340,7 +483,7 @@ class AttentionPatterns(CircuitWidget):
         in the kernel; a streamed state is larger than the fallback's limit
         (:data:`circuitwidgets.export.FALLBACK_STATE_LIMIT`) in any case.
         """
-        if self._stream is None:
+        if not self.streaming:
             return super()._repr_mimebundle_(**kwargs)
         bundle: tuple[dict[str, Any], dict[str, Any]] | None = anywidget.AnyWidget._repr_mimebundle_(self, **kwargs)
         return bundle
@@ -349,6 +492,8 @@ class AttentionPatterns(CircuitWidget):
     def _on_selected_head(self, change: traitlets.Bunch) -> None:
         if self._stream is not None:
             self._stream.prioritise(self.selected_layer, self.selected_head)
+        if getattr(self, "_tiles", None) is not None:
+            self._tiles.prioritise(self.selected_layer, self.selected_head)  # type: ignore[union-attr]
 
     # ------------------------------------------------------------ validation
 
@@ -366,7 +511,8 @@ class AttentionPatterns(CircuitWidget):
         if p is None:
             return None
         expected = self._expected_layout()
-        pending = getattr(self, "_stream", None) is not None and p.ndim == 3 and p.shape[2] == 0
+        waiting = getattr(self, "_stream", None) is not None or getattr(self, "_tiles", None) is not None
+        pending = waiting and p.ndim == 3 and p.shape[2] == 0
         if not pending and (p.ndim != 2 + len(expected) or p.shape[2:] != expected):
             n = len(self.tokens)
             raise trait_error(
@@ -425,7 +571,12 @@ class AttentionPatterns(CircuitWidget):
         patterns = encode_all(heads, is_causal)
         n_layers, n_heads, n = heads.n_layers, heads.n_heads, len(token_list)
         self._stream = None
+        self._tiles = None
         with self.hold_trait_notifications():
+            self.overview = None  # type: ignore[assignment]
+            self.top_sources = None  # type: ignore[assignment]
+            self.top_weights = None  # type: ignore[assignment]
+            self.tile_block = self.tile_size = 0
             self.pattern_kind = "raw"
             # (the traits allow None; NDArrayTrait's static type does not say so)
             self.value_patterns = None  # type: ignore[assignment]
@@ -461,7 +612,14 @@ class AttentionPatterns(CircuitWidget):
 
     @property
     def attention(self) -> NDArray[np.float32]:
-        """The weights as the view sees them, ``[n_layers, n_heads, dest, src]`` in [0, 1]."""
+        """The weights as the view sees them, ``[n_layers, n_heads, dest, src]`` in [0, 1].
+
+        A long-context widget (:meth:`from_qk`) holds no dense weights: use ``qk.dense(layer, head)``.
+        """
+        if self._tiles is not None:
+            raise ArgumentError(
+                "attention: a long-context widget holds no dense patterns; use .qk.weights(...) or .qk.dense(...)"
+            )
         self.finish()
         return decode_patterns(self.patterns, self.n_tokens, self.causal)
 

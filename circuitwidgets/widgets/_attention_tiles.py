@@ -1,0 +1,242 @@
+"""Long contexts in the attention widget: overview streaming, top-k for export, the tile protocol.
+
+A widget built by :meth:`AttentionPatterns.from_qk` holds a
+:class:`~circuitwidgets.circuits.tiles.QKPatterns` and never an ``N × N`` array.
+
+Overview
+    Every head is summarised once (one chunked pass: log-sum-exp, block max and
+    mean over ``tile_block × tile_block`` tokens, each row's top-``k`` sources).
+    With an event loop the heads are summarised one per turn of the loop,
+    selected head first, and each goes to the view as a custom message
+    ``{"type": "overview", "heads": [[l, h]]}`` with one float16 buffer ``[2, G,
+    G]`` (max, mean); when all are done the traits ``overview``, ``top_sources``
+    and ``top_weights`` are set, so saved state and exported pages hold them.
+
+Export budget
+    ``overview`` (float16 ``[L, H, 2, G, G]``, ``G ≤ 256``) and, for every
+    query row, its top-``k`` sources (int32) and weights (float16), with ``k``
+    the largest (≤ :data:`MAX_TOP_K`) whose bytes fit :data:`EXPORT_BUDGET_BYTES`
+    together with the overview. Anything finer needs a live kernel.
+
+Tile protocol (custom messages)
+    view → kernel ``{"type": "tile", "id": int, "layer", "head", "level", "row", "col"}``:
+    the block max and mean of tile ``(row, col)`` at ``level`` (blocks of ``2^level``
+    tokens, ``TILE`` blocks a side); ``{"type": "cancel", "ids": [int, ...]}`` drops
+    requests not yet computed.
+    kernel → view ``{"type": "tile", "id", "layer", "head", "level", "row", "col",
+    "rows", "cols"}`` with two float32 buffers ``[rows, cols]`` (max, mean), or
+    ``{"type": "tile_error", "id": int | None, "message": str}`` for a request that
+    is malformed, out of range or oversized (never an exception in the kernel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from circuitwidgets.circuits.tiles import TILE, QKPatterns, overview_block
+from circuitwidgets.errors import ArgumentError, MemoryBudgetError
+
+__all__ = ["EXPORT_BUDGET_BYTES", "MAX_PENDING", "MAX_TOP_K", "OVERVIEW_BUDGET_BYTES", "TileSource", "top_k_for_budget"]
+
+#: Bytes an exported page may spend on a long-context widget's data (overview plus top-k).
+EXPORT_BUDGET_BYTES = 48 * 2**20
+
+#: The overview alone may take at most this (bytes); more heads than that are refused.
+OVERVIEW_BUDGET_BYTES = 256 * 2**20
+
+#: Most sources kept per query row for exported pages.
+MAX_TOP_K = 16
+
+#: Tile requests waiting at most; more are answered with an error.
+MAX_PENDING = 256
+
+_ID_LIMIT = 2**31
+
+Send = Callable[[dict[str, Any], list[memoryview]], None]
+
+
+def top_k_for_budget(n_layers: int, n_heads: int, n_tokens: int, grid: int, budget: int = EXPORT_BUDGET_BYTES) -> int:
+    """Largest ``k ≤ MAX_TOP_K`` whose top-``k`` arrays (6 bytes a source) fit ``budget`` beside the overview (0 if none)."""
+    left = budget - n_layers * n_heads * 2 * grid * grid * 2
+    per_k = n_layers * n_heads * n_tokens * 6
+    return max(0, min(MAX_TOP_K, n_tokens, left // per_k))
+
+
+class TileSource:
+    """The kernel side of a long-context widget: summaries, their stream, and tile requests.
+
+    Parameters
+    ----------
+    engine
+        Queries and keys of every head.
+    send
+        Sends a custom message with buffers to the view (the widget's ``send``).
+    """
+
+    def __init__(self, engine: QKPatterns, send: Send) -> None:
+        self.engine, self.send = engine, send
+        n_layers, n_heads, n = engine.n_layers, engine.n_heads, engine.n_tokens
+        self.block = overview_block(n)
+        self.grid = -(-n // self.block)
+        overview_bytes = n_layers * n_heads * 2 * self.grid * self.grid * 2
+        if overview_bytes > OVERVIEW_BUDGET_BYTES:
+            raise MemoryBudgetError(
+                f"q: {n_layers} layers × {n_heads} heads would need {overview_bytes:,} bytes of overview, over the budget "
+                f"of {OVERVIEW_BUDGET_BYTES:,}; pass fewer layers or heads"
+            )
+        self.top_k = top_k_for_budget(n_layers, n_heads, n, self.grid)
+        self.max_level = max(0, int(math.log2(self.block)) - 1)
+        self.overview = np.zeros((n_layers, n_heads, 2, self.grid, self.grid), dtype=np.float16)
+        self.top_sources = np.full((n_layers, n_heads, n, self.top_k), -1, dtype=np.int32)
+        self.top_weights = np.zeros((n_layers, n_heads, n, self.top_k), dtype=np.float16)
+        self.ready = np.zeros((n_layers, n_heads), dtype=bool)
+        self.queue: list[tuple[int, int]] = [(l, h) for l in range(n_layers) for h in range(n_heads)]
+        self.view_wants = False
+        self.pending: list[dict[str, Any]] = []
+        self.on_done: Callable[[], None] | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.tile_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ overview
+
+    @property
+    def done(self) -> bool:
+        """Whether every head is summarised."""
+        return not self.queue
+
+    def prioritise(self, layer: int, head: int) -> None:
+        """Summarise ``[layer, head]`` next."""
+        if (layer, head) in self.queue:
+            self.queue.remove((layer, head))
+            self.queue.insert(0, (layer, head))
+
+    def _summarise(self, layer: int, head: int) -> None:
+        s = self.engine.summarise(layer, head, self.block, self.top_k)
+        self.overview[layer, head, 0] = s.max
+        self.overview[layer, head, 1] = s.mean
+        self.top_sources[layer, head] = s.top_sources
+        self.top_weights[layer, head] = s.top_weights
+        self.ready[layer, head] = True
+
+    def _send_overview(self, heads: list[tuple[int, int]]) -> None:
+        buffers = [memoryview(self.overview[l, h].tobytes()) for l, h in heads]
+        self.send({"type": "overview", "heads": [[l, h] for l, h in heads]}, buffers)
+
+    def send_ready(self) -> None:
+        """Send every head summarised so far (the view asked)."""
+        self.view_wants = True
+        ready = [(int(l), int(h)) for l, h in zip(*np.nonzero(self.ready), strict=True)]
+        for i in range(0, len(ready), 64):
+            self._send_overview(ready[i : i + 64])
+
+    def step(self) -> bool:
+        """Summarise (and send) the next head; call ``on_done`` after the last. Returns whether heads remain."""
+        if self.queue:
+            layer, head = self.queue.pop(0)
+            self._summarise(layer, head)
+            if self.view_wants:
+                self._send_overview([(layer, head)])
+            if not self.queue and self.on_done is not None:
+                self.on_done()
+        return bool(self.queue)
+
+    def finish(self) -> None:
+        """Summarise every remaining head now (blocking)."""
+        self.view_wants = False
+        while self.step():
+            pass
+
+    async def run(self, closed: Callable[[], bool]) -> None:
+        """Summarise head after head, yielding to the event loop in between."""
+        while self.queue and not closed():
+            self.step()
+            await asyncio.sleep(0)
+
+    # ------------------------------------------------------------ tiles
+
+    def check_request(self, content: dict[str, Any]) -> tuple[int, int, int, int, int, int]:
+        """``(id, layer, head, level, row, col)`` of a tile request, or :class:`ArgumentError` saying what is wrong."""
+        e = self.engine
+        fields = ("id", "layer", "head", "level", "row", "col")
+        values = {f: content.get(f) for f in fields}
+        bad = [f for f, v in values.items() if isinstance(v, bool) or not isinstance(v, int)]
+        if bad:
+            raise ArgumentError(
+                f"tile request: expected integer {', '.join(bad)}, got {', '.join(repr(values[f])[:20] for f in bad)}"
+            )
+        rid, layer, head, level, row, col = (int(str(values[f])) for f in fields)
+        if not 0 <= rid < _ID_LIMIT:
+            raise ArgumentError(f"tile request: id must be in [0, {_ID_LIMIT}), got {rid}")
+        if not (0 <= layer < e.n_layers and 0 <= head < e.n_heads):
+            raise ArgumentError(f"tile request: no head [{layer}, {head}] (layers < {e.n_layers}, heads < {e.n_heads})")
+        if not 0 <= level <= self.max_level:
+            raise ArgumentError(
+                f"tile request: level {level} is out of range [0, {self.max_level}] (coarser than that is the overview)"
+            )
+        per_side = -(-e.n_tokens // (TILE * 2**level))
+        if not (0 <= row < per_side and 0 <= col < per_side):
+            raise ArgumentError(
+                f"tile request: tile ({row}, {col}) lies outside the {per_side} × {per_side} tiles of level {level}"
+            )
+        return rid, layer, head, level, row, col
+
+    def answer(self, content: dict[str, Any]) -> None:
+        """Compute and send one tile (or an error message)."""
+        raw_id = content.get("id")
+        rid = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else None
+        try:
+            rid, layer, head, level, row, col = self.check_request(content)
+            bmax, bmean = self.engine.tile(layer, head, level, row, col)
+        except (ArgumentError, MemoryError) as exc:
+            self.send({"type": "tile_error", "id": rid, "message": str(exc)}, [])
+            return
+        header = {"type": "tile", "id": rid, "layer": layer, "head": head, "level": level, "row": row, "col": col}
+        header |= {"rows": int(bmax.shape[0]), "cols": int(bmax.shape[1])}
+        self.send(header, [_bytes(bmax), _bytes(bmean)])
+
+    def receive(self, content: dict[str, Any], loop: asyncio.AbstractEventLoop | None) -> None:
+        """Handle a ``tile`` or ``cancel`` message: queue it (with a loop) or answer at once."""
+        kind = content.get("type")
+        if kind == "cancel":
+            ids = content.get("ids")
+            if not isinstance(ids, list) or len(ids) > 10 * MAX_PENDING:
+                self.send(
+                    {"type": "tile_error", "id": None, "message": "cancel: expected 'ids', a list of request ids"}, []
+                )
+                return
+            drop = {i for i in ids if isinstance(i, int)}
+            self.pending = [p for p in self.pending if p.get("id") not in drop]
+            return
+        if loop is None:
+            self.answer(content)
+            return
+        if len(self.pending) >= MAX_PENDING:
+            self.send(
+                {
+                    "type": "tile_error",
+                    "id": content.get("id") if isinstance(content.get("id"), int) else None,
+                    "message": f"tile request: more than {MAX_PENDING} requests waiting; cancel some first",
+                },
+                [],
+            )
+            return
+        self.pending.append(content)
+        if self.tile_task is None or self.tile_task.done():
+            self.tile_task = loop.create_task(self._serve())
+
+    async def _serve(self) -> None:
+        """Answer waiting requests, newest first (the view's latest viewport), yielding in between."""
+        await asyncio.sleep(0)  # let cancels that arrive with the requests land first
+        while self.pending:
+            self.answer(self.pending.pop())
+            await asyncio.sleep(0)
+
+
+def _bytes(a: NDArray[np.float32]) -> memoryview:
+    return memoryview(np.ascontiguousarray(a, dtype=np.float32).tobytes())
