@@ -26,6 +26,7 @@ _LAZY = {
     "CompositionMap": "circuitwidgets.widgets",
     "TermImportance": "circuitwidgets.widgets",
     "CircuitExplorer": "circuitwidgets.widgets",
+    "HeadScores": "circuitwidgets.widgets",
     "save_html": "circuitwidgets.export",
 }
 

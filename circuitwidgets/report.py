@@ -84,7 +84,14 @@ def _repeated_tokens(model: CircuitModel, n: int = 30) -> torch.Tensor:
 
 def build_sections(model: CircuitModel, text: str = DEFAULT_TEXT, log: Callable[[str], None] = lambda s: None) -> list[Section]:
     """Compute every section of the report for ``model``."""
-    from circuitwidgets.widgets import AttentionPatterns, CompositionMap, EigenScatter, SkipTrigramTable, TermImportance
+    from circuitwidgets.widgets import (
+        AttentionPatterns,
+        CompositionMap,
+        EigenScatter,
+        HeadScores,
+        SkipTrigramTable,
+        TermImportance,
+    )
 
     cfg = model.cfg
     sections: list[Section] = []
@@ -129,7 +136,9 @@ def build_sections(model: CircuitModel, text: str = DEFAULT_TEXT, log: Callable[
             CompositionMap(model),
         ))
     log("head detectors")
-    detectors = {kind: circuits.head_scores(model, kind=kind) for kind in ("previous_token", "induction", "duplicate_token")}
+    heads = HeadScores.from_model(model, "all", progress_bar=False)
+    kinds = list(circuits.HEAD_KINDS)  # (the maps of kind="all", in this order)
+    detectors = {kind: heads.scores[kinds.index(kind)] for kind in ("previous_token", "induction", "duplicate_token")}
     tokens = _repeated_tokens(model)
     attention = AttentionPatterns(model, tokens)
     ind = detectors["induction"]
@@ -142,6 +151,13 @@ def build_sections(model: CircuitModel, text: str = DEFAULT_TEXT, log: Callable[
         "attends to the token just before. Scores are mean attention to those positions:</p>"
         + _head_table(detectors),
         attention,
+    ))
+    sections.append(Section(
+        "Every head's detector scores",
+        "<p>The same detectors as heatmaps of layers × heads, with the current-token and first-token (BOS) scores "
+        "besides: each cell is one head's mean attention to the detector's targets on repeated random tokens. Switch "
+        "the detector above the grid; click a head to choose it in every view of this page.</p>",
+        heads,
     ))
     log("term importance")
     sections.append(Section(

@@ -6,7 +6,8 @@ from circuitwidgets.widgets.attention import AttentionPatterns
 from circuitwidgets.widgets.composition import CompositionMap
 from circuitwidgets.widgets.eigen import EigenScatter
 from circuitwidgets.widgets.explorer import CircuitExplorer
+from circuitwidgets.widgets.head_scores import HeadScores
 from circuitwidgets.widgets.skip_trigrams import SkipTrigramTable
 from circuitwidgets.widgets.term_importance import TermImportance
 
-__all__ = ["AttentionPatterns", "CircuitExplorer", "CompositionMap", "EigenScatter", "SkipTrigramTable", "TermImportance"]
+__all__ = ["AttentionPatterns", "CircuitExplorer", "CompositionMap", "EigenScatter", "HeadScores", "SkipTrigramTable", "TermImportance"]

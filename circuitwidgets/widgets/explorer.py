@@ -1,7 +1,8 @@
 """CircuitExplorer: every view of a model in one widget, linked in the front end.
 
 One widget holds the data of the eigenvalue scatter, the attention patterns of
-a text, the composition map, the skip-trigram table and term importance.
+a text, the composition map, the skip-trigram table, term importance and the
+head detectors' scores (:class:`~circuitwidgets.widgets.HeadScores`).
 Selecting a head in any view updates the others in the browser (so linking
 also works in exported HTML, with no kernel) and the kernel traits
 ``selected_layer`` / ``selected_head``.
@@ -22,7 +23,7 @@ lets a child's own Python code (sizes, listings, observers) run on this state.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -34,10 +35,12 @@ from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import _data_to_json
 from circuitwidgets.widgets._base import CircuitWidget
 from circuitwidgets.widgets._compose import ScopedView, compose, scope_names
+from circuitwidgets.widgets._context import build_progress, check_context
 from circuitwidgets.widgets._spec import spec_of
 from circuitwidgets.widgets.attention import AttentionPatterns
 from circuitwidgets.widgets.composition import CompositionMap
 from circuitwidgets.widgets.eigen import EigenScatter
+from circuitwidgets.widgets.head_scores import HeadScores
 from circuitwidgets.widgets.skip_trigrams import SkipTrigramTable, TrigramSource
 from circuitwidgets.widgets.term_importance import TermImportance
 
@@ -47,9 +50,27 @@ __all__ = ["CHILDREN", "CircuitExplorer"]
 MAX_TEXT_SOURCES = 48
 
 #: The views of the explorer, in the order the front end lays them out.
-CHILDREN: tuple[type[CircuitWidget], ...] = (EigenScatter, AttentionPatterns, CompositionMap, SkipTrigramTable, TermImportance)
+CHILDREN: tuple[type[CircuitWidget], ...] = (
+    EigenScatter, AttentionPatterns, CompositionMap, SkipTrigramTable, TermImportance, HeadScores,
+)
 
 TextOrTokens = str | Sequence[int] | torch.Tensor
+
+#: What the progress bar says during each child's build.
+_STEP_NAMES: dict[type[CircuitWidget], str] = {
+    EigenScatter: "eigenvalues and copying scores",
+    AttentionPatterns: "attention patterns",
+    CompositionMap: "composition",
+    SkipTrigramTable: "skip-trigrams",
+    TermImportance: "term importance",
+    HeadScores: "head detectors",
+}
+
+#: How to look at a text longer than the model's context, said when one is refused.
+_LONG_TEXT = (
+    "the explorer shows one context; for a long document use AttentionPatterns on a window of it, "
+    "or HeadScores.from_model(model, kind, tokens=[window_1, window_2, ...]) over equal-length windows"
+)
 
 
 class CircuitExplorer(CircuitWidget):
@@ -70,6 +91,9 @@ class CircuitExplorer(CircuitWidget):
     max_tokens, seed
         Token sample of the top-k copying rate, seed of the detectors and baselines
         (:func:`~circuitwidgets.widgets.eigen.eigen_scatter_data`).
+    progress_bar
+        A progress bar over the build's steps (``tqdm.auto``: tqdm's widget in a
+        notebook); ``None`` lets tqdm decide (shown in a notebook), ``False`` hides it.
     **kwargs
         Initial traits (for example ``selected_layer=1, selected_head=2``; the
         default selection is the head with the highest induction score).
@@ -107,25 +131,33 @@ class CircuitExplorer(CircuitWidget):
         ids = _token_ids(model, source)
         bos = model.tokenizer.bos_token_id
         text_sources = [t for t in dict.fromkeys(ids) if t != bos][:MAX_TEXT_SOURCES]
+        check_context(model, len(ids), "text_or_tokens", _LONG_TEXT)
         self._views: dict[str, ScopedView] = {}
-        initial = {
-            EigenScatter: EigenScatter.initial(model, max_tokens=max_tokens, seed=seed),
-            AttentionPatterns: AttentionPatterns.initial(model, source),  # type: ignore[arg-type]
-            CompositionMap: CompositionMap.initial(model, seed=seed),
-            SkipTrigramTable: SkipTrigramTable.initial(
-                model, k=k, profile_k=profile_k, heads=trigram_heads, sources=text_sources, progress_bar=progress_bar
+        builds: dict[type[CircuitWidget], Callable[[], dict[str, Any]]] = {
+            EigenScatter: lambda: EigenScatter.initial(model, max_tokens=max_tokens, seed=seed),
+            AttentionPatterns: lambda: AttentionPatterns.initial(model, source),  # type: ignore[arg-type]
+            CompositionMap: lambda: CompositionMap.initial(model, seed=seed),
+            SkipTrigramTable: lambda: SkipTrigramTable.initial(
+                model, k=k, profile_k=profile_k, heads=trigram_heads, sources=text_sources, progress_bar=False
             ),
-            TermImportance: TermImportance.initial(model, source),
+            TermImportance: lambda: TermImportance.initial(model, source),
+            HeadScores: lambda: HeadScores.initial(model, "all", progress_bar=False),
         }
-        state: dict[str, Any] = {"model_name": model.name}
-        for child in reversed(CHILDREN):  # (the first child's head selection wins: the eigen scatter's)
-            state.update(_split(child, initial[child]))
-        trigrams = self.view("trigram")
-        trigrams._source = TrigramSource(model, k, profile_k)
-        trigrams._added = None
-        super().__init__(**{**state, **kwargs})
-        self.on_msg(self._on_custom)
-        trigrams._fill()
+        initial: dict[type[CircuitWidget], dict[str, Any]] = {}
+        with build_progress(len(CHILDREN) + 1, "CircuitExplorer", progress_bar) as step:
+            for child in CHILDREN:
+                step(_STEP_NAMES[child])
+                initial[child] = builds[child]()
+            state: dict[str, Any] = {"model_name": model.name}
+            for child in reversed(CHILDREN):  # (the first child's head selection wins: the eigen scatter's)
+                state.update(_split(child, initial[child]))
+            trigrams = self.view("trigram")
+            trigrams._source = TrigramSource(model, k, profile_k)
+            trigrams._added = None
+            super().__init__(**{**state, **kwargs})
+            self.on_msg(self._on_custom)
+            step("skip-trigrams of the text's tokens")
+            trigrams._fill()
 
     # ---------------------------------------------------------------- views
     def view(self, prefix: str) -> ScopedView:

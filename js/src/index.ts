@@ -12,6 +12,7 @@ import { renderAttention } from "./views/attention";
 import { renderComposition } from "./views/composition";
 import { renderEigen } from "./views/eigen";
 import { renderExplorer } from "./views/explorer";
+import { renderHeadScores } from "./views/headscores";
 import { renderSkipTrigrams } from "./views/skiptrigrams";
 import { renderTermImportance } from "./views/termimportance";
 
@@ -23,6 +24,7 @@ export const VIEWS: Readonly<Record<string, ViewRender>> = {
   composition: renderComposition,
   eigen: renderEigen,
   explorer: renderExplorer,
+  headscores: renderHeadScores,
   skiptrigrams: renderSkipTrigrams,
   termimportance: renderTermImportance,
 };

@@ -1,5 +1,5 @@
 // CircuitExplorer view: the eigenvalue scatter, attention patterns,
-// composition map, skip-trigram table and term importance of one model in one
+// composition map, skip-trigram table, term importance and head scores of one model in one
 // widget, linked through the shared selection traits `selected_layer` /
 // `selected_head`.
 //
@@ -19,6 +19,7 @@ import { fmt, headName } from "../lib/svg";
 import { renderAttention } from "./attention";
 import { renderComposition } from "./composition";
 import { renderEigen } from "./eigen";
+import { renderHeadScores } from "./headscores";
 import { renderSkipTrigrams } from "./skiptrigrams";
 import { renderTermImportance } from "./termimportance";
 import "../styles/explorer.css";
@@ -32,6 +33,7 @@ export const RENDERS: Readonly<Record<string, { render: Render; area: string }>>
   composition: { render: renderComposition, area: "composition" },
   skiptrigrams: { render: renderSkipTrigrams, area: "trigrams" },
   termimportance: { render: renderTermImportance, area: "terms" },
+  headscores: { render: renderHeadScores, area: "heads" },
 };
 
 /** Shared head selection as the explorer holds it, checked against the eigen data. */
