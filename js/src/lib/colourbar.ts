@@ -18,7 +18,7 @@ export function barTicks(lo: number, hi: number): number[] {
  */
 export function colourBar(doc: Document, lut: Lut, lo: number, hi: number, label: string, width = 220): SVGSVGElement {
   const height = 42;
-  const pad = 14;
+  const pad = 22; // room for the end labels, centred on the ends
   const barTop = 16;
   const barHeight = 10;
   const svg = svgEl(doc, "svg", { class: "cw-colourbar", width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": `colour bar: ${label}, ${fmt(lo, 3)} to ${fmt(hi, 3)}` });

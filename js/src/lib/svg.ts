@@ -119,11 +119,11 @@ export function drawAxes(
   g.append(svgEl(doc, "line", { x1: x0, x2: x0, y1: y0, y2: y1, ...axis }));
   for (const t of xt) {
     g.append(svgEl(doc, "line", { x1: x(t), x2: x(t), y1: y0, y2: y0 + 4, ...axis }));
-    g.append(svgEl(doc, "text", { x: x(t), y: y0 + 15, "text-anchor": "middle", ...AXIS_TEXT }, fmt(t, tickDigits(xt))));
+    g.append(svgEl(doc, "text", { class: "cw-tick-x", x: x(t), y: y0 + 15, "text-anchor": "middle", ...AXIS_TEXT }, fmt(t, tickDigits(xt))));
   }
   for (const t of yt) {
     g.append(svgEl(doc, "line", { x1: x0 - 4, x2: x0, y1: y(t), y2: y(t), ...axis }));
-    g.append(svgEl(doc, "text", { x: x0 - 7, y: y(t) + 4, "text-anchor": "end", ...AXIS_TEXT }, fmt(t, tickDigits(yt))));
+    g.append(svgEl(doc, "text", { class: "cw-tick-y", x: x0 - 7, y: y(t) + 4, "text-anchor": "end", ...AXIS_TEXT }, fmt(t, tickDigits(yt))));
   }
   g.append(svgEl(doc, "text", { x: (x0 + x1) / 2, y: y0 + 32, "text-anchor": "middle", ...AXIS_TEXT, "font-size": 12, fill: "#222" }, opts.xLabel));
   const cy = (y0 + y1) / 2;

@@ -219,7 +219,8 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
       svg.append(g);
       obstacles.push({ x: px, y: py, r: selected ? RING + 2 : r + 1.5 });
       if (labelAll || selected) {
-        wishes.push({ x: px, y: py, width: name.length * (selected ? 7.4 : 6.2), height: selected ? 12 : 10, clear: selected ? RING + 3 : 8, required: selected, text: name, selected });
+        // boxes a little larger than the glyphs (ascent + descent), so a drawn label stays inside its box
+        wishes.push({ x: px, y: py, width: name.length * (selected ? 8.2 : 6.6), height: selected ? 15 : 12.5, clear: selected ? RING + 3 : 8, required: selected, text: name, selected });
       }
     }
     // the selected head's label first (it wins its spot), then the others; a label that
@@ -237,7 +238,7 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
             class: "cw-label",
             "data-cw-label": w.text,
             x: box.x,
-            y: box.y + box.height - 1,
+            y: box.y + (w.selected ? 11.8 : 9.8),
             "font-size": w.selected ? 12 : 10,
             "font-weight": w.selected ? 600 : 400,
             fill: w.selected ? "#111" : "#555",
