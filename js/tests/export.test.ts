@@ -1,6 +1,6 @@
 // @vitest-environment happy-dom
 import { afterEach, describe, expect, it } from "vitest";
-import { exportName, exportToolbar, NO_EXPORT, snapshotSvg } from "../src/lib/export";
+import { exportName, exportToolbar, NO_EXPORT, noExport, snapshotSvg, withoutControls } from "../src/lib/export";
 
 const rect = (left: number, top: number, width: number, height: number) =>
   ({ left, top, width, height, right: left + width, bottom: top + height, x: left, y: top, toJSON() {} }) as DOMRect;
@@ -44,6 +44,8 @@ describe("export", () => {
     const target = document.createElement("div");
     const { element, cleanup } = exportToolbar(document, "eigen", () => target);
     expect([...element.querySelectorAll("[data-cw-export]")].map((b) => b.getAttribute("data-cw-export"))).toEqual(["svg", "png"]);
+    const scale = element.querySelector<HTMLSelectElement>("[data-cw-export-scale]");
+    expect([...(scale?.options ?? [])].map((o) => o.value)).toEqual(["1", "2", "3"]);
     expect(element.hasAttribute(NO_EXPORT)).toBe(true);
     cleanup();
   });
@@ -61,5 +63,23 @@ describe("gradients", () => {
     });
     expect(parseLinearGradient("linear-gradient(to bottom, red, blue)")?.vertical).toBe(true);
     expect(parseLinearGradient("url(x.png)")).toBeNull();
+  });
+});
+
+describe("the figure alone", () => {
+  it("takes controls out of the layout while the snapshot is taken, then puts them back as they were", () => {
+    const root = document.createElement("div");
+    const controls = noExport(document.createElement("div"));
+    const hint = noExport(document.createElement("span"));
+    hint.style.display = "inline-block";
+    const plot = document.createElement("div");
+    root.append(controls, plot, hint);
+    document.body.append(root);
+    const during = withoutControls(root, () => [controls.style.display, hint.style.display, plot.style.display]);
+    expect(during).toEqual(["none", "none", ""]);
+    expect(controls.style.display).toBe("");
+    expect(hint.style.display).toBe("inline-block");
+    expect(() => withoutControls(root, () => { throw new Error("boom"); })).toThrow("boom");
+    expect(hint.style.display).toBe("inline-block");
   });
 });
