@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make demo   set up, then write report.html (interactive report of the shipped 2-layer model)
 #   make test   set up, then ruff, mypy, tsc, vitest, pytest (including browser tests)
+#   make docs   set up, then build the documentation site into docs/_build/html and check it offline
 #
 # `setup` is incremental: each step reruns only when its inputs change.
 
@@ -13,14 +14,14 @@ BIN := $(VENV)/bin
 # torch first and pinned: this version resolves to the local CPU wheel; any other
 # spec may pull gigabytes of CUDA wheels.
 TORCH_SPEC := torch==2.13.0
-EXTRAS := dev,transformer-lens,transformers,marimo
+EXTRAS := dev,transformer-lens,transformers,marimo,docs,hosts
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 NPM := npm --prefix js
 JS_SOURCES := $(shell find js/src -type f 2>/dev/null)
 BUNDLE := circuitwidgets/static/index.js
 
-.PHONY: setup demo test bundle clean
+.PHONY: setup demo test docs bundle clean
 
 setup: $(VENV)/.installed $(CHROMIUM) $(BUNDLE)
 
@@ -55,6 +56,15 @@ test: setup
 	$(NPM) run typecheck
 	$(NPM) test
 	$(BIN)/pytest
+
+# Sphinx + MyST-NB (docs/conf.py). Warnings are errors and every cross-reference must
+# resolve (-n -W); a notebook cell that raises fails the build (docs/_ext/cw_docs.py;
+# executions are cached in docs/_build/.executed/). Then every page is opened in
+# headless Chromium with the network cut: each widget must draw, with no request and no error.
+docs: setup
+	$(BIN)/python -m sphinx -b html -n -W --keep-going -q docs docs/_build/html
+	CW_DOCS_BUILT=1 $(BIN)/pytest -q tests/e2e/test_e2e_docs.py
+	@echo "docs: open docs/_build/html/index.html"
 
 clean:
 	rm -rf circuitwidgets/static js/node_modules dist build .pytest_cache .mypy_cache .ruff_cache

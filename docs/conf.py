@@ -1,0 +1,76 @@
+"""Sphinx configuration of the circuitwidgets documentation (``make docs``).
+
+Sphinx with MyST-NB: the scientific-Python convention (NumPy, SciPy, ipywidgets,
+TransformerLens publish with Sphinx), numpy-style docstrings read by autodoc and
+napoleon, nitpicky cross-references that fail the build, and notebooks rendered
+from their executed outputs. The widgets are ours, offline: ``_ext/cw_docs.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS / "_ext"))
+sys.path.insert(0, str(DOCS.parent))
+
+import circuitwidgets  # noqa: E402
+
+project = "circuitwidgets"
+author = "the circuitwidgets authors"
+copyright = "the circuitwidgets authors"
+release = version = circuitwidgets.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "myst_nb",
+    "cw_docs",
+]
+
+exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "README.md"]
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
+
+# --- notebooks: executed by _ext/cw_docs.py (cached), rendered as they are ------------------
+nb_execution_mode = "off"
+# Our widgets' outputs are rewritten to offline views (text/html) before MyST-NB
+# sees them; never load the CDN widget manager MyST-NB adds for saved widget state.
+nb_ipywidgets_js: dict[str, dict[str, str]] = {}
+nb_merge_streams = True
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+# --- API reference ------------------------------------------------------------------
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_typehints_format = "short"
+autodoc_default_options = {"show-inheritance": False}
+napoleon_numpy_docstring = True
+napoleon_google_docstring = False
+napoleon_use_rtype = False
+
+# A cross-reference that does not resolve fails the build (`-W -n` in `make docs`),
+# except to names of other libraries (no intersphinx: the build is offline).
+nitpicky = True
+nitpick_ignore_regex = [
+    # other libraries (numpy, torch, traitlets, ...) and unqualified names of them
+    (r"py:.*", r"(?!circuitwidgets\b).*"),
+    # private helpers named in docstrings (a leading underscore is not API)
+    (r"py:.*", r"circuitwidgets(\.\w+)*\._\w+(\.\w+)*"),
+]
+# Module-level helpers that public docstrings name but the API does not document.
+nitpick_ignore = [
+    ("py:func", "circuitwidgets.widgets.skip_trigrams.skip_trigram_data"),
+    ("py:func", "circuitwidgets.widgets.eigen.eigen_scatter_data"),
+    ("py:data", "circuitwidgets.circuits.heads.KINDS"),
+]
+
+# --- HTML: nothing from the network -------------------------------------------------
+html_theme = "furo"
+html_title = f"circuitwidgets {release}"
+html_static_path: list[str] = []
+html_show_sourcelink = False
+html_copy_source = False
+# MathJax would come from a CDN: _ext/cw_docs.py fails the build on a page with math markup
+# (LaTeX in the notebooks' Markdown stays as source, as in `--to circuitwidgets` exports).
