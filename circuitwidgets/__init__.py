@@ -27,6 +27,7 @@ _LAZY = {
     "TermImportance": "circuitwidgets.widgets",
     "CircuitExplorer": "circuitwidgets.widgets",
     "HeadScores": "circuitwidgets.widgets",
+    "link": "circuitwidgets.widgets._link",
     "save_html": "circuitwidgets.export",
 }
 

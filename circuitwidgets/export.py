@@ -117,8 +117,10 @@ def _json_for_script(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def _state_block(state: dict[str, Any], link: Sequence[str] = ()) -> str:
+def _state_block(state: dict[str, Any], link: Sequence[str] = (), group: str = "") -> str:
     linked = f' data-cw-link="{html.escape(" ".join(link))}"' if link else ""
+    if link and group:
+        linked += f' data-cw-link-group="{html.escape(group)}"'
     return (
         f'<div class="cw-widget"{linked}>'
         f'<script type="application/json" class="cw-state">{_json_for_script(state)}</script>'
@@ -126,8 +128,23 @@ def _state_block(state: dict[str, Any], link: Sequence[str] = ()) -> str:
     )
 
 
-def _widget_block(widget: Any, link: Sequence[str] = ()) -> str:
-    return _state_block(widget_state(widget), link)
+def _widget_block(widget: Any, link: Sequence[str] = (), group: str = "") -> str:
+    return _state_block(widget_state(widget), link, group)
+
+
+def _linked_groups(items: Sequence[Any]) -> list[tuple[tuple[str, ...], str]]:
+    """Per widget of a page, the traits it shares with others of the page through :func:`circuitwidgets.link`, and its group."""
+    from circuitwidgets.widgets._link import link_of
+
+    groups = [link_of(w) for w in items]
+    out: list[tuple[tuple[str, ...], str]] = []
+    for group in groups:
+        on_page = sum(1 for g in groups if g is not None and g is group)
+        if group is None or on_page < 2:
+            out.append(((), ""))
+            continue
+        out.append((tuple(group.names), f"g{groups.index(group)}"))  # (each view links the names it has)
+    return out
 
 
 def is_saved_circuitwidget(entry: Any) -> bool:
@@ -192,7 +209,8 @@ def html_page(
 
     ``link`` names traits kept equal across the page's widgets that hold them
     (for example ``["selected_layer", "selected_head"]``: choosing a head in
-    one view moves the others).
+    one view moves the others). Without it, widgets linked by
+    :func:`circuitwidgets.link` stay linked on the page, group by group.
     """
     items = _as_widget_list(widgets)
     if isinstance(link, str) or not all(isinstance(n, str) and n.isidentifier() for n in link):
@@ -205,8 +223,9 @@ def html_page(
         raise ArgumentTypeError(f"sections: expected a list of HTML strings, got {type(sections).__name__}")
     if sections is not None and len(sections) != len(items):
         raise ArgumentError(f"sections: expected one per widget ({len(items)}), got {len(sections)}")
+    linked = [(tuple(link), "")] * len(items) if link else _linked_groups(items)
     body = "\n".join(
-        (sections[i] if sections is not None else "") + _widget_block(w, link) for i, w in enumerate(items)
+        (sections[i] if sections is not None else "") + _widget_block(w, *linked[i]) for i, w in enumerate(items)
     )
     return (
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -225,7 +244,8 @@ def save_html(widgets: Any, path: str | Path, title: str = "circuitwidgets") -> 
 
     The page needs no kernel and makes no network request: the bundle and
     state are inline, and interaction (hover, head switching, linked views)
-    runs in the browser. Computations that need the kernel (for example
+    runs in the browser; widgets linked with :func:`circuitwidgets.link` stay
+    linked on the page. Computations that need the kernel (for example
     skip-trigrams of a token that was not precomputed) say so in the view.
 
     Returns the path written.

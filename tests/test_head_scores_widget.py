@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 import torch
 import traitlets
+from conftest import make_random_model
 
 import circuitwidgets as cw
 from circuitwidgets import circuits
@@ -17,8 +18,6 @@ from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets import CircuitExplorer, HeadScores
 from circuitwidgets.widgets._context import ContextLengthError
 from circuitwidgets.widgets.explorer import CHILDREN
-
-from conftest import make_random_model
 
 KINDS = circuits.HEAD_KINDS
 
@@ -213,11 +212,12 @@ def test_explorer_refuses_a_text_longer_than_the_context_before_any_work(
 class _Recorder:
     """Stands in for ``tqdm.auto.tqdm``: records bars, passes iterables through."""
 
-    bars: list[_Recorder] = []
+    bars: ClassVar[list[_Recorder]] = []
 
     def __init__(self, iterable: Any = None, **kwargs: Any) -> None:
         self.iterable, self.kwargs = iterable, kwargs
-        self.n, self.postfixes, self.closed = 0, [], False
+        self.n, self.closed = 0, False
+        self.postfixes: list[str] = []
         _Recorder.bars.append(self)
 
     def __iter__(self) -> Any:
@@ -259,4 +259,4 @@ def test_head_scores_of_several_kinds_show_a_bar_after_a_second(model: CircuitMo
 
 
 def test_head_scores_is_exported_by_the_package() -> None:
-    assert cw.HeadScores is HeadScores and "HeadScores" in cw.__all__
+    assert cw.HeadScores is HeadScores and "HeadScores" in cw.__all__ and "link" in cw.__all__

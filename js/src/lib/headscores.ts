@@ -44,9 +44,11 @@ export function scoreIndex(v: number, s: ScoreScale): number {
   return sequentialIndex((v - s.lo) / (s.hi - s.lo));
 }
 
-/** Round values for the colour bar: both ends and about four ticks between, with the decimals they need. */
-export function barTicks(s: ScoreScale): { values: number[]; digits: number } {
-  const inner = niceTicks(s.lo, s.hi, 4).filter((t) => t >= s.lo && t <= s.hi);
+/** Round values for the colour bar inside its scale, about `count` of them (at least three), with the decimals they need. */
+export function barTicks(s: ScoreScale, count = 4): { values: number[]; digits: number } {
+  const within = (n: number) => niceTicks(s.lo, s.hi, n).filter((t) => t >= s.lo && t <= s.hi);
+  let inner = within(count);
+  if (inner.length < 3) inner = within(count * 2);
   const digits = Math.max(tickDigits(inner), 1);
   return { values: inner, digits };
 }

@@ -1,5 +1,6 @@
 // Mounts the widgets of an exported page (see offline.ts). The page holds, per
-// widget, `<div class="cw-widget" [data-cw-link="name …"]>` with its state in
+// widget, `<div class="cw-widget" [data-cw-link="name …" [data-cw-link-group="id"]]>`
+// (widgets of one group, or of the page when no group is named, are linked) with its state in
 // `script.cw-state` and an empty `.cw-view`; the bundle is base64 text in
 // `#cw-bundle`, imported once from a blob URL (the page's CSP allows nothing else).
 
@@ -27,7 +28,7 @@ async function bundle(): Promise<Widget> {
   return (await window.__circuitwidgetsBundle).default;
 }
 
-/** The page's link groups, by their `data-cw-link` value. */
+/** The page's link groups, by their `data-cw-link-group` and `data-cw-link` values. */
 const groups = new Map<string, LinkGroup>();
 
 async function mount(node: HTMLElement): Promise<void> {
@@ -39,8 +40,9 @@ async function mount(node: HTMLElement): Promise<void> {
   const model = new OfflineModel(state);
   const link = node.dataset.cwLink;
   if (link) {
-    let group = groups.get(link);
-    if (group === undefined) groups.set(link, (group = new LinkGroup(link.split(/\s+/).filter(Boolean))));
+    const key = `${node.dataset.cwLinkGroup ?? ""}|${link}`;
+    let group = groups.get(key);
+    if (group === undefined) groups.set(key, (group = new LinkGroup(link.split(/\s+/).filter(Boolean))));
     group.add(model);
   }
   const el = node.querySelector<HTMLElement>(".cw-view");

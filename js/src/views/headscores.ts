@@ -60,6 +60,8 @@ export function renderHeadScores({ model, el: root }: RenderProps<HeadScoresTrai
   const note = el(doc, "div", "cw-note");
   panel.body.append(plot, note);
   let hovered: { layer: number; head: number } | null = null;
+  /** The scale of the map drawn last (the status line words values on it). */
+  let drawn: ScoreScale | null = null;
 
   function load(): void {
     try {
@@ -104,6 +106,7 @@ export function renderHeadScores({ model, el: root }: RenderProps<HeadScoresTrai
     mapControl?.update(String(map));
     const { layers, heads } = shape();
     if (scores === null || layers === 0 || heads === 0) {
+      drawn = null;
       plot.replaceChildren();
       note.textContent = "";
       if (scores !== null) panel.status.textContent = "No heads to show";
@@ -163,7 +166,7 @@ export function renderHeadScores({ model, el: root }: RenderProps<HeadScoresTrai
       bar.append(svgEl(doc, "rect", { x: barX, y: y(v1), width: 14, height: y(v0) - y(v1) + 0.5, fill: lutCss(lut, scoreIndex((v0 + v1) / 2, s)) }));
     }
     bar.append(svgEl(doc, "rect", { x: barX, y: top, width: 14, height: gridH, fill: "none", stroke: "#888", "stroke-width": 0.5 }));
-    const ticks = barTicks(s);
+    const ticks = barTicks(s, Math.max(2, Math.min(6, Math.floor(gridH / 24))));
     for (const t of ticks.values) {
       bar.append(svgEl(doc, "line", { x1: barX + 14, x2: barX + 18, y1: y(t), y2: y(t), stroke: "#666" }));
       bar.append(svgEl(doc, "text", { class: "cw-tick", x: barX + 20, y: y(t) + 3.5, "font-size": 10, fill: "#444", "font-variant-numeric": "tabular-nums" }, fmt(t, ticks.digits)));
@@ -174,10 +177,19 @@ export function renderHeadScores({ model, el: root }: RenderProps<HeadScoresTrai
     const notes = strings(m.get("notes"));
     const scaleNote = s.kind === "diverging" ? "diverging scale, white at 0" : `colour from ${fmt(s.lo, digits)} to ${fmt(s.hi, digits)}`;
     note.textContent = `${notes[map] ? `${notes[map]}. ` : ""}Rows: layers; columns: heads; ${scaleNote}.`;
+    drawn = s;
+    status();
+  }
+
+  /** The status line: the hovered head's value, else the selected head's. */
+  function status(): void {
+    const { layers, heads } = shape();
+    if (drawn === null || layers === 0 || heads === 0) return;
+    const { map, layer, head } = selection();
     const focus = hovered && hovered.layer < layers && hovered.head < heads ? hovered : null;
     panel.status.textContent = focus
-      ? describe(map, focus.layer, focus.head, s)
-      : `${describe(map, layer, head, s)} selected; hover a head for its value, click to select it`;
+      ? `${describe(map, focus.layer, focus.head, drawn)}${focus.layer === layer && focus.head === head ? " (selected)" : ""}`
+      : `${describe(map, layer, head, drawn)} selected; hover a head for its value, click to select it`;
   }
 
   const frame = perFrame(draw);
@@ -198,11 +210,11 @@ export function renderHeadScores({ model, el: root }: RenderProps<HeadScoresTrai
       const c = cellOf(event);
       if (c?.layer === hovered?.layer && c?.head === hovered?.head) return;
       hovered = c;
-      frame.schedule();
+      status();
     }),
     listen(plot, "mouseleave", () => {
       hovered = null;
-      frame.schedule();
+      status();
     }),
   );
 
