@@ -1,0 +1,78 @@
+// The attention view's controls: pattern kind, colour scale, what the tokens
+// show, how a hovered token is read, offset diagonals, reset zoom.
+
+import { COLOUR_SCALES, type ColourScale } from "../../lib/attentionui";
+import { el } from "../../lib/dom";
+import { segmented } from "../../lib/panel";
+
+export interface ControlHandlers {
+  kind(value: string): void;
+  tokens(mode: "attention" | "logit"): void;
+  hover(mode: "dest" | "src"): void;
+  scale(scale: ColourScale): void;
+}
+
+export type Segmented = ReturnType<typeof segmented>;
+
+export interface Controls {
+  kindControl: Segmented;
+  tokenControl: Segmented;
+  hoverControl: Segmented;
+  scaleControl: Segmented;
+  diagBox: HTMLInputElement;
+  resetButton: HTMLButtonElement;
+  zoomText: HTMLElement;
+  /** In the order they appear. */
+  elements: HTMLElement[];
+}
+
+/** Build the controls; each calls its handler when the user changes it. */
+export function makeControls(doc: Document, on: ControlHandlers): Controls {
+  const kindControl = segmented(
+    doc,
+    "Pattern",
+    [
+      { value: "raw", label: "Raw", title: "Attention weights A[dest, src]" },
+      { value: "value", label: "Value-weighted", title: "A[dest, src] · ‖v_src W_O‖, each row normalised to sum to 1" },
+    ],
+    on.kind,
+  );
+  const tokenControl = segmented(
+    doc,
+    "Tokens show",
+    [
+      { value: "attention", label: "Attention", title: "Shade tokens by the hovered or selected token's attention" },
+      { value: "logit", label: "Logit effect", title: "Shade each token by this head's direct effect on the logit of the next token" },
+    ],
+    (v) => on.tokens(v === "logit" ? "logit" : "attention"),
+  );
+  const hoverControl = segmented(
+    doc,
+    "Hover token as",
+    [
+      { value: "dest", label: "Destination", title: "Hovering a token shows where it attends (its row)" },
+      { value: "src", label: "Source", title: "Hovering a token shows which tokens attend to it (its column)" },
+    ],
+    (v) => on.hover(v === "src" ? "src" : "dest"),
+  );
+  const scaleControl = segmented(doc, "Colour", COLOUR_SCALES, (v) => on.scale(v === "row" || v === "gamma" ? v : "linear"));
+  const diagLabel = el(doc, "label");
+  const diagBox = el(doc, "input");
+  diagBox.type = "checkbox";
+  diagBox.dataset.cwControl = "diagonals";
+  diagLabel.append(diagBox, doc.createTextNode("Offset diagonals"));
+  const resetButton = el(doc, "button", "cw-button cw-small", "Reset zoom");
+  resetButton.type = "button";
+  resetButton.title = "Show the whole pattern (or double-click it)";
+  const zoomText = el(doc, "span", "cw-zoom");
+  return {
+    kindControl,
+    tokenControl,
+    hoverControl,
+    scaleControl,
+    diagBox,
+    resetButton,
+    zoomText,
+    elements: [kindControl.element, scaleControl.element, tokenControl.element, hoverControl.element, diagLabel, resetButton, zoomText],
+  };
+}

@@ -1,0 +1,156 @@
+// The attention view in words: the legend, the status line (the selection
+// described) and the hover line.
+
+import type { ColourScale } from "../../lib/attentionui";
+import { DIVERGING, type Lut } from "../../lib/colour";
+import { el } from "../../lib/dom";
+import { absMax } from "../../lib/patterns";
+import { NONE } from "../../lib/selection";
+import { ATTENTION, lutGradient } from "../../lib/shading";
+import { fmt } from "../../lib/svg";
+import { tokenLabel } from "../../lib/tokens";
+import { DIAGONAL_COLOURS, type Hover, type Sel } from "./layout";
+import type { LongSource } from "./long";
+import type { PatternSource, Weight } from "./source";
+
+export type Kind = "raw" | "value";
+
+/** What the words are about. */
+export interface Subject {
+  tokens: readonly string[];
+  /** The pattern shown (raw or value-weighted). */
+  shown: PatternSource;
+  raw: PatternSource;
+  value: PatternSource | null;
+  norms: Float32Array | null;
+  effect: Float32Array | null;
+  long: LongSource | null;
+  kind: Kind;
+  scale: ColourScale;
+}
+
+/** Token `i` with its text. */
+export function describe(tokens: readonly string[], i: number): string {
+  const token = tokens[i];
+  return token === undefined ? `${i}` : `${i} “${tokenLabel(token, 18).text}”`;
+}
+
+/** A weight as known: exact, or at most a block's max. */
+export function weightWords(w: Weight): string {
+  if (w.value < 0) return "masked (later token)";
+  if (Number.isNaN(w.value)) return "not known yet";
+  return w.exact ? fmt(w.value, 3) : `≤ ${fmt(w.value, 3)} (max of a ${w.block} × ${w.block} block; zoom in for single weights)`;
+}
+
+function bar(doc: Document, lut: Lut, left: string, middle: string, right: string, title: string): HTMLElement {
+  const wrap = el(doc, "span", "cw-bar");
+  const swatch = el(doc, "i");
+  swatch.style.background = lutGradient(lut);
+  wrap.append(el(doc, "span", undefined, left), swatch, el(doc, "span", undefined, right));
+  wrap.title = title;
+  if (middle) wrap.prepend(el(doc, "span", undefined, middle));
+  return wrap;
+}
+
+/** The legend's items: colour bars, and the offset diagonals when shown. */
+export function legendItems(doc: Document, s: Sel, d: Subject, diagonals: readonly { offset: number; label: string }[] | null): HTMLElement[] {
+  const items: HTMLElement[] = [];
+  const what = d.kind === "value" ? "value-weighted (row-normalised)" : d.long !== null ? "attention (block max where zoomed out)" : "attention";
+  const scaleNote = d.scale === "row" ? ", each row ÷ its max" : d.scale === "gamma" ? ", √ scale" : "";
+  items.push(
+    bar(
+      doc,
+      ATTENTION,
+      "0",
+      `${what}${scaleNote}`,
+      d.scale === "row" ? "row max" : "1",
+      (d.kind === "value" ? "A[dest, src] · ‖v_src W_O‖, divided by its row sum" : "Attention weight") +
+        (d.scale === "row" ? "; colour relative to the row's largest weight" : d.scale === "gamma" ? "; colour ∝ √weight" : ""),
+    ),
+  );
+  if (d.effect !== null) {
+    const limit = absMax(d.effect, (s.layer * d.raw.nHeads + s.head) * d.raw.nTokens, d.raw.nTokens);
+    items.push(bar(doc, DIVERGING, fmt(-limit), "logit effect on next token", `+${fmt(limit)}`, "(r_i W_O W_U)[next token]: blue lowers, red raises its logit"));
+  }
+  (diagonals ?? []).forEach((diag, k) => {
+    const chip = el(doc, "span", "cw-chip");
+    chip.style.borderTopColor = DIAGONAL_COLOURS[k % DIAGONAL_COLOURS.length] as string;
+    const item = el(doc, "span");
+    item.append(chip, doc.createTextNode(`${diag.label} (dest − src = ${diag.offset})`));
+    items.push(item);
+  });
+  return items;
+}
+
+function topOf(weights: Float32Array): number {
+  let best = NONE;
+  let bestW = -1;
+  weights.forEach((w, i) => {
+    if (w > bestW) {
+      bestW = w;
+      best = i;
+    }
+  });
+  return best;
+}
+
+/** The status line: the head, the selection in words, what is loaded. */
+export function statusText(s: Sel, d: Subject): string {
+  const p = d.shown;
+  const n = p.nTokens;
+  const say = (i: number) => describe(d.tokens, i);
+  const parts = [`Layer ${s.layer}, head ${s.head} (${d.kind === "value" ? "value-weighted" : "raw"} pattern)`];
+  if (!p.ready(s.layer, s.head)) parts.push("loading");
+  else if (s.dest !== NONE && s.src !== NONE) {
+    parts.push(`destination ${say(s.dest)} → source ${say(s.src)}: ${weightWords(p.weight(s.layer, s.head, s.dest, s.src))}`);
+  } else if (s.dest !== NONE && d.long === null) {
+    const row = p.row(s.layer, s.head, s.dest, 0, n) as Float32Array;
+    const top = topOf(row);
+    parts.push(`destination ${say(s.dest)} attends most to ${say(top)} (${fmt(row[top] ?? 0, 3)})`);
+  } else if (s.src !== NONE && d.long === null) {
+    const col = p.column(s.layer, s.head, s.src, 0, n) as Float32Array;
+    const top = topOf(col);
+    parts.push(`source ${say(s.src)} is attended most by ${say(top)} (${fmt(col[top] ?? 0, 3)})`);
+  } else if (s.dest !== NONE || s.src !== NONE) parts.push(`${s.dest !== NONE ? `destination ${say(s.dest)}` : `source ${say(s.src)}`} selected`);
+  else parts.push("no token selected: click a token or a cell");
+  if (s.dest !== NONE && d.effect !== null) {
+    const v = d.effect[(s.layer * p.nHeads + s.head) * n + s.dest] as number;
+    const next = d.tokens[s.dest + 1];
+    if (next !== undefined && !Number.isNaN(v)) parts.push(`logit effect on next token “${tokenLabel(next, 18).text}”: ${v >= 0 ? "+" : ""}${fmt(v)}`);
+  }
+  const total = p.nLayers * p.nHeads;
+  const ready = p.readyCount();
+  if (ready < total) parts.push(`heads loaded ${ready} of ${total}`);
+  if (d.long !== null && !d.long.offline && d.long.store.pending > 0) parts.push(`tiles loading: ${d.long.store.pending}`);
+  if (d.long?.store.lastError) parts.push(`kernel: ${d.long.store.lastError}`);
+  return `${parts.join(" · ")}.`;
+}
+
+/** The hover line: the hovered cell, row or column in words. */
+export function hoverText(s: Sel, hover: Hover, d: Subject): string {
+  const p = d.shown;
+  const { dest, src } = hover;
+  const say = (i: number) => describe(d.tokens, i);
+  if (!p.ready(s.layer, s.head) || (dest === NONE && src === NONE)) return "";
+  if (dest !== NONE && src !== NONE) {
+    const raw = d.raw.weight(s.layer, s.head, dest, src);
+    if (raw.value < 0) return `${say(dest)} → ${say(src)}: masked (a destination only attends to earlier tokens)`;
+    let text = `${say(dest)} → ${say(src)}: attention ${weightWords(raw)}`;
+    if (d.value !== null && d.value.ready(s.layer, s.head)) text += ` · value-weighted ${weightWords(d.value.weight(s.layer, s.head, dest, src))}`;
+    if (d.norms !== null && raw.exact) {
+      const norm = d.norms[(s.layer * p.nHeads + s.head) * p.nTokens + src] as number;
+      text += ` · A·‖vW_O‖ ≈ ${fmt(raw.value * norm, 3)}`;
+    }
+    return text;
+  }
+  if (dest !== NONE) {
+    let text = `destination ${say(dest)}`;
+    if (d.effect !== null) {
+      const v = d.effect[(s.layer * p.nHeads + s.head) * p.nTokens + dest] as number;
+      const next = d.tokens[dest + 1];
+      text += next === undefined || Number.isNaN(v) ? " (last token: no next token)" : ` · logit effect on “${tokenLabel(next, 18).text}”: ${v >= 0 ? "+" : ""}${fmt(v)}`;
+    }
+    return text;
+  }
+  return `source ${say(src)}: shading shows how much each destination attends to it`;
+}

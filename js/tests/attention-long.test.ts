@@ -1,0 +1,156 @@
+// @vitest-environment happy-dom
+import type { RenderProps } from "@anywidget/types";
+import { afterEach, describe, expect, it } from "vitest";
+import widget from "../src/index";
+import type { AttentionTraits } from "../src/views/attention";
+import { FakeModel } from "./fake-model";
+
+const N = 5000; // over the token strip's limit: the strip is virtualised
+const L = 1;
+const H = 2;
+const BLOCK = 32; // overview 157 × 157 blocks
+const G = Math.ceil(N / BLOCK);
+
+/** float16 bits of x (positive normals only, enough here). */
+function half(x: number): number {
+  if (x === 0) return 0;
+  const e = Math.floor(Math.log2(x));
+  return ((e + 15) << 10) | Math.round((x / 2 ** e - 1) * 1024);
+}
+
+function overviewBytes(value: number): Uint16Array {
+  const bits = new Uint16Array(2 * G * G);
+  for (let r = 0; r < G; r++) for (let c = 0; c <= r; c++) bits[r * G + c] = half(value);
+  return bits;
+}
+
+function wire(data: ArrayBufferView, dtype: string, shape: number[]): AttentionTraits["patterns"] {
+  return { view: new DataView(data.buffer), dtype, shape } as AttentionTraits["patterns"];
+}
+
+function state(overrides: Partial<AttentionTraits> = {}): AttentionTraits {
+  return {
+    _view: "attention",
+    tokens: Array.from({ length: N }, (_, i) => `t${i}`),
+    patterns: wire(new Uint8Array(0), "uint8", [L, H, 0]),
+    causal: true,
+    value_patterns: null,
+    value_norms: null,
+    logit_effect: null,
+    pattern_kind: "raw",
+    show_diagonals: false,
+    diagonals: [],
+    selected_layer: 0,
+    selected_head: 1,
+    selected_dest: -1,
+    selected_src: -1,
+    tile_block: BLOCK,
+    tile_size: 64,
+    overview: wire(new Uint16Array(0), "float16", [L, H, 2, 0, 0]),
+    top_sources: null,
+    top_weights: null,
+    ...overrides,
+  };
+}
+
+class KernelModel extends FakeModel<AttentionTraits> {
+  sent: Record<string, unknown>[] = [];
+  override send(content?: unknown): void {
+    this.sent.push(content as Record<string, unknown>);
+  }
+  custom(content: unknown, buffers: ArrayBuffer[]): void {
+    const handlers = (this as unknown as { handlers: Map<string, Set<(...a: unknown[]) => void>> }).handlers;
+    for (const h of handlers.get("msg:custom") ?? []) h(content, buffers);
+  }
+}
+
+const nextFrame = (): Promise<void> => new Promise((r) => setTimeout(r, 40));
+let cleanup: (() => void) | void = undefined;
+afterEach(() => {
+  if (typeof cleanup === "function") cleanup();
+  cleanup = undefined;
+  document.body.replaceChildren();
+});
+
+function mount(s: AttentionTraits = state()): { m: KernelModel; el: HTMLElement } {
+  const m = new KernelModel(s);
+  const el = document.createElement("div");
+  document.body.append(el);
+  cleanup = widget.render({ model: m.asModel(), el } as unknown as RenderProps) as (() => void) | void;
+  return { m, el };
+}
+
+/** Zoom in with the keyboard (one frame a step), then select (100, 90) from the kernel: the view follows it. */
+async function zoomTo(m: KernelModel, el: HTMLElement): Promise<void> {
+  const canvas = el.querySelector(".cw-main canvas") as HTMLCanvasElement;
+  for (let i = 0; i < 12; i++) {
+    canvas.dispatchEvent(new KeyboardEvent("keydown", { key: "+" }));
+    await nextFrame();
+  }
+  m.fromKernel({ selected_dest: 100, selected_src: 90 });
+  await nextFrame();
+}
+
+const status = (el: HTMLElement) => el.querySelector("[data-cw-status]")?.textContent ?? "";
+
+describe("attention view over a long context", () => {
+  it("asks for the heads' overviews, shows them as they come, and keeps few tokens in the DOM", async () => {
+    const { m, el } = mount();
+    expect(m.sent).toContainEqual({ type: "want_heads" });
+    expect(status(el)).toMatch(/loading · heads loaded 0 of 2/);
+    expect(el.querySelectorAll("[data-cw-token]").length).toBeLessThanOrEqual(1024);
+    m.custom({ type: "overview", heads: [[0, 1]] }, [overviewBytes(0.5).buffer as ArrayBuffer]);
+    await nextFrame();
+    expect(status(el)).toMatch(/heads loaded 1 of 2/);
+    expect(el.dataset.cwPainted).toBeDefined();
+  });
+
+  it("zooming asks the kernel for tiles, cancels those scrolled away, and shows exact weights when they arrive", async () => {
+    const { m, el } = mount();
+    m.custom({ type: "overview", heads: [[0, 1]] }, [overviewBytes(0.5).buffer as ArrayBuffer]);
+    await zoomTo(m, el);
+    const tiles = m.sent.filter((s) => s.type === "tile");
+    expect(tiles.length).toBeGreaterThan(0);
+    expect(tiles.every((t) => t.layer === 0 && t.head === 1)).toBe(true);
+    const finest = tiles.filter((t) => t.level === 0);
+    expect(finest.length).toBeGreaterThan(0);
+    expect(m.sent.some((s) => s.type === "cancel")).toBe(true); // coarser levels passed by on the way in
+    // the kernel answers the tile holding (100, 90) with exact weights
+    const t = finest.find((x) => x.row === 1 && x.col === 1) ?? finest[0];
+    const max = new Float32Array(64 * 64).fill(0.125);
+    m.custom({ ...t, rows: 64, cols: 64 }, [max.buffer, max.slice().buffer]);
+    await nextFrame();
+    expect(status(el)).toMatch(/destination 100 “t100” → source 90 “t90”: 0\.125/);
+  });
+
+  it("shows a kernel's refusal in the status line", async () => {
+    const { m, el } = mount();
+    m.custom({ type: "tile_error", id: 3, message: "tile request: level 9 is out of range" }, []);
+    await nextFrame();
+    expect(status(el)).toMatch(/kernel: tile request: level 9 is out of range/);
+  });
+
+  it("in an exported page, asks for nothing and says that finer zoom needs a live kernel", async () => {
+    const g = G;
+    const overview = new Uint16Array(L * H * 2 * g * g);
+    overview.set(overviewBytes(0.25), 2 * g * g);
+    const k = 2;
+    const sources = new Int32Array(L * H * N * k).fill(-1);
+    const weights = new Uint16Array(L * H * N * k);
+    const base = (0 * H + 1) * N * k;
+    sources[base + 100 * k] = 90;
+    weights[base + 100 * k] = half(0.75);
+    const { m, el } = mount(
+      state({
+        __offline__: true,
+        overview: wire(overview, "float16", [L, H, 2, g, g]),
+        top_sources: wire(sources, "int32", [L, H, N, k]),
+        top_weights: wire(weights, "float16", [L, H, N, k]),
+      } as Partial<AttentionTraits>),
+    );
+    await zoomTo(m, el);
+    expect(m.sent.filter((s) => s.type === "tile")).toEqual([]);
+    expect(el.querySelector(".cw-zoom")?.textContent).toMatch(/top 2 sources at full resolution; finer zoom needs a live kernel/);
+    expect(status(el)).toMatch(/→ source 90 “t90”: 0\.750/);
+  });
+});
