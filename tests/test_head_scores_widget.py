@@ -209,6 +209,17 @@ def test_explorer_refuses_a_text_longer_than_the_context_before_any_work(
         CircuitExplorer(shipped, "x = 1\n" * 300)
 
 
+def test_term_importance_refuses_a_long_text_before_its_forward_passes(
+    model: CircuitModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_work(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the model ran before the refusal")
+
+    monkeypatch.setattr("circuitwidgets.widgets.term_importance.term_importance", no_work)
+    with pytest.raises(ContextLengthError, match=r"^text_or_tokens: expected at most n_ctx=24 tokens .*got 25\..*batch"):
+        cw.TermImportance(model, torch.ones(2, 25, dtype=torch.long))
+
+
 class _Recorder:
     """Stands in for ``tqdm.auto.tqdm``: records bars, passes iterables through."""
 

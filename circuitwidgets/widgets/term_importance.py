@@ -26,6 +26,7 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteErr
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets._base import CircuitWidget
+from circuitwidgets.widgets._context import check_context
 from circuitwidgets.widgets._spec import Size, head_selection, view_data, view_setting
 from circuitwidgets.widgets._traits import SelectionIndex
 
@@ -43,12 +44,12 @@ def term_importance_data(
     """
     if not isinstance(model, CircuitModel):
         raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
+    shape = _shape(model, text_or_tokens)
+    if shape is not None:  # (else the engine says what is wrong with the input)
+        check_context(model, shape[1], "text_or_tokens", "the loss of a long document is the mean over windows: pass them as a batch [batch, pos]")
     result = term_importance(model, text_or_tokens, max_order=max_order, progress_bar=False)
-    if isinstance(text_or_tokens, str):
-        shape = tuple(model.to_tokens(text_or_tokens).shape)
-    else:
-        t = torch.as_tensor(text_or_tokens)
-        shape = tuple(t.shape) if t.ndim == 2 else (1, int(t.shape[0]))
+    shape = shape or _shape(model, text_or_tokens)
+    assert shape is not None  # (the engine accepted it)
     return {
         "losses": np.asarray(result.losses, dtype=np.float64),
         "marginal": np.asarray(result.marginal, dtype=np.float64),
@@ -59,6 +60,20 @@ def term_importance_data(
         "n_positions": int(shape[1]),
         "model_name": model.name,
     }
+
+
+def _shape(model: CircuitModel, text_or_tokens: Any) -> tuple[int, int] | None:
+    """``(batch, pos)`` of a text or token ids, or ``None`` when they are not readable as such."""
+    try:
+        if isinstance(text_or_tokens, str):
+            rows, cols = model.to_tokens(text_or_tokens).shape
+            return int(rows), int(cols)
+        t = torch.as_tensor(text_or_tokens)
+    except Exception:  # (reported by the engine, with its wording)
+        return None
+    if t.ndim == 2:
+        return int(t.shape[0]), int(t.shape[1])
+    return (1, int(t.shape[0])) if t.ndim == 1 else None
 
 
 class TermImportance(CircuitWidget):
