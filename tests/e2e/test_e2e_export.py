@@ -122,7 +122,7 @@ def test_report_is_a_linked_page_a_head_chosen_in_the_scatter_moves_the_others(
     wait_for(lambda: f"L{layer}H{head}" in (title.text_content() or ""), "the skip-trigram table's title names the head")
     # and back: a head chosen in the table's own menu moves the scatter
     other = next((l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads) if (l, h) != (layer, head))
-    views["skiptrigrams"].locator("select").first.select_option(f"{other[0]}.{other[1]}")
+    views["skiptrigrams"].locator(".cw-controls select").first.select_option(f"{other[0]}.{other[1]}")
     wait_status(views["eigen"], rf"L{other[0]}H{other[1]} selected")
     page_log.assert_offline_clean()
 

@@ -100,7 +100,7 @@ def test_a_skip_trigram_head_chosen_in_the_view_is_computed_by_the_kernel_and_sh
         "skiptrigrams",
     )
     assert lab.value("int(w_lazy.ready[1, 1])") == 0
-    view.locator("select").first.select_option("1.1")
+    view.locator(".cw-controls select").first.select_option("1.1")
     lab.wait_value("[w_lazy.selected_layer, w_lazy.selected_head, int(w_lazy.ready[1, 1])]", [1, 1, 1])
     title = view.locator(".cw-title").first
     deadline = time.monotonic() + 20
