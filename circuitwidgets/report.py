@@ -21,6 +21,7 @@ import torch
 
 from circuitwidgets import circuits
 from circuitwidgets._text import visible_token
+from circuitwidgets.errors import ArgumentError
 from circuitwidgets.export import html_page
 from circuitwidgets.model import CircuitModel
 
@@ -55,7 +56,10 @@ class Section:
 def _bigram_table(model: CircuitModel, k: int = 6) -> str:
     rows = []
     for text in BIGRAM_SOURCES:
-        ids = model.tokenizer.encode(text)
+        try:
+            ids = model.tokenizer.encode(text)
+        except (ArgumentError, ValueError, KeyError):  # a vocabulary without this word (no text tokenizer)
+            continue
         if len(ids) != 1:
             continue
         logits = model.W_E[ids[0]] @ model.W_U

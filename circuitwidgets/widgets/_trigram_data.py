@@ -17,6 +17,7 @@ from circuitwidgets.circuits._checks import check_budget, check_model
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
 from circuitwidgets.model import CircuitModel
+from circuitwidgets.widgets._offset import engine_offset, resolve_offset
 from circuitwidgets.widgets._spec import NONE
 from circuitwidgets.widgets._trigram_source import ORIGIN_OV, ORIGIN_QK, TrigramSource, profile_order
 
@@ -62,6 +63,7 @@ def skip_trigram_data(
     sources: Sequence[int | str] = (),
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     progress_bar: bool | None = None,
+    offset: int | None = None,
 ) -> dict[str, Any]:
     """Trait values of a :class:`SkipTrigramTable` (module docstring for the layout).
 
@@ -80,13 +82,17 @@ def skip_trigram_data(
         Extra source tokens (ids or one-token strings) to precompute for every head.
     memory_budget, progress_bar
         As in :func:`circuitwidgets.circuits.skip_trigrams`.
+    offset
+        Rotary models: the destination-minus-source offset at which QK circuits
+        are read (default 0, shown in the view; :mod:`circuitwidgets.widgets._offset`).
     """
     model = check_model(model, "skip_trigram_data")
     for name, value in (("k", k), ("profile_k", profile_k)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= model.cfg.d_vocab:
             raise ArgumentError(f"{name}: expected an int in [1, {model.cfg.d_vocab}], got {value!r}")
     check_budget("memory_budget", memory_budget)
-    store = TrigramSource(model, k, profile_k, memory_budget)
+    qk_offset = resolve_offset(model, offset)
+    store = TrigramSource(model, k, profile_k, memory_budget, engine_offset(qk_offset))
     if isinstance(sources, (str, bytes)) or not isinstance(sources, Iterable):
         raise ArgumentTypeError(f"sources: expected a list of token ids or one-token strings, got {type(sources).__name__}")
     extra: list[int] = []
@@ -102,7 +108,7 @@ def skip_trigram_data(
     cfg = model.cfg
     chosen = [(lay, hd) for lay in range(cfg.n_layers) for hd in range(cfg.n_heads)] if heads is None else _check_heads(model, heads)
     _check_state_size(model, k, profile_k, len(set(extra)))
-    return store.compute_heads(store.empty(list(dict.fromkeys(extra))), chosen, progress_bar)
+    return {**store.compute_heads(store.empty(list(dict.fromkeys(extra))), chosen, progress_bar), "qk_offset": qk_offset}
 
 
 #: Largest widget state (bytes of the arrays) :func:`skip_trigram_data` builds; beyond it, a :class:`MemoryBudgetError`.

@@ -82,14 +82,16 @@ class _Profiles:
     ov: NDArray[np.float32]
 
 
-def _profiles(model: CircuitModel, layer: int, head: int, sources: list[int], k: int, memory_budget: int) -> _Profiles:
+def _profiles(
+    model: CircuitModel, layer: int, head: int, sources: list[int], k: int, memory_budget: int, offset: int | None = None
+) -> _Profiles:
     """``source_profile`` of many sources at once (one QK column block and one OV row block)."""
     if not sources:
         empty_i = np.zeros((0, k), dtype=np.int64)
         empty_f = np.zeros((0, k), dtype=np.float32)
         return _Profiles([], empty_i, empty_f, empty_i, empty_f)
     ids = torch.as_tensor(sources, dtype=torch.long, device=model.device)
-    qk_cols = full_qk(model, layer, head)[:, ids]
+    qk_cols = full_qk(model, layer, head, offset=offset)[:, ids]
     ov_rows = full_ov(model, layer, head)[ids, :]
     assert isinstance(qk_cols, LowRankMatrix) and isinstance(ov_rows, LowRankMatrix)
     dest = qk_cols.topk_cols(k, memory_budget=memory_budget, progress_bar=False)
@@ -109,11 +111,14 @@ class TrigramSource:
     Shared by :class:`SkipTrigramTable` and the explorer.
     """
 
-    def __init__(self, model: CircuitModel, k: int, profile_k: int, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
+    def __init__(
+        self, model: CircuitModel, k: int, profile_k: int, memory_budget: int = DEFAULT_MEMORY_BUDGET, offset: int | None = None
+    ) -> None:
         self.model = model
         self.k = k
         self.profile_k = profile_k
         self.memory_budget = memory_budget
+        self.offset = offset  # rotary models: QK circuits at this offset (see widgets._offset)
         self._by_string: dict[str, int] | None = None
 
     # -------------------------------------------------------------- data
@@ -165,10 +170,12 @@ class TrigramSource:
             heads = list(tqdm(heads, desc="skip-trigrams", leave=False))
         for layer, head in heads:
             ov_rows = skip_trigrams(
-                self.model, layer, head, self.k, by="ov", memory_budget=self.memory_budget, progress_bar=False
+                self.model, layer, head, self.k, by="ov", memory_budget=self.memory_budget, progress_bar=False,
+                offset=self.offset,
             )
             qk_rows = skip_trigrams(
-                self.model, layer, head, self.k, by="qk", memory_budget=self.memory_budget, progress_bar=False
+                self.model, layer, head, self.k, by="qk", memory_budget=self.memory_budget, progress_bar=False,
+                offset=self.offset,
             )
             merged = _merge_rows(ov_rows, qk_rows)
             rows = out["rows"][layer, head]
@@ -179,7 +186,7 @@ class TrigramSource:
                 rows[i] = (vocab.local(r.source), vocab.local(r.destination), vocab.local(r.out), bits)
                 values[i] = (r.qk, r.ov)
             sources = list(dict.fromkeys([r.source for r, _ in merged] + extra))
-            prof = _profiles(self.model, layer, head, sources, self.profile_k, self.memory_budget)
+            prof = _profiles(self.model, layer, head, sources, self.profile_k, self.memory_budget, self.offset)
             out["profile_sources"][layer, head] = NONE
             out["profile_tokens"][layer, head] = NONE
             out["profile_values"][layer, head] = 0.0
@@ -196,7 +203,7 @@ class TrigramSource:
         """``(vocabulary, live)`` for ``source`` at head ``(layer, head)`` computed in the kernel (the vocabulary
         grown by its tokens, as :meth:`fill_heads`)."""
         vocab = _Vocab(self.model, data["token_ids"].tolist(), list(data["token_strs"]))
-        prof = _profiles(self.model, layer, head, [int(source)], self.profile_k, self.memory_budget)
+        prof = _profiles(self.model, layer, head, [int(source)], self.profile_k, self.memory_budget, self.offset)
         live = {
             "layer": int(layer),
             "head": int(head),

@@ -29,6 +29,7 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteErr
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets._base import CircuitWidget
+from circuitwidgets.widgets._offset import engine_offset, offset_setting, resolve_offset, validate_offset
 from circuitwidgets.widgets._spec import Size, head_selection, trait_error, view_data, view_setting
 from circuitwidgets.widgets._traits import Choice, Count, Edge, SelectionIndex
 
@@ -38,18 +39,25 @@ __all__ = ["KINDS", "CompositionMap", "composition_map_data", "edge_error"]
 KINDS = ("Q", "K", "V")
 
 
-def composition_map_data(model: CircuitModel, *, n_samples: int = 100, seed: int = 0) -> dict[str, Any]:
+def composition_map_data(
+    model: CircuitModel, *, n_samples: int = 100, seed: int = 0, offset: int | None = None
+) -> dict[str, Any]:
     """Trait values of a :class:`CompositionMap`: raw scores of every kind and the baseline.
 
+    ``offset``: rotary models read Q and K composition through the QK circuit at
+    this offset (default 0, shown in the view; :mod:`circuitwidgets.widgets._offset`).
     Cost: three :func:`~circuitwidgets.circuits.composition_scores` calls
     (``O(L H d_model² d_head)`` each) and one Monte-Carlo baseline.
     """
     model = check_model(model, "composition_map_data")
-    scores = np.stack([composition_scores(model, kind) for kind in KINDS])  # type: ignore[arg-type]
+    qk_offset = resolve_offset(model, offset)
+    at = engine_offset(qk_offset)
+    scores = np.stack([composition_scores(model, kind, offset=at) for kind in KINDS])  # type: ignore[arg-type]
     return {
         "scores": scores.astype(np.float32),
         "baseline_value": float(composition_baseline(model.cfg.d_model, model.cfg.d_head, n_samples, seed)),
         "model_name": model.name,
+        "qk_offset": qk_offset,
     }
 
 
@@ -123,6 +131,10 @@ class CompositionMap(CircuitWidget):
     edge_kind = view_setting(Choice((*KINDS, ""), default_value=""))
     """Kind of the selected edge (``"Q"``, ``"K"``, ``"V"``), or ``""``."""
 
+    qk_offset = offset_setting()
+    """Rotary models: the offset ``Δ = i − j`` of the QK circuits in Q and K composition (0 unless given;
+    a live kernel recomputes when the view's control changes it); -1 for models without rotary layers."""
+
     selected_layer = head_selection(SelectionIndex("n_layers"))
     """Layer of the selected head (its edges are highlighted)."""
 
@@ -133,24 +145,50 @@ class CompositionMap(CircuitWidget):
     n_heads = Size("n_heads")
 
     def __init__(
-        self, model: CircuitModel | None = None, *, n_samples: int = 100, seed: int = 0, **kwargs: Any
+        self,
+        model: CircuitModel | None = None,
+        *,
+        n_samples: int = 100,
+        seed: int = 0,
+        offset: int | None = None,
+        **kwargs: Any,
     ) -> None:
+        self._model: CircuitModel | None = None
+        self._options = (n_samples, seed)
         if model is not None:
             # (checked here, one frame below the caller, so a model with MLPs warns in this widget's name)
             model = check_model(model, type(self).__name__)
-            kwargs = {**self.initial(model, n_samples=n_samples, seed=seed), **kwargs}
+            kwargs = {**self.initial(model, n_samples=n_samples, seed=seed, offset=offset), **kwargs}
         super().__init__(**kwargs)
+        self._model = model  # (after the initial traits: setting qk_offset there must not recompute)
 
     @classmethod
-    def initial(cls, model: CircuitModel, *, n_samples: int = 100, seed: int = 0) -> dict[str, Any]:
+    def initial(
+        cls, model: CircuitModel, *, n_samples: int = 100, seed: int = 0, offset: int | None = None
+    ) -> dict[str, Any]:
         """Initial traits for ``model`` (:func:`composition_map_data`)."""
-        return composition_map_data(check_model(model, cls.__name__), n_samples=n_samples, seed=seed)
+        return composition_map_data(check_model(model, cls.__name__), n_samples=n_samples, seed=seed, offset=offset)
 
     @classmethod
-    def from_model(cls, model: CircuitModel, *, n_samples: int = 100, seed: int = 0, **kwargs: Any) -> CompositionMap:
+    def from_model(
+        cls, model: CircuitModel, *, n_samples: int = 100, seed: int = 0, offset: int | None = None, **kwargs: Any
+    ) -> CompositionMap:
         """Same as ``CompositionMap(model, ...)``: scores computed from the model's weights."""
         check_model(model, cls.__name__)
-        return cls(model, n_samples=n_samples, seed=seed, **kwargs)
+        return cls(model, n_samples=n_samples, seed=seed, offset=offset, **kwargs)
+
+    @traitlets.validate("qk_offset")
+    def _validate_offset(self, proposal: traitlets.Bunch) -> int:
+        return validate_offset(self, getattr(self, "_model", None), int(proposal["value"]))
+
+    @traitlets.observe("qk_offset")
+    def _on_offset(self, change: traitlets.Bunch) -> None:
+        """Recompute Q and K composition at the new offset (a widget built from a model, in a live kernel)."""
+        model = getattr(self, "_model", None)
+        if model is None or change["new"] == change["old"]:
+            return
+        n_samples, seed = self._options
+        self.scores = composition_map_data(model, n_samples=n_samples, seed=seed, offset=engine_offset(change["new"]))["scores"]
 
     @classmethod
     def from_scores(

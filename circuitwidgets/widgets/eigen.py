@@ -42,6 +42,7 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets._base import CircuitWidget
+from circuitwidgets.widgets._offset import engine_offset, offset_setting, resolve_offset, validate_offset
 from circuitwidgets.widgets._spec import Size, head_selection, trait_error, view_data, view_setting
 from circuitwidgets.widgets._traits import Choice, SelectionIndex
 
@@ -71,13 +72,13 @@ def _sample_tokens(model: CircuitModel, max_tokens: int, seed: int) -> torch.Ten
     return ids.to(model.device)
 
 
-def _best_kcomp_sources(model: CircuitModel) -> NDArray[np.int32]:
+def _best_kcomp_sources(model: CircuitModel, offset: int | None) -> NDArray[np.int32]:
     """``[L, H, 2]``: for each head of layer >= 1 the earlier head with the largest raw K-composition into it."""
     L, H = model.cfg.n_layers, model.cfg.n_heads
     out = np.full((L, H, 2), -1, dtype=np.int32)
     if L < 2:
         return out
-    scores = composition_scores(model, "K")
+    scores = composition_scores(model, "K", offset=offset)
     for l2 in range(1, L):
         for h2 in range(H):
             column = np.nan_to_num(scores[:l2, :, l2, h2], nan=-np.inf)
@@ -149,6 +150,7 @@ def eigen_scatter_data(
     k: int = 5,
     max_tokens: int = 1024,
     seed: int = 0,
+    offset: int | None = None,
 ) -> dict[str, Any]:
     """Trait values of an :class:`EigenScatter` for ``model``.
 
@@ -166,12 +168,15 @@ def eigen_scatter_data(
         ``O(L H n d_vocab d_head)`` for ``n`` evaluated tokens, three circuits.
     seed
         Seed of the token sample and of the detectors' random sequences.
+    offset
+        Rotary models: the offset ``Δ = i − j`` at which QK circuits are read
+        (default 0, shown in the view; :mod:`circuitwidgets.widgets._offset`).
 
     Returns
     -------
     dict
         ``methods``, ``method_notes``, ``scores``, ``eigenvalues``, ``kcomp_source``,
-        ``detectors``, ``model_name`` (module docstring for shapes).
+        ``detectors``, ``model_name``, ``qk_offset`` (module docstring for shapes).
     """
     model = check_model(model, "eigen_scatter_data")
     if isinstance(methods, str) or not isinstance(methods, Sequence):
@@ -182,6 +187,8 @@ def eigen_scatter_data(
     k = check_int("k", k, 1, model.cfg.d_vocab + 1)
     max_tokens = check_int("max_tokens", max_tokens, 1)
     seed = check_int("seed", seed, 0, 2**63)
+    qk_offset = resolve_offset(model, offset)
+    at = engine_offset(qk_offset)
     cfg = model.cfg
     L, H = cfg.n_layers, cfg.n_heads
     sample = _sample_tokens(model, max_tokens, seed)
@@ -189,11 +196,11 @@ def eigen_scatter_data(
     scores = np.full((len(methods), len(CIRCUITS), L, H), np.nan, dtype=np.float64)
 
     eig_ov = eigenvalues(model, "ov")
-    eig_qk = eigenvalues(model, "qk")
-    sources = _best_kcomp_sources(model)
+    eig_qk = eigenvalues(model, "qk", offset=at)
+    sources = _best_kcomp_sources(model, at)
     eig_kcomp = np.full(eig_ov.shape, np.nan, dtype=np.complex128)
     if L >= 2:
-        all_kcomp = kcomp_eigenvalues(model)
+        all_kcomp = kcomp_eigenvalues(model, offset=at)
         for l2 in range(1, L):
             for h2 in range(H):
                 l1, h1 = sources[l2, h2]
@@ -209,7 +216,8 @@ def eigen_scatter_data(
             if circuit == "qk_kcomp" and L < 2:
                 continue
             scores[i, j] = copying_scores(
-                model, circuit, cast(Any, method), k=k, tokens=sample if method == "topk" else None, progress_bar=False
+                model, circuit, cast(Any, method), k=k, tokens=sample if method == "topk" else None, progress_bar=False,
+                offset=at,
             )
         if method == "diagonal":
             notes.append("fraction of tokens t whose own entry M[t, t] is positive")
@@ -226,6 +234,7 @@ def eigen_scatter_data(
         "kcomp_source": sources,
         "detectors": detectors.astype(np.float32),
         "model_name": model.name,
+        "qk_offset": qk_offset,
     }
 
 
@@ -278,6 +287,10 @@ class EigenScatter(CircuitWidget):
     qk_circuit = view_setting(Choice(("qk", "qk_kcomp"), default_value="qk_kcomp"))
     """Vertical axis: ``"qk"`` (token matches token) or ``"qk_kcomp"`` (through the strongest earlier head)."""
 
+    qk_offset = offset_setting()
+    """Rotary models: the offset ``Δ = i − j`` the QK circuits are read at (0 unless given; a live kernel
+    recomputes when the view's control changes it); -1 for models without rotary layers."""
+
     selected_layer = head_selection(SelectionIndex("n_layers"))
     """Layer of the selected head."""
 
@@ -288,19 +301,31 @@ class EigenScatter(CircuitWidget):
     n_heads = Size("n_heads")
 
     def __init__(
-        self, model: CircuitModel | None = None, *, k: int = 5, max_tokens: int = 1024, seed: int = 0, **kwargs: Any
+        self,
+        model: CircuitModel | None = None,
+        *,
+        k: int = 5,
+        max_tokens: int = 1024,
+        seed: int = 0,
+        offset: int | None = None,
+        **kwargs: Any,
     ) -> None:
+        self._model: CircuitModel | None = None
+        self._options = {"k": k, "max_tokens": max_tokens, "seed": seed}
         if model is not None:
             # (checked here, one frame below the caller, so a model with MLPs warns in this widget's name)
             model = check_model(model, type(self).__name__)
-            kwargs = {**self.initial(model, k=k, max_tokens=max_tokens, seed=seed), **kwargs}
+            kwargs = {**self.initial(model, k=k, max_tokens=max_tokens, seed=seed, offset=offset), **kwargs}
         super().__init__(**kwargs)
+        self._model = model  # (after the initial traits: setting qk_offset there must not recompute)
 
     @classmethod
-    def initial(cls, model: CircuitModel, *, k: int = 5, max_tokens: int = 1024, seed: int = 0) -> dict[str, Any]:
+    def initial(
+        cls, model: CircuitModel, *, k: int = 5, max_tokens: int = 1024, seed: int = 0, offset: int | None = None
+    ) -> dict[str, Any]:
         """Initial traits for ``model``: :func:`eigen_scatter_data` and the strongest induction head selected."""
         model = check_model(model, cls.__name__)
-        state = eigen_scatter_data(model, k=k, max_tokens=max_tokens, seed=seed)
+        state = eigen_scatter_data(model, k=k, max_tokens=max_tokens, seed=seed, offset=offset)
         if model.cfg.n_layers < 2:
             state["qk_circuit"] = "qk"
         state["method"] = state["methods"][0]
@@ -308,11 +333,36 @@ class EigenScatter(CircuitWidget):
 
     @classmethod
     def from_model(
-        cls, model: CircuitModel, *, k: int = 5, max_tokens: int = 1024, seed: int = 0, **kwargs: Any
+        cls,
+        model: CircuitModel,
+        *,
+        k: int = 5,
+        max_tokens: int = 1024,
+        seed: int = 0,
+        offset: int | None = None,
+        **kwargs: Any,
     ) -> EigenScatter:
         """Same as ``EigenScatter(model, ...)``: every score computed from the model's weights."""
         check_model(model, cls.__name__)
-        return cls(model, k=k, max_tokens=max_tokens, seed=seed, **kwargs)
+        return cls(model, k=k, max_tokens=max_tokens, seed=seed, offset=offset, **kwargs)
+
+    @traitlets.validate("qk_offset")
+    def _validate_offset(self, proposal: traitlets.Bunch) -> int:
+        return validate_offset(self, getattr(self, "_model", None), int(proposal["value"]))
+
+    @traitlets.observe("qk_offset")
+    def _on_offset(self, change: traitlets.Bunch) -> None:
+        """Recompute the QK-dependent scores at the new offset (a widget built from a model, in a live kernel)."""
+        model = getattr(self, "_model", None)
+        if model is None or change["new"] == change["old"]:
+            return
+        options = self._options
+        state = eigen_scatter_data(
+            model, k=options["k"], max_tokens=options["max_tokens"], seed=options["seed"], offset=engine_offset(change["new"])
+        )
+        with self.hold_trait_notifications():
+            for name in ("scores", "eigenvalues", "kcomp_source"):
+                setattr(self, name, state[name])
 
     @classmethod
     def from_eigenvalues(

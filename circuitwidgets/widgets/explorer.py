@@ -36,6 +36,7 @@ from circuitwidgets.widgets._arrays import _data_to_json
 from circuitwidgets.widgets._base import CircuitWidget
 from circuitwidgets.widgets._compose import ScopedView, compose, scope_names
 from circuitwidgets.widgets._context import build_progress, check_context
+from circuitwidgets.widgets._offset import engine_offset, resolve_offset, validate_offset
 from circuitwidgets.widgets._spec import spec_of
 from circuitwidgets.widgets.attention import AttentionPatterns
 from circuitwidgets.widgets.composition import CompositionMap
@@ -85,6 +86,9 @@ class CircuitExplorer(CircuitWidget):
         its tokens are also precomputed as skip-trigram sources. (``text=`` is its former name.)
     k, profile_k
         Skip-trigram rows per circuit and per source (:func:`~circuitwidgets.widgets.skip_trigrams.skip_trigram_data`).
+    offset
+        Rotary models: the offset ``Δ = i − j`` at which the scatter, the table
+        and the composition map read QK circuits (default 0, shown in the views).
     trigram_heads
         Heads whose skip-trigrams are precomputed (default all; others are computed
         when selected in a live kernel).
@@ -123,6 +127,7 @@ class CircuitExplorer(CircuitWidget):
         max_tokens: int = 1024,
         seed: int = 0,
         progress_bar: bool | None = None,
+        offset: int | None = None,
         text: TextOrTokens | None = None,
         **kwargs: Any,
     ) -> None:
@@ -133,12 +138,17 @@ class CircuitExplorer(CircuitWidget):
         text_sources = [t for t in dict.fromkeys(ids) if t != bos][:MAX_TEXT_SOURCES]
         check_context(model, len(ids), "text_or_tokens", _LONG_TEXT)
         self._views: dict[str, ScopedView] = {}
+        self._model = model
+        self._options: dict[str, Any] = {"max_tokens": max_tokens, "seed": seed, "k": k, "profile_k": profile_k,
+                         "heads": None if trigram_heads is None else list(trigram_heads), "sources": text_sources}
+        trigram_heads = self._options["heads"]
         builds: dict[type[CircuitWidget], Callable[[], dict[str, Any]]] = {
-            EigenScatter: lambda: EigenScatter.initial(model, max_tokens=max_tokens, seed=seed),
+            EigenScatter: lambda: EigenScatter.initial(model, max_tokens=max_tokens, seed=seed, offset=offset),
             AttentionPatterns: lambda: AttentionPatterns.initial(model, source),  # type: ignore[arg-type]
-            CompositionMap: lambda: CompositionMap.initial(model, seed=seed),
+            CompositionMap: lambda: CompositionMap.initial(model, seed=seed, offset=offset),
             SkipTrigramTable: lambda: SkipTrigramTable.initial(
-                model, k=k, profile_k=profile_k, heads=trigram_heads, sources=text_sources, progress_bar=False
+                model, k=k, profile_k=profile_k, heads=trigram_heads, sources=text_sources, progress_bar=False,
+                offset=offset,
             ),
             TermImportance: lambda: TermImportance.initial(model, source),
             HeadScores: lambda: HeadScores.initial(model, "all", progress_bar=False),
@@ -152,7 +162,7 @@ class CircuitExplorer(CircuitWidget):
             for child in reversed(CHILDREN):  # (the first child's head selection wins: the eigen scatter's)
                 state.update(_split(child, initial[child]))
             trigrams = self.view("trigram")
-            trigrams._source = TrigramSource(model, k, profile_k)
+            trigrams._source = TrigramSource(model, k, profile_k, offset=engine_offset(resolve_offset(model, offset)))
             trigrams._added = None
             super().__init__(**{**state, **kwargs})
             self.on_msg(self._on_custom)
@@ -203,6 +213,34 @@ class CircuitExplorer(CircuitWidget):
     def _on_trigram_selection(self, change: traitlets.Bunch) -> None:
         name = change["name"].removeprefix("trigram_")
         SkipTrigramTable._on_head_or_source(self.view("trigram"), {**change, "name": name})  # type: ignore[arg-type]
+
+    @traitlets.observe("eigen_qk_offset", "composition_qk_offset", "trigram_qk_offset")
+    def _on_offset(self, change: traitlets.Bunch) -> None:
+        """One rotary offset for the whole explorer: the views that read QK circuits recompute at it."""
+        new, model = int(change["new"]), self._model
+        if new == change["old"] or getattr(self, "_offset_busy", False):
+            return
+        validate_offset(self, model, new)
+        self._offset_busy = True
+        at, options = engine_offset(new), self._options
+        fresh = {
+            EigenScatter: EigenScatter.initial(model, max_tokens=options["max_tokens"], seed=options["seed"], offset=at),
+            CompositionMap: CompositionMap.initial(model, seed=options["seed"], offset=at),
+            SkipTrigramTable: SkipTrigramTable.initial(
+                model, k=options["k"], profile_k=options["profile_k"], heads=options["heads"], sources=options["sources"],
+                offset=at,
+            ),
+        }
+        trigrams = self.view("trigram")
+        trigrams._source.offset = at
+        trigrams._added = None
+        with self.hold_trait_notifications():
+            for child, state in fresh.items():
+                prefix = spec_of(child).prefix
+                setattr(self, f"{prefix}_data", {**getattr(self, f"{prefix}_data"), **_split(child, state)[f"{prefix}_data"]})
+                setattr(self, f"{prefix}_qk_offset", new)
+        self._offset_busy = False
+        trigrams._fill()
 
     @traitlets.observe("trigram_source_query")
     def _on_query(self, change: traitlets.Bunch) -> None:

@@ -50,6 +50,7 @@ from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
 from circuitwidgets.widgets._base import CircuitWidget
+from circuitwidgets.widgets._offset import engine_offset, offset_setting, validate_offset
 from circuitwidgets.widgets._spec import NONE, Size, head_selection, kernel_reply, view_data, view_setting
 from circuitwidgets.widgets._traits import SelectionIndex, Text
 from circuitwidgets.widgets._trigram_data import (
@@ -136,6 +137,10 @@ class SkipTrigramTable(CircuitWidget):
     source_message = kernel_reply(traitlets.Unicode(""))
     """Kernel → view: why the last search found no token ("" when it did)."""
 
+    qk_offset = offset_setting()
+    """Rotary models: the destination-minus-source offset ``Δ`` the QK circuits are read at (0 unless given;
+    a live kernel recomputes the table when the view's control changes it); -1 for models without rotary layers."""
+
     source_token = view_setting(SelectionIndex("d_vocab", optional=True))
     """Global id of the source token whose skip-trigrams are listed, or -1 for the head's largest."""
 
@@ -164,6 +169,7 @@ class SkipTrigramTable(CircuitWidget):
         sources: Sequence[int | str] = (),
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
         progress_bar: bool | None = None,
+        offset: int | None = None,
         layer: int | None = None,
         head: int | None = None,
         **kwargs: Any,
@@ -176,18 +182,14 @@ class SkipTrigramTable(CircuitWidget):
         self._source: TrigramSource | None = None
         # what the kernel added since the view's starting state: {"tokens": count before, "heads": [...]}
         self._added: dict[str, Any] | None = None
+        self._options: dict[str, Any] = {
+            "k": k, "profile_k": profile_k, "heads": None if heads is None else list(heads), "sources": sources,
+            "memory_budget": memory_budget,
+        }
         if model is not None:
             model = check_model(model, type(self).__name__)
-            state = self.initial(
-                model,
-                k=k,
-                profile_k=profile_k,
-                heads=heads,
-                sources=sources,
-                memory_budget=memory_budget,
-                progress_bar=progress_bar,
-            )
-            self._source = TrigramSource(model, k, profile_k, memory_budget)
+            state = self.initial(model, progress_bar=progress_bar, offset=offset, **self._options)
+            self._source = TrigramSource(model, k, profile_k, memory_budget, engine_offset(state["qk_offset"]))
             kwargs = {**state, **kwargs}
         super().__init__(**kwargs)
         self.on_msg(self._on_custom)
@@ -290,6 +292,27 @@ class SkipTrigramTable(CircuitWidget):
     def _on_head_or_source(self, change: traitlets.Bunch) -> None:
         if change["old"] != change["new"] and self.selected_row != NONE:
             self.selected_row = NONE
+        self._fill()
+
+    @traitlets.validate("qk_offset")
+    def _validate_offset(self, proposal: traitlets.Bunch) -> int:
+        source = getattr(self, "_source", None)
+        return validate_offset(self, source.model if source is not None else None, int(proposal["value"]))
+
+    @traitlets.observe("qk_offset")
+    def _on_offset(self, change: traitlets.Bunch) -> None:
+        """Recompute every precomputed head at the new offset (a table built from a model, in a live kernel)."""
+        source = getattr(self, "_source", None)
+        if source is None or change["new"] == change["old"] or source.offset == engine_offset(change["new"]):
+            return
+        state = skip_trigram_data(source.model, offset=engine_offset(change["new"]), **self._options)
+        source.offset = engine_offset(change["new"])
+        self._added = None
+        with self.hold_trait_notifications():
+            self.live = {}
+            for name in (*HEAD_KEYS, "token_ids", "token_strs", "extra_sources"):
+                if name in state:
+                    setattr(self, name, state[name])
         self._fill()
 
     @traitlets.observe("source_query")

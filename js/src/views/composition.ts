@@ -30,6 +30,7 @@ import {
 import { colourBar } from "../lib/colourbar";
 import { noExport } from "../lib/export";
 import { cellAtEvent, drawHeatmap, outlineCells } from "../lib/heatmap";
+import { offsetControl } from "../lib/offset";
 import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName, layerColour, svgEl, svgTitle } from "../lib/svg";
@@ -87,6 +88,7 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
   countLabel.append(countSelect);
   panel.controls.append(kindControl.element, countLabel, baselineLabel);
   cleanups.push(kindControl.cleanup);
+  cleanups.push(offsetControl(doc, m as unknown as AnyModel<Record<string, unknown>>, panel.controls));
 
   const maps = el(doc, "div", "cw-maps");
   const graphBox = el(doc, "div", "cw-graph");

@@ -10,6 +10,7 @@ import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
 import { noExport } from "../lib/export";
 import { el, listen } from "../lib/dom";
+import { offsetControl } from "../lib/offset";
 import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
 import { drawAxes, fmt, headName, layerColour, layerShape, linearScale, marker, svgEl, svgTitle } from "../lib/svg";
@@ -81,6 +82,7 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
     },
   );
   panel.controls.append(methodSlot, qkControl.element);
+  cleanups.push(offsetControl(doc, m as unknown as AnyModel<Record<string, unknown>>, panel.controls));
   cleanups.push(qkControl.cleanup, () => methodCleanup());
 
   const plotBox = el(doc, "div", "cw-plot");
