@@ -14,7 +14,7 @@ import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
 import { DIVERGING, divergingIndex, lutCss, lutLuminance } from "../lib/colour";
 import { el, listen } from "../lib/dom";
-import { offsetControl } from "../lib/offset";
+import { noExport } from "../lib/export";
 import { clearError, makePanel, runView, setTitle, showError } from "../lib/panel";
 import { indexOr, NONE, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName } from "../lib/svg";
@@ -110,7 +110,6 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
   const sizeLabel = el(doc, "label", undefined, "Rows per page ");
   sizeLabel.append(sizeSelect);
   panel.controls.append(headLabelEl, search, sizeLabel);
-  cleanups.push(offsetControl(doc, m as unknown as AnyModel<Record<string, unknown>>, panel.controls));
 
   const message = el(doc, "div", "cw-message");
   const caption = el(doc, "div", "cw-note");
@@ -119,9 +118,10 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
   const tbody = el(doc, "tbody");
   table.append(thead, tbody);
   const pager = el(doc, "div", "cw-pager");
-  const prev = el(doc, "button", "cw-button cw-small", "‹ Prev");
+  // the pager's buttons and the hint are the tool, not the figure (left out of exports)
+  const prev = noExport(el(doc, "button", "cw-button cw-small", "‹ Prev"));
   prev.type = "button";
-  const next = el(doc, "button", "cw-button cw-small", "Next ›");
+  const next = noExport(el(doc, "button", "cw-button cw-small", "Next ›"));
   next.type = "button";
   const pageText = el(doc, "span");
   pager.append(prev, pageText, next);
@@ -322,7 +322,8 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
     pageText.textContent = rows.length ? `rows ${slice.first}–${slice.last} of ${rows.length} · page ${slice.page + 1} of ${pageCount(rows.length, pageSize)}` : "no rows";
     prev.disabled = slice.page <= 0;
     next.disabled = slice.page >= pageCount(rows.length, pageSize) - 1;
-    legend.textContent = "QK and OV cells: blue negative, red positive, scaled to the largest value listed. Click a source token to list its skip-trigrams.";
+    legend.textContent = "QK and OV cells: blue negative, red positive, scaled to the largest value listed.";
+    legend.append(noExport(el(doc, "span", undefined, " Click a source token to list its skip-trigrams.")));
 
     const head = headName(sel.layer, sel.head);
     const selected = sel.row >= 0 && sel.row < rows.length ? (rows[sel.row] as Trigram) : null;
