@@ -15,6 +15,7 @@ import { decodeArray, type WireArray } from "../lib/arrays";
 import { DIVERGING, divergingIndex, lutCss, lutLuminance } from "../lib/colour";
 import { el, listen } from "../lib/dom";
 import { noExport } from "../lib/export";
+import { offsetControl } from "../lib/offset";
 import { clearError, makePanel, runView, setTitle, showError } from "../lib/panel";
 import { indexOr, NONE, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName } from "../lib/svg";
@@ -110,6 +111,7 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
   const sizeLabel = el(doc, "label", undefined, "Rows per page ");
   sizeLabel.append(sizeSelect);
   panel.controls.append(headLabelEl, search, sizeLabel);
+  cleanups.push(offsetControl(doc, m as unknown as AnyModel<Record<string, unknown>>, panel.controls));
 
   const message = el(doc, "div", "cw-message");
   const caption = el(doc, "div", "cw-note");
