@@ -22,7 +22,7 @@ pass (:func:`circuitwidgets.model.forward.attention_mask`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,13 +158,13 @@ class QKPatterns:
             raise ArgumentTypeError(f"k: expected the dtype of q ({qt.dtype}), got {kt.dtype}")
         if not isinstance(causal, bool):
             raise ArgumentTypeError(f"causal: expected a bool, got {type(causal).__name__}")
-        self.q = qt.to(torch.float32)
-        self.k = kt.to(torch.float32)
-        for name, t in (("q", self.q), ("k", self.k)):
+        for name, t in (("q", qt), ("k", kt)):
             if not bool(torch.isfinite(t).all()):
                 raise NonFiniteError(f"{name}: expected finite values, got NaN or infinite entries")
         self.causal = causal
         self.scale = _positive(scale, "scale") or math.sqrt(d)
+        self.q = qt.to(torch.float32) / self.scale  # divided once here, not in every score
+        self.k = kt.to(torch.float32)
         self.softcap = _positive(softcap, "softcap")
         self.windows = _windows(sliding_window, n_layers)
         self.n_layers, self.n_heads, self.n_kv_heads, self.n_tokens, self.d_head = n_layers, n_heads, n_kv, n, d
@@ -178,22 +178,28 @@ class QKPatterns:
                 f"head: expected layer < {self.n_layers} and head < {self.n_heads}, got [{layer}, {head}]"
             )
 
-    def _allowed(self, layer: int, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor | None:
-        """Mask ``[r1 - r0, c1 - c0]`` (True where allowed), or ``None`` when every cell is allowed."""
+    def _mask_(self, s: torch.Tensor, layer: int, r0: int, r1: int, c0: int, c1: int) -> None:
+        """Set the masked cells of scores ``s [r1 - r0, c1 - c0]`` to ``-inf`` in place.
+
+        Only the columns a mask can reach are touched (the diagonal band of a causal chunk,
+        the window's edges), so the cost is ``O(rows · chunk)``, not ``O(rows · N)``.
+        """
         w = self.windows[layer]
-        # whole rectangle allowed?
-        if (not self.causal or c1 - 1 <= r0) and (w is None or (c0 > r1 - 1 - w and (self.causal or c1 - 1 < r0 + w))):
-            return None
-        dest = torch.arange(r0, r1, device=self.q.device)[:, None]
-        src = torch.arange(c0, c1, device=self.q.device)[None, :]
-        allowed = torch.ones(r1 - r0, c1 - c0, dtype=torch.bool, device=self.q.device)
+
+        def apply(lo: int, hi: int, bad: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+            lo, hi = max(lo, c0), min(hi, c1)
+            if lo >= hi:
+                return
+            dest = torch.arange(r0, r1, device=s.device)[:, None]
+            src = torch.arange(lo, hi, device=s.device)[None, :]
+            s[:, lo - c0 : hi - c0].masked_fill_(bad(dest, src), float("-inf"))
+
         if self.causal:
-            allowed &= src <= dest
+            apply(r0 + 1, r1, lambda d, j: j > d)
         if w is not None:
-            allowed &= src > dest - w
+            apply(c0, r1 - w, lambda d, j: j <= d - w)
             if not self.causal:
-                allowed &= src < dest + w
-        return allowed
+                apply(r0 + w, c1, lambda d, j: j >= d + w)
 
     def columns(self, layer: int, r0: int, r1: int) -> tuple[int, int]:
         """The columns rows ``r0..r1-1`` may attend to at all, ``[c0, c1)``."""
@@ -205,13 +211,10 @@ class QKPatterns:
     def scores(self, layer: int, head: int, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
         """Scores ``[r1 - r0, c1 - c0]`` float32, ``-inf`` where masked. Cost: ``O(rows · cols · d_head)``."""
         kv = head // (self.n_heads // self.n_kv_heads)
-        s = self.q[layer, head, r0:r1] @ self.k[layer, kv, c0:c1].T
-        s = s / self.scale
+        s = self.q[layer, head, r0:r1] @ self.k[layer, kv, c0:c1].T  # q is stored divided by the scale
         if self.softcap is not None:
-            s = self.softcap * torch.tanh(s / self.softcap)
-        allowed = self._allowed(layer, r0, r1, c0, c1)
-        if allowed is not None:
-            s = s.masked_fill(~allowed, float("-inf"))
+            s.div_(self.softcap).tanh_().mul_(self.softcap)
+        self._mask_(s, layer, r0, r1, c0, c1)
         return s
 
     def _chunk_rows(self, block: int) -> int:
@@ -240,10 +243,8 @@ class QKPatterns:
             c0, c1 = self.columns(layer, r0, r1)
             b0 = c0 // block
             c0 = b0 * block  # align to blocks (masked cells add 0)
-            s = self.scores(layer, head, r0, r1, c0, c1)
-            row_lse = torch.logsumexp(s, dim=-1)
-            lse[r0:r1] = row_lse
-            p = torch.exp(s - row_lse[:, None])
+            p = self.scores(layer, head, r0, r1, c0, c1)
+            lse[r0:r1] = _softmax_(p)
             m, total = _reduce(p, block)
             bmax[r0 // block : r0 // block + m.shape[0], b0 : b0 + m.shape[1]] = m.cpu()
             bsum[r0 // block : r0 // block + m.shape[0], b0 : b0 + m.shape[1]] = total.cpu().double()
@@ -270,7 +271,9 @@ class QKPatterns:
         for r0 in range(0, n, step):
             r1 = min(n, r0 + step)
             c0, c1 = self.columns(layer, r0, r1)
-            lse[r0:r1] = torch.logsumexp(self.scores(layer, head, r0, r1, c0, c1), dim=-1)
+            s = self.scores(layer, head, r0, r1, c0, c1)
+            top = s.amax(-1, keepdim=True)
+            lse[r0:r1] = (top + s.sub_(top).exp_().sum(-1, keepdim=True).log()).squeeze(-1)
         self._lse[layer, head] = lse
         return lse
 
@@ -279,7 +282,7 @@ class QKPatterns:
     def weights(self, layer: int, head: int, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
         """Exact weights ``A[r0:r1, c0:c1]`` float32. Cost: ``O(rows · cols · d_head)`` (after the log-sum-exp)."""
         lse = self.lse(layer, head)
-        return torch.exp(self.scores(layer, head, r0, r1, c0, c1) - lse[r0:r1, None])
+        return self.scores(layer, head, r0, r1, c0, c1).sub_(lse[r0:r1, None]).exp_()
 
     def tile(
         self, layer: int, head: int, level: int, row: int, col: int
@@ -309,6 +312,15 @@ class QKPatterns:
     def dense(self, layer: int, head: int) -> torch.Tensor:
         """The whole pattern ``[N, N]`` (for tests and small inputs). Cost: ``4 N²`` bytes."""
         return self.weights(layer, head, 0, self.n_tokens, 0, self.n_tokens)
+
+
+def _softmax_(s: torch.Tensor) -> torch.Tensor:
+    """Softmax of each row of ``s`` in place (every row has an allowed cell); returns the rows' log-sum-exp."""
+    top = s.amax(-1, keepdim=True)
+    s.sub_(top).exp_()
+    total = s.sum(-1, keepdim=True)
+    s.div_(total)
+    return (top + total.log()).squeeze(-1)
 
 
 def _reduce(p: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,9 +1,18 @@
 """Attention patterns to the wire and back: reading heads, checks, uint8 quantisation, triangle packing.
 
+Transport
+---------
 Weights cross to the view as one binary buffer of uint8 per array, ``q =
-round(255 · a)``: error at most 0.5/255 per weight. When a pattern is causal
-only the lower triangle is sent, row after row (see
-:mod:`circuitwidgets.widgets.attention`); ``js/src/lib/patterns.ts`` reads it.
+round(255 · a)``: error at most 0.5/255 per weight (below what a colour scale
+of 256 steps can show), a quarter of float32's size and half of float16's.
+When a pattern is causal (nothing above the diagonal survives
+quantisation, or ``causal=True``) only the lower triangle is sent, row after
+row: head ``[layer, head]`` holds, for ``dest = 0..n-1``, the ``dest + 1``
+weights to ``src = 0..dest``, so ``patterns`` has shape ``[n_layers, n_heads,
+n(n+1)/2]``; a pattern that is not causal is sent whole, ``[n_layers,
+n_heads, n, n]``. ``value_patterns`` has the same layout. ``value_norms`` and
+``logit_effect`` are float32 ``[n_layers, n_heads, n]``.
+``js/src/lib/patterns.ts`` reads them.
 """
 
 from __future__ import annotations
@@ -16,8 +25,20 @@ import torch
 from numpy.typing import ArrayLike, NDArray
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
+from circuitwidgets.widgets._spec import trait_error
 
-__all__ = ["MAX_STATE_BYTES", "check_state_bytes", "decode_patterns", "encode_patterns"]
+__all__ = [
+    "MAX_STATE_BYTES",
+    "check_diagonals",
+    "check_patterns_trait",
+    "check_per_position_trait",
+    "check_state_bytes",
+    "decode_patterns",
+    "encode_patterns",
+]
+
+_MAX_LABEL = 40
+_MAX_OFFSET = 2**20
 
 #: Below 0.5/255, so ``255 a + 0.5`` stays in [0, 256) and needs no clipping.
 _RANGE_TOLERANCE = 1e-3
@@ -308,3 +329,58 @@ def per_position(values: Any, name: str, heads: Heads, *, nan_ok: bool) -> NDArr
             f"{name}: expected finite values{' (or NaN)' if nan_ok else ''}, got {int((~finite).sum())} other entries"
         )
     return np.ascontiguousarray(v)
+
+
+# ---------------------------------------------------------------- trait checks (the widget's validators)
+
+
+def check_patterns_trait(
+    widget: Any, name: str, p: NDArray[np.uint8] | None, *, waiting: bool
+) -> NDArray[np.uint8] | None:
+    """``patterns`` / ``value_patterns`` laid out for the widget's tokens (``[L, H, 0]`` allowed while ``waiting``)."""
+    if p is None:
+        return None
+    expected = head_size(len(widget.tokens), widget.causal)
+    pending = waiting and p.ndim == 3 and p.shape[2] == 0
+    if not pending and (p.ndim != 2 + len(expected) or p.shape[2:] != expected):
+        n = len(widget.tokens)
+        raise trait_error(
+            widget,
+            name,
+            f"shape [n_layers, n_heads, {', '.join(map(str, expected))}] for {n} tokens "
+            f"({'causal' if widget.causal else 'full'})",
+            str(list(p.shape)),
+        )
+    if name == "value_patterns" and p.shape[:2] != widget.patterns.shape[:2]:
+        raise trait_error(
+            widget, name, f"{list(widget.patterns.shape[:2])} heads like 'patterns'", str(list(p.shape[:2]))
+        )
+    return p
+
+
+def check_per_position_trait(widget: Any, name: str, v: NDArray[np.float32] | None) -> NDArray[np.float32] | None:
+    """``value_norms`` / ``logit_effect``: ``[n_layers, n_heads, n_tokens]`` like the patterns, or ``None``."""
+    if v is None:
+        return None
+    expected = (*widget.patterns.shape[:2], len(widget.tokens))
+    if v.shape != expected:
+        raise trait_error(widget, name, f"shape {list(expected)} [n_layers, n_heads, n_tokens]", str(list(v.shape)))
+    return v
+
+
+def check_diagonals(widget: Any, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``diagonals``: entries ``{"offset": int, "label": str}``, offsets within ±2^20, labels cut to 40 characters."""
+    out = []
+    for i, d in enumerate(value):
+        offset, label = d.get("offset"), d.get("label", "")
+        if (
+            set(d) - {"offset", "label"}
+            or isinstance(offset, bool)
+            or not isinstance(offset, int)
+            or not isinstance(label, str)
+        ):
+            raise trait_error(widget, "diagonals", "entries {'offset': int, 'label': str}", f"{d!r:.80} at {i}")
+        if abs(offset) > _MAX_OFFSET:
+            raise trait_error(widget, "diagonals", f"offsets in [-{_MAX_OFFSET}, {_MAX_OFFSET}]", f"{offset} at {i}")
+        out.append({"offset": int(offset), "label": label[:_MAX_LABEL]})
+    return out

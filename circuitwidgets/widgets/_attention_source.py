@@ -5,7 +5,23 @@
   (long inputs);
 - :class:`Source`: validated data for a new widget, encoded at once or by a
   :class:`Stream` (one head per turn of the kernel's event loop; see
-  *Streaming* in :mod:`circuitwidgets.widgets.attention`).
+  *Streaming* below).
+
+Streaming
+---------
+With a running event loop (a Jupyter kernel) and more than
+:data:`STREAM_BYTES` of patterns, the constructor validates everything but
+returns before encoding: ``patterns`` holds the placeholder ``[n_layers,
+n_heads, 0]``, and a task on the kernel's loop encodes one head per step
+(selected head first; a head selected meanwhile jumps the queue), yielding to
+the kernel between steps. Each encoded head goes to the view as a custom
+message ``{"type": "heads", "heads": [[l, h]], "value": bool}`` with its
+buffers (the view asks for the heads already done with ``{"type":
+"want_heads"}`` when it renders). When the last head is done the complete
+arrays are assigned to ``patterns`` / ``value_patterns``, so saved widget
+state and exported HTML hold everything; reading the data from Python
+(``attention``, ``get_state``, ``save_html``) finishes the stream first.
+The price is one extra transfer of the data (streamed heads, then the trait).
 """
 
 from __future__ import annotations
@@ -135,9 +151,20 @@ class Stream:
             if self.view_wants:
                 self._message([(layer, head)])
         if not self.queue:
-            self.widget._commit_stream(self)
+            self.commit()
             return False
         return True
+
+    def commit(self) -> None:
+        """Give the widget the complete arrays (saved state and exports hold them); the stream ends."""
+        widget = self.widget
+        if widget._stream is not self:
+            return
+        widget._stream = None
+        with widget.hold_sync():
+            widget.patterns = self.patterns
+            if self.value_patterns is not None:
+                widget.value_patterns = self.value_patterns
 
     def finish(self) -> None:
         """Encode every remaining head now (blocking) and commit."""

@@ -32,6 +32,7 @@ Tile protocol (custom messages)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +43,15 @@ from numpy.typing import NDArray
 from circuitwidgets.circuits.tiles import TILE, QKPatterns, overview_block
 from circuitwidgets.errors import ArgumentError, MemoryBudgetError
 
-__all__ = ["EXPORT_BUDGET_BYTES", "MAX_PENDING", "MAX_TOP_K", "OVERVIEW_BUDGET_BYTES", "TileSource", "top_k_for_budget"]
+__all__ = [
+    "EXPORT_BUDGET_BYTES",
+    "MAX_PENDING",
+    "MAX_TOP_K",
+    "OVERVIEW_BUDGET_BYTES",
+    "TileSource",
+    "on_custom",
+    "top_k_for_budget",
+]
 
 #: Bytes an exported page may spend on a long-context widget's data (overview plus top-k).
 EXPORT_BUDGET_BYTES = 48 * 2**20
@@ -102,6 +111,40 @@ class TileSource:
         self.on_done: Callable[[], None] | None = None
         self.task: asyncio.Task[None] | None = None
         self.tile_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ the widget's side
+
+    def initial_traits(self, tokens: list[str]) -> dict[str, Any]:
+        """The widget's data traits before any head is summarised."""
+        shape = (self.engine.n_layers, self.engine.n_heads)
+        return {
+            "tokens": tokens,
+            "causal": self.engine.causal,
+            "patterns": np.zeros((*shape, 0), dtype=np.uint8),
+            "overview": np.zeros((*shape, 2, 0, 0), dtype=np.float16),
+            "tile_block": self.block,
+            "tile_size": TILE,
+            "diagonals": [{"offset": 1, "label": "previous token"}],
+        }
+
+    def start(self, widget: Any, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Summarise every head for ``widget`` (selected head first): now without a loop, else as a task on it."""
+
+        def commit() -> None:
+            if widget._tiles is self:
+                with widget.hold_sync():
+                    widget.overview, widget.top_sources, widget.top_weights = (
+                        self.overview,
+                        self.top_sources,
+                        self.top_weights,
+                    )
+
+        self.on_done = commit
+        self.prioritise(widget.selected_layer, widget.selected_head)
+        if loop is None:
+            self.finish()
+        else:
+            self.task = loop.create_task(self.run(lambda: widget.comm is None or widget._tiles is not self))
 
     # ------------------------------------------------------------ overview
 
@@ -240,3 +283,22 @@ class TileSource:
 
 def _bytes(a: NDArray[np.float32]) -> memoryview:
     return memoryview(np.ascontiguousarray(a, dtype=np.float32).tobytes())
+
+
+def on_custom(widget: Any, stream: Any, tiles: TileSource | None, content: Any) -> None:
+    """A custom message from the view: ``want_heads`` (streamed heads or overviews), ``tile`` or ``cancel``."""
+    if not isinstance(content, dict):
+        return
+    kind = content.get("type")
+    if kind == "want_heads" and stream is not None:
+        stream.send_ready()
+    elif kind == "want_heads" and tiles is not None:
+        tiles.send_ready()
+    elif kind in ("tile", "cancel"):
+        if tiles is None:
+            widget.send({"type": "tile_error", "id": None, "message": "tiles need a long-context widget (from_qk)"})
+        else:
+            loop = None
+            with contextlib.suppress(RuntimeError):
+                loop = asyncio.get_running_loop()
+            tiles.receive(content, loop)

@@ -18,35 +18,15 @@ What the view shows
   position, which has no next token). The final layer norm's per-token scale
   and ``b_U`` are left out (DESIGN.md §3).
 
-Transport
----------
-Weights cross to the view as one binary buffer of uint8 per array, ``q =
-round(255 · a)``: error at most 0.5/255 per weight (below what a colour scale
-of 256 steps can show), a quarter of float32's size and half of float16's.
-When a pattern is causal (nothing above the diagonal survives
-quantisation, or ``causal=True``) only the lower triangle is sent, row after
-row: head ``[layer, head]`` holds, for ``dest = 0..n-1``, the ``dest + 1``
-weights to ``src = 0..dest``, so ``patterns`` has shape ``[n_layers, n_heads,
-n(n+1)/2]``; a pattern that is not causal is sent whole, ``[n_layers,
-n_heads, n, n]``. ``value_patterns`` has the same layout. ``value_norms`` and
-``logit_effect`` are float32 ``[n_layers, n_heads, n]``.
-``js/src/lib/patterns.ts`` reads them.
-
-Streaming
----------
-With a running event loop (a Jupyter kernel) and more than
-:data:`STREAM_BYTES` of patterns, the constructor validates everything but
-returns before encoding: ``patterns`` holds the placeholder ``[n_layers,
-n_heads, 0]``, and a task on the kernel's loop encodes one head per step
-(selected head first; a head selected meanwhile jumps the queue), yielding to
-the kernel between steps. Each encoded head goes to the view as a custom
-message ``{"type": "heads", "heads": [[l, h]], "value": bool}`` with its
-buffers (the view asks for the heads already done with ``{"type":
-"want_heads"}`` when it renders). When the last head is done the complete
-arrays are assigned to ``patterns`` / ``value_patterns``, so saved widget
-state and exported HTML hold everything; reading the data from Python
-(``attention``, ``get_state``, ``save_html``) finishes the stream first.
-The price is one extra transfer of the data (streamed heads, then the trait).
+Transport, streaming and long contexts
+--------------------------------------
+Weights cross as uint8 (``round(255 · a)``, causal patterns as their lower
+triangle; :mod:`~circuitwidgets.widgets._attention_codec`). With a kernel's
+event loop, large patterns stream head by head, selected head first
+(:mod:`~circuitwidgets.widgets._attention_source`). Long contexts
+(:meth:`AttentionPatterns.from_qk`, or ``from_model`` over
+:data:`LONG_TOKENS` tokens) hold queries and keys and answer the view's tile
+requests (:mod:`~circuitwidgets.widgets._attention_tiles`).
 """
 
 from __future__ import annotations
@@ -61,7 +41,7 @@ import traitlets
 from numpy.typing import ArrayLike, NDArray
 
 from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
-from circuitwidgets.circuits.tiles import TILE, QKPatterns
+from circuitwidgets.circuits.tiles import QKPatterns
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait
@@ -69,12 +49,14 @@ from circuitwidgets.widgets._attention_codec import (
     MAX_STATE_BYTES,
     Heads,
     _upper_max,
+    check_diagonals,
+    check_patterns_trait,
+    check_per_position_trait,
     check_state_bytes,
     check_tokens,
     decode_patterns,
     encode_all,
     encode_patterns,
-    head_size,
     per_position,
     validate,
 )
@@ -89,9 +71,9 @@ from circuitwidgets.widgets._attention_source import (
     running_loop,
     token_ids,
 )
-from circuitwidgets.widgets._attention_tiles import EXPORT_BUDGET_BYTES, TileSource
+from circuitwidgets.widgets._attention_tiles import EXPORT_BUDGET_BYTES, TileSource, on_custom
 from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._spec import NONE, head_selection, trait_error, view_data, view_setting
+from circuitwidgets.widgets._spec import NONE, head_selection, view_data, view_setting
 from circuitwidgets.widgets._traits import Choice, SelectionIndex
 
 __all__ = [
@@ -114,8 +96,6 @@ _KINDS = ("raw", "value")
 
 #: ``from_model`` computes patterns on demand from queries and keys above this many tokens.
 LONG_TOKENS = 2048
-_MAX_LABEL = 40
-_MAX_OFFSET = 2**20
 
 # ---------------------------------------------------------------- the widget
 
@@ -257,12 +237,12 @@ class AttentionPatterns(CircuitWidget):
             kwargs = {**data, **kwargs}
         if _qk is not None:
             self._tiles = TileSource(_qk[1], lambda content, buffers: self.send(content, buffers))
-            kwargs = {**self._tiles_data(*_qk), **kwargs}
+            kwargs = {**self._tiles.initial_traits(_qk[0]), **kwargs}
         super().__init__(**kwargs)
         self._opened = True
         self.on_msg(self._on_custom)
         if self._tiles is not None:
-            self._start_tiles(loop)
+            self._tiles.start(self, loop)
         pending = self._stream
         if pending is not None:
             pending.prioritise(self.selected_layer, self.selected_head)
@@ -413,59 +393,8 @@ class AttentionPatterns(CircuitWidget):
         if self._tiles is not None:
             self._tiles.finish()
 
-    def _tiles_data(self, tokens: list[str], engine: QKPatterns) -> dict[str, Any]:
-        shape = (engine.n_layers, engine.n_heads)
-        return {
-            "tokens": tokens,
-            "causal": engine.causal,
-            "patterns": np.zeros((*shape, 0), dtype=np.uint8),
-            "overview": np.zeros((*shape, 2, 0, 0), dtype=np.float16),
-            "tile_block": self._tiles.block if self._tiles is not None else 0,
-            "tile_size": TILE,
-            "diagonals": [{"offset": 1, "label": "previous token"}],
-        }
-
-    def _start_tiles(self, loop: Any) -> None:
-        tiles = self._tiles
-        assert tiles is not None
-        tiles.on_done = self._commit_tiles
-        tiles.prioritise(self.selected_layer, self.selected_head)
-        if loop is None:
-            tiles.finish()
-        else:
-            tiles.task = loop.create_task(tiles.run(lambda: self.comm is None or self._tiles is not tiles))
-
-    def _commit_tiles(self) -> None:
-        tiles = self._tiles
-        if tiles is None:
-            return
-        with self.hold_sync():
-            self.overview = tiles.overview
-            self.top_sources = tiles.top_sources
-            self.top_weights = tiles.top_weights
-
-    def _commit_stream(self, stream: Stream) -> None:
-        if self._stream is not stream:
-            return
-        self._stream = None
-        with self.hold_sync():
-            self.patterns = stream.patterns
-            if stream.value_patterns is not None:
-                self.value_patterns = stream.value_patterns
-
     def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
-        if not isinstance(content, dict):
-            return
-        kind = content.get("type")
-        if kind == "want_heads" and self._stream is not None:
-            self._stream.send_ready()
-        elif kind == "want_heads" and self._tiles is not None:
-            self._tiles.send_ready()
-        elif kind in ("tile", "cancel"):
-            if self._tiles is None:
-                self.send({"type": "tile_error", "id": None, "message": "tiles need a long-context widget (from_qk)"})
-            else:
-                self._tiles.receive(content, running_loop())
+        on_custom(self, self._stream, self._tiles, content)
 
     def get_state(self, key: str | Sequence[str] | None = None, drop_defaults: bool = False) -> dict[str, Any]:
         """The synced state; finishes a stream first when the data traits are asked for."""
@@ -501,64 +430,18 @@ class AttentionPatterns(CircuitWidget):
     def _default_patterns(self) -> NDArray[np.uint8]:
         return np.zeros((0, 0, 0), dtype=np.uint8)
 
-    def _expected_layout(self) -> tuple[int, ...]:
-        return head_size(len(self.tokens), self.causal)
-
     @traitlets.validate("patterns", "value_patterns")
     def _validate_patterns(self, proposal: traitlets.Bunch) -> NDArray[np.uint8] | None:
-        p: NDArray[np.uint8] | None = proposal["value"]
-        name = proposal["trait"].name
-        if p is None:
-            return None
-        expected = self._expected_layout()
         waiting = getattr(self, "_stream", None) is not None or getattr(self, "_tiles", None) is not None
-        pending = waiting and p.ndim == 3 and p.shape[2] == 0
-        if not pending and (p.ndim != 2 + len(expected) or p.shape[2:] != expected):
-            n = len(self.tokens)
-            raise trait_error(
-                self,
-                name,
-                f"shape [n_layers, n_heads, {', '.join(map(str, expected))}] for {n} tokens "
-                f"({'causal' if self.causal else 'full'})",
-                str(list(p.shape)),
-            )
-        if name == "value_patterns" and p.shape[:2] != self.patterns.shape[:2]:
-            raise trait_error(
-                self, name, f"{list(self.patterns.shape[:2])} heads like 'patterns'", str(list(p.shape[:2]))
-            )
-        return p
+        return check_patterns_trait(self, proposal["trait"].name, proposal["value"], waiting=waiting)
 
     @traitlets.validate("value_norms", "logit_effect")
     def _validate_per_position(self, proposal: traitlets.Bunch) -> NDArray[np.float32] | None:
-        v: NDArray[np.float32] | None = proposal["value"]
-        if v is None:
-            return None
-        expected = (*self.patterns.shape[:2], len(self.tokens))
-        if v.shape != expected:
-            raise trait_error(
-                self,
-                proposal["trait"].name,
-                f"shape {list(expected)} [n_layers, n_heads, n_tokens]",
-                str(list(v.shape)),
-            )
-        return v
+        return check_per_position_trait(self, proposal["trait"].name, proposal["value"])
 
     @traitlets.validate("diagonals")
     def _validate_diagonals(self, proposal: traitlets.Bunch) -> list[dict[str, Any]]:
-        out = []
-        for i, d in enumerate(proposal["value"]):
-            offset, label = d.get("offset"), d.get("label", "")
-            if (
-                set(d) - {"offset", "label"}
-                or isinstance(offset, bool)
-                or not isinstance(offset, int)
-                or not isinstance(label, str)
-            ):
-                raise trait_error(self, "diagonals", "entries {'offset': int, 'label': str}", f"{d!r:.80} at {i}")
-            if abs(offset) > _MAX_OFFSET:
-                raise trait_error(self, "diagonals", f"offsets in [-{_MAX_OFFSET}, {_MAX_OFFSET}]", f"{offset} at {i}")
-            out.append({"offset": int(offset), "label": label[:_MAX_LABEL]})
-        return out
+        return check_diagonals(self, proposal["value"])
 
     # ------------------------------------------------------------ data
 

@@ -1,0 +1,74 @@
+"""JupyterLab 4, live: a long-context attention widget (from_qk) paints its overview and zooms to single cells.
+
+The kernel holds queries and keys only; the view paints each head's overview
+(block max) and, as it zooms, asks the kernel for finer tiles until single
+weights, which must equal the kernel's exact softmax.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser
+
+from ._hosts import JupyterServer, NotebookPage
+from ._pages import TIMEOUT_MS, wait_for, wait_status, watch
+
+N_TOKENS = 8192
+
+BUILD = f"""\
+import torch, circuitwidgets as cw
+_g = torch.Generator().manual_seed(0)
+q = torch.randn(1, 2, {N_TOKENS}, 16, generator=_g)
+k = torch.randn(1, 2, {N_TOKENS}, 16, generator=_g)
+long_w = cw.AttentionPatterns.from_qk([f"w{{i}}" for i in range({N_TOKENS})], q, k, selected_head=1)
+long_w"""
+
+
+@pytest.fixture(scope="module")
+def lab(jupyter: JupyterServer, browser: Browser) -> Iterator[NotebookPage]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        notebook = NotebookPage(context.new_page(), watch(context))
+        path = jupyter.write_notebook("long.ipynb")
+        jupyter.start_kernel(path)
+        notebook.open(jupyter.lab_url(path))
+        yield notebook
+    finally:
+        context.close()
+
+
+def test_a_long_context_zooms_to_single_cells_with_exact_tiles_from_the_kernel(lab: NotebookPage) -> None:
+    seen = len(lab.log.page_errors)
+    started = time.monotonic()
+    view = lab.display(BUILD, "attention")
+    # the selected head's overview arrives from the kernel and is painted
+    wait_for(lambda: view.get_attribute("data-cw-painted"), "the overview of the selected head", timeout_s=120)
+    painted_s = time.monotonic() - started
+    assert view.locator("[data-cw-token]").count() <= 1024, "the token strip must stay virtualised"
+
+    canvas = view.locator(".cw-main canvas").first
+    canvas.click(position={"x": 90 + 200, "y": 66 + 200})  # focus (and select a cell)
+    for _ in range(22):  # keyboard zoom around the centre, down to the fewest cells a side
+        canvas.press("+")
+    zoom = view.locator(".cw-zoom").first
+    text = wait_for(lambda: re.search(r"rows (\d+)–(\d+), columns (\d+)–(\d+)", zoom.text_content() or ""), "a zoomed view")
+    r0, r1, c0, _ = (int(x) for x in text.groups())
+    assert r1 - r0 + 1 <= 16, f"not zoomed to single cells: {zoom.text_content()}"
+    wait_for(lambda: int(view.get_attribute("data-cw-tiles-cached") or 0) > 0, "tiles from the kernel", timeout_s=60)
+    wait_for(lambda: view.get_attribute("data-cw-tiles-pending") == "0", "every tile asked for", timeout_s=60)
+
+    # a cell in view, selected from the kernel: the status gives its exact weight
+    dest, src = r1, max(c0, 0) if c0 <= r1 else r1
+    lab.run(f"long_w.selected_dest, long_w.selected_src = {dest}, {src}")
+    status = wait_status(view, rf"destination {dest} .*→ source {src} .*: \d\.\d{{3}}", timeout_s=30)
+    shown = float(re.search(r"→ source \d+ “[^”]*”: (\d\.\d{3})", status).group(1))  # type: ignore[union-attr]
+    exact = lab.value(f"float(long_w.qk.weights(0, 1, {dest}, {dest} + 1, {src}, {src} + 1)[0, 0])")
+    assert abs(shown - exact) <= 0.0005 + 1e-9, (shown, exact)
+    assert "≤" not in status and "kernel:" not in status
+    assert not lab.log.page_errors[seen:], lab.log.page_errors[seen:]
+    print(f"first paint {painted_s:.1f}s after Shift+Enter (includes summarising the selected head)")
