@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import threading
@@ -41,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import torch
 
 from circuitwidgets import AttentionPatterns
@@ -55,7 +55,9 @@ class PeakRSS:
     """Resident set size sampled every 10 ms in a thread, relative to the start."""
 
     def __init__(self) -> None:
-        self.process = psutil.Process()
+        import psutil  # type: ignore[import-untyped]
+
+        self.process: Any = psutil.Process()
         self.start = self.process.memory_info().rss
         self.peak = self.start
         self._stop = threading.Event()
@@ -77,7 +79,7 @@ class PeakRSS:
 
     @property
     def mb(self) -> float:
-        return (self.peak - self.start) / 2**20
+        return float(self.peak - self.start) / 2**20
 
 
 def zoom_requests(n: int, block: int, causal: bool, rng: np.random.Generator) -> list[tuple[int, int, int]]:
@@ -110,7 +112,7 @@ def measure(n: int, n_layers: int, n_heads: int, d_head: int, seed: int = 0) -> 
     async def build() -> AttentionPatterns:
         t0 = time.perf_counter()
         w = AttentionPatterns.from_qk(tokens, q, k)
-        w._send = lambda msg, buffers=None: sent.append((time.perf_counter(), msg, list(buffers or [])))  # type: ignore[method-assign]
+        w._send = lambda msg, buffers=None: sent.append((time.perf_counter(), msg, list(buffers or [])))
         result["constructor_s"] = time.perf_counter() - t0
         w._on_custom(w, {"type": "want_heads"}, [])  # as the view does when it renders
         while w.streaming:
@@ -154,8 +156,22 @@ def main() -> None:
         if args.sizes
         else [(4096, 2, 16), (32768, args.layers or 1, args.heads or 2)]
     )
-    print(f"torch threads: {torch.get_num_threads()}, CPU: {psutil.cpu_count()} cores")
-    cols = ["N", "heads", "constructor_s", "first_paint_s", "all_heads_s", "peak_mb", "tiles", "tile_p50_ms", "tile_p95_ms", "tile_max_ms", "page_mb", "top_k", "overview"]
+    print(f"torch threads: {torch.get_num_threads()}, CPU: {os.cpu_count()} cores")
+    cols = [
+        "N",
+        "heads",
+        "constructor_s",
+        "first_paint_s",
+        "all_heads_s",
+        "peak_mb",
+        "tiles",
+        "tile_p50_ms",
+        "tile_p95_ms",
+        "tile_max_ms",
+        "page_mb",
+        "top_k",
+        "overview",
+    ]
     print(" | ".join(cols))
     for n, layers, heads in plan:
         r = measure(n, layers, heads, args.d_head)

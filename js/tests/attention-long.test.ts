@@ -121,6 +121,13 @@ describe("attention view over a long context", () => {
     m.custom({ ...t, rows: 64, cols: 64 }, [max.buffer, max.slice().buffer]);
     await nextFrame();
     expect(status(el)).toMatch(/destination 100 “t100” → source 90 “t90”: 0\.125/);
+    // the kernel commits the complete overview trait: the tiles received stay
+    const all = new Uint16Array(L * H * 2 * G * G);
+    all.set(overviewBytes(0.5), 2 * G * G);
+    m.fromKernel({ overview: wire(all, "float16", [L, H, 2, G, G]) });
+    await nextFrame();
+    expect(Number(el.dataset.cwTilesCached)).toBeGreaterThan(0);
+    expect(status(el)).toMatch(/→ source 90 “t90”: 0\.125/);
   });
 
   it("shows a kernel's refusal in the status line", async () => {

@@ -19,8 +19,9 @@ from ._pages import TIMEOUT_MS, wait_for, wait_status, watch
 
 N_TOKENS = 8192
 
+IMPORTS = "import torch, circuitwidgets as cw"
+
 BUILD = f"""\
-import torch, circuitwidgets as cw
 _g = torch.Generator().manual_seed(0)
 q = torch.randn(1, 2, {N_TOKENS}, 16, generator=_g)
 k = torch.randn(1, 2, {N_TOKENS}, 16, generator=_g)
@@ -44,6 +45,7 @@ def lab(jupyter: JupyterServer, browser: Browser) -> Iterator[NotebookPage]:
 
 def test_a_long_context_zooms_to_single_cells_with_exact_tiles_from_the_kernel(lab: NotebookPage) -> None:
     seen = len(lab.log.page_errors)
+    lab.run(IMPORTS, timeout_s=120)  # a cell of its own: importing torch can take seconds on a busy machine
     started = time.monotonic()
     view = lab.display(BUILD, "attention")
     # the selected head's overview arrives from the kernel and is painted
@@ -56,7 +58,9 @@ def test_a_long_context_zooms_to_single_cells_with_exact_tiles_from_the_kernel(l
     for _ in range(22):  # keyboard zoom around the centre, down to the fewest cells a side
         canvas.press("+")
     zoom = view.locator(".cw-zoom").first
-    text = wait_for(lambda: re.search(r"rows (\d+)–(\d+), columns (\d+)–(\d+)", zoom.text_content() or ""), "a zoomed view")
+    text = wait_for(
+        lambda: re.search(r"rows (\d+)–(\d+), columns (\d+)–(\d+)", zoom.text_content() or ""), "a zoomed view"
+    )
     r0, r1, c0, _ = (int(x) for x in text.groups())
     assert r1 - r0 + 1 <= 16, f"not zoomed to single cells: {zoom.text_content()}"
     wait_for(lambda: int(view.get_attribute("data-cw-tiles-cached") or 0) > 0, "tiles from the kernel", timeout_s=60)

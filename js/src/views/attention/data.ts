@@ -48,7 +48,7 @@ export interface Data {
 }
 
 /** Read the traits into the view's data (throws on data that does not fit). */
-export function loadData(model: Model, offline: boolean): Data {
+export function loadData(model: Model, offline: boolean, previous: Data | null = null): Data {
   const tokens = model.get("tokens") ?? [];
   const causal = Boolean(model.get("causal"));
   const block = Number(model.get("tile_block") ?? 0);
@@ -62,6 +62,7 @@ export function loadData(model: Model, offline: boolean): Data {
       model.get("top_weights") ?? null,
       (message) => model.send(message),
       offline,
+      previous?.long ?? null,
     );
     return { tokens, raw: long, value: null, dense: null, long, norms: null, effect: null };
   }

@@ -144,7 +144,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   function loadArrays(): void {
     const wasLong = data?.long != null;
     try {
-      data = loadData(model, offline);
+      data = loadData(model, offline, data);
     } catch (err) {
       showError(err instanceof Error ? err.message : String(err));
       return;

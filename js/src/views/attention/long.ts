@@ -38,18 +38,29 @@ export class LongSource implements PatternSource {
     topWeights: WireArray | null,
     send: Send,
     readonly offline: boolean,
+    previous: LongSource | null = null,
   ) {
     this.nLayers = shape.nLayers;
     this.nHeads = shape.nHeads;
     this.nTokens = shape.nTokens;
     this.causal = shape.causal;
     this.grid = { n: shape.nTokens, tileSize: shape.tileSize, block: shape.block };
-    this.store = new TileStore(send);
+    // the same matrix again (its overview just committed): keep the tiles received and asked for
+    const same =
+      previous !== null &&
+      previous.nTokens === this.nTokens &&
+      previous.nLayers === this.nLayers &&
+      previous.nHeads === this.nHeads &&
+      previous.grid.block === this.grid.block &&
+      previous.grid.tileSize === this.grid.tileSize;
+    this.store = same ? previous.store : new TileStore(send);
     const g = this.side();
     this.overview = new Array(this.nLayers * this.nHeads).fill(null);
     const o = decodeOptional(overview);
     if (o !== null && o.shape.length === 5 && o.shape[3] === g && o.shape[4] === g && o.data instanceof Float32Array) {
       for (let i = 0; i < this.overview.length; i++) this.overview[i] = o.data.subarray(i * 2 * g * g, i * 2 * g * g + g * g);
+    } else if (same) {
+      for (let i = 0; i < this.overview.length; i++) this.overview[i] = previous.overview[i] ?? null; // streamed so far
     }
     const s = decodeOptional(topSources);
     const w = decodeOptional(topWeights);
