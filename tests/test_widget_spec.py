@@ -209,7 +209,7 @@ def test_explorer_names_reach_the_front_end(model: CircuitModel) -> None:
         "view": "skiptrigrams",
         "prefix": "trigram_",
         "data": "trigram_data",
-        "own": ["source_token", "source_query", "selected_row", "live", "source_message"],
+        "own": ["qk_offset", "source_token", "source_query", "selected_row", "live", "source_message"],
         "shared": {"selected_layer": "selected_layer", "selected_head": "selected_head"},
     }
     assert children["termimportance"]["shared"] == {"selected_layer": "selected_layer"}
