@@ -125,7 +125,11 @@ def test_every_page_draws_its_widgets_offline_with_no_request_and_no_error(site:
     )
     widgets = importlib.import_module("circuitwidgets.widgets")
     wanted = {getattr(widgets, n)._view.default_value for n in widgets.__all__}
-    assert wanted <= set(views_seen), f"views never drawn anywhere on the site: {sorted(wanted - set(views_seen))}"
+    missing = sorted(wanted - set(views_seen))
+    assert not missing, (
+        f"views never drawn anywhere on the site: {missing}; give each a page, docs/views/NAME.md with a "
+        "```{circuitwidget} block (see docs/views/eigen.md), listed in docs/views/index.md"
+    )
 
 
 def _ids(site: Path) -> set[str]:
@@ -188,3 +192,30 @@ def test_a_view_on_a_docs_page_answers_a_click_offline(site: Path, browser: Brow
         assert not log.network() and not log.page_errors and not log.console_errors
     finally:
         context.close()
+
+
+def python_snippets() -> list[tuple[str, str]]:
+    """Every ```python block of the docs' Markdown pages (the ``circuitwidget`` blocks run in the build)."""
+    import re
+
+    found = []
+    for path in sorted(DOCS.rglob("*.md")):
+        if "_build" in path.parts or path.name == "README.md":
+            continue
+        text = path.read_text(encoding="utf-8")
+        for i, match in enumerate(re.finditer(r"(<!-- docs: not run -->\s*)?```python\n(.*?)```", text, re.DOTALL)):
+            if not match.group(1):
+                found.append((f"{path.relative_to(DOCS).as_posix()}#{i}", match.group(2)))
+    return found
+
+
+@pytest.mark.parametrize(("where", "code"), python_snippets(), ids=[w for w, _ in python_snippets()])
+def test_docs_python_snippets_run(where: str, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guides' code runs as written (``display`` is the notebook's; here it only collects)."""
+    if "transformer_lens" in code:
+        pytest.importorskip("transformer_lens")
+    if "panel" in code:
+        pytest.importorskip("panel")
+    monkeypatch.chdir(tmp_path)
+    shown: list[object] = []
+    exec(compile(code, where, "exec"), {"__name__": "__docs__", "display": lambda *objs: shown.extend(objs)})
