@@ -25,6 +25,7 @@ _LAZY = {
     "SkipTrigramTable": "circuitwidgets.widgets",
     "CompositionMap": "circuitwidgets.widgets",
     "TermImportance": "circuitwidgets.widgets",
+    "TrainingHistory": "circuitwidgets.widgets",
     "CircuitExplorer": "circuitwidgets.widgets",
     "HeadScores": "circuitwidgets.widgets",
     "link": "circuitwidgets.widgets._link",

@@ -86,8 +86,10 @@ def _repeated_tokens(model: CircuitModel, n: int = 30) -> torch.Tensor:
     return circuits.repeated_random_tokens(model, seq_len=n, n_seqs=1, seed=0)
 
 
-def build_sections(model: CircuitModel, text: str = DEFAULT_TEXT, log: Callable[[str], None] = lambda s: None) -> list[Section]:
-    """Compute every section of the report for ``model``."""
+def build_sections(
+    model: CircuitModel, text: str = DEFAULT_TEXT, log: Callable[[str], None] = lambda s: None, card: dict[str, Any] | None = None
+) -> list[Section]:
+    """Compute every section of the report for ``model`` (with ``card``, a shipped model's, also its training history)."""
     from circuitwidgets.widgets import (
         AttentionPatterns,
         CompositionMap,
@@ -95,6 +97,7 @@ def build_sections(model: CircuitModel, text: str = DEFAULT_TEXT, log: Callable[
         HeadScores,
         SkipTrigramTable,
         TermImportance,
+        TrainingHistory,
     )
 
     cfg = model.cfg
@@ -171,6 +174,17 @@ def build_sections(model: CircuitModel, text: str = DEFAULT_TEXT, log: Callable[
         "how much of the loss each order explains.</p>",
         TermImportance(model, text),
     ))
+    history = TrainingHistory.from_card(card, model_name=model.name) if card else None
+    if history is not None and not history.absent:
+        sections.append(Section(
+            "How the heads formed during training",
+            "<p>circuitwidgets trained this model and logged, at every evaluation, each head's scores and the "
+            "in-context-learning score (loss late in a held-out window minus loss early in it; Olsson et al., 2022). "
+            "Induction heads form in a phase change: the induction and K-composition scores rise together, and "
+            "in-context learning improves at the same steps (shaded). Choose a head here or in any view above to see "
+            "its curves.</p>",
+            history,
+        ))
     return sections
 
 
@@ -198,7 +212,7 @@ def _intro(model: CircuitModel, card: dict[str, Any]) -> str:
 def write_report(model: CircuitModel, path: str | Path, text: str = DEFAULT_TEXT, card: dict[str, Any] | None = None, log: Callable[[str], None] = lambda s: None) -> Path:
     """Build the report for ``model`` and write it to ``path`` (a self-contained HTML file)."""
     t0 = time.perf_counter()
-    sections = build_sections(model, text, log=log)
+    sections = build_sections(model, text, log=log, card=card)
     blocks = [f"<section><h2>{html.escape(s.title)}</h2>{s.explanation}</section>" for s in sections]
     widgets = [s.widget for s in sections if s.widget is not None]
     texts: list[str] = []

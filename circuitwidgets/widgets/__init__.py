@@ -7,7 +7,8 @@ from circuitwidgets.widgets.composition import CompositionMap
 from circuitwidgets.widgets.eigen import EigenScatter
 from circuitwidgets.widgets.explorer import CircuitExplorer
 from circuitwidgets.widgets.head_scores import HeadScores
+from circuitwidgets.widgets.history import TrainingHistory
 from circuitwidgets.widgets.skip_trigrams import SkipTrigramTable
 from circuitwidgets.widgets.term_importance import TermImportance
 
-__all__ = ["AttentionPatterns", "CircuitExplorer", "CompositionMap", "EigenScatter", "HeadScores", "SkipTrigramTable", "TermImportance"]
+__all__ = ["AttentionPatterns", "CircuitExplorer", "CompositionMap", "EigenScatter", "HeadScores", "SkipTrigramTable", "TermImportance", "TrainingHistory"]

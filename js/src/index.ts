@@ -13,6 +13,7 @@ import { renderComposition } from "./views/composition";
 import { renderEigen } from "./views/eigen";
 import { renderExplorer } from "./views/explorer";
 import { renderHeadScores } from "./views/headscores";
+import { renderHistory } from "./views/history";
 import { renderSkipTrigrams } from "./views/skiptrigrams";
 import { renderTermImportance } from "./views/termimportance";
 
@@ -25,6 +26,7 @@ export const VIEWS: Readonly<Record<string, ViewRender>> = {
   eigen: renderEigen,
   explorer: renderExplorer,
   headscores: renderHeadScores,
+  history: renderHistory,
   skiptrigrams: renderSkipTrigrams,
   termimportance: renderTermImportance,
 };
