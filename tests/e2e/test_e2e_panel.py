@@ -21,14 +21,14 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import BrowserContext
+from playwright.sync_api import BrowserContext, Request, Route
 
 from ._hosts import HERE, START_TIMEOUT_S, Server, _isolated_env, free_port
-from ._pages import assert_drawn, perform
+from ._pages import PageLog, assert_drawn, perform, watch
 from ._widgets import Click
-from .test_e2e_voila import local_only
 
 pytest.importorskip("panel", reason="the hosts extra is not installed: pip install -e '.[hosts]'")
 pytest.importorskip("ipywidgets_bokeh", reason="the hosts extra is not installed: pip install -e '.[hosts]'")
@@ -54,6 +54,22 @@ pn.Column(pn.panel(scatter), label, exported).servable()
 
 #: Where ipywidgets_bokeh looks for anywidget's front end (the request that fails offline).
 ANYWIDGET_FROM_CDN = re.compile(r"^https://(unpkg\.com|cdn\.jsdelivr\.net/npm)/anywidget@")
+
+
+def local_only(context: BrowserContext) -> PageLog:
+    """Record the page's errors; abort (and record) every request that is not to 127.0.0.1."""
+    log = watch(context)
+
+    def route(route: Route, request: Request) -> None:
+        parts = urlsplit(request.url)
+        if parts.scheme in ("data", "blob", "about") or parts.hostname == "127.0.0.1":
+            route.continue_()
+        else:
+            log.aborted.append(request.url)
+            route.abort("internetdisconnected")
+
+    context.route("**/*", route)
+    return log
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +115,6 @@ def test_panel_app_offline_ipywidget_pane_needs_a_cdn_and_the_exported_page_work
 
     # pn.panel(widget): ipywidgets_bokeh asks a CDN for anywidget, so with no network no view of ours
     # is drawn outside the iframe (the documented limitation).
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('*')].some(e => e.shadowRoot) || document.readyState === 'complete'"
-    )
     deadline_ms = 60_000
     waited = 0
     while not any(ANYWIDGET_FROM_CDN.match(u) for u in log.aborted) and waited < deadline_ms:
