@@ -61,9 +61,9 @@ def test_report_of_the_shipped_two_layer_model_is_small_and_complete(tmp_path: P
     page = path.read_text()
     size = path.stat().st_size
     assert size < REPORT_BOUND_BYTES, size
-    for heading in ("bigram", "Copying heads", "Skip-trigrams", "Composition", "Induction heads", "detector scores", "path terms"):
+    for heading in ("bigram", "Copying heads", "Skip-trigrams", "Composition", "Induction heads", "detector scores", "path terms", "during training"):
         assert heading in page
-    assert page.count('class="cw-widget"') == 6
+    assert page.count('class="cw-widget"') == 7  # the training history too: the shipped card has one
 
 
 def test_a_page_can_link_traits_across_its_widgets_and_the_shim_is_the_built_one() -> None:
