@@ -102,9 +102,9 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "and no network.",
     )
     p.add_argument(
-        "--model", default="attn-only-2l",
+        "--model", default="attn-only-2l-12h",
         help="a shipped model name, or a local directory written by CircuitModel.save or by a Hugging Face "
-        "model's save_pretrained (Llama, Gemma, Qwen, Mistral, Phi-3, OLMo, SmolLM, GPT-2, Pythia; default: attn-only-2l)",
+        "model's save_pretrained (Llama, Gemma, Qwen, Mistral, Phi-3, OLMo, SmolLM, GPT-2, Pythia; default: attn-only-2l-12h, the 12-heads-per-layer model)",
     )
     p.add_argument("--text", default=None, help="text used for term importance (default: a short Python class)")
     p.add_argument("-o", "--out", type=Path, default=Path("report.html"), help="output HTML file (default: report.html)")
