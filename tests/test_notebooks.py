@@ -275,3 +275,19 @@ def test_readme_links_every_notebook() -> None:
     linked = set(re.findall(r"\]\((notebooks/[^)\s]+\.ipynb)\)", readme))
     assert linked == {f"notebooks/{name}.ipynb" for name in NAMES}
     assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} == set(NAMES)
+
+
+def test_twelve_head_model_has_several_induction_heads_fed_by_one_previous_token_head(nb02: nbformat.NotebookNode) -> None:
+    out = printed(nb02, "twelve-heads")
+    heads = re.findall(r"L1H(\d+) ([\d.]+)", out.splitlines()[0])
+    assert len(heads) >= 3 and all(float(score) >= 0.3 for _, score in heads)
+    first, second = (float(v) for v in re.findall(r": (-?[\d.]+)", out.splitlines()[1]))
+    assert first >= 2.5 * second
+
+
+def test_the_phase_change_is_shown(nb02: nbformat.NotebookNode) -> None:
+    out = printed(nb02, "phase-change")
+    found = re.search(r"around step (\d+) \(between (\d+) and (\d+)\)", out)
+    assert found is not None, out
+    step, start, end = (int(v) for v in found.groups())
+    assert 0 < start <= step <= end and end - start <= 4_000
