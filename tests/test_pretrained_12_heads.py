@@ -17,16 +17,9 @@ import pytest
 import circuitwidgets as cw
 from circuitwidgets import circuits
 from circuitwidgets.training.history import TrainingHistory, history_from_card
+from circuitwidgets.training.publish import REAL_PASSAGE as PASSAGE
 
 NAME = "attn-only-2l-12h"
-PASSAGE = '''def read_config(self, path):
-    """Read the configuration file at path."""
-    with open(path) as handle:
-        for line in handle:
-            key, value = line.split("=", 1)
-            self.options[key.strip()] = value.strip()
-    return self.options
-'''
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import traitlets
+
 from circuitwidgets.circuits import rotates
 from circuitwidgets.circuits.ov_qk import check_offset
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._spec import shown, trait_error, view_setting
 from circuitwidgets.widgets._traits import Count
 
-__all__ = ["NO_OFFSET", "engine_offset", "offset_caption", "offset_setting", "resolve_offset", "validate_offset"]
+__all__ = [
+    "NO_OFFSET",
+    "ReadsQKAtOffset",
+    "engine_offset",
+    "offset_caption",
+    "offset_setting",
+    "resolve_offset",
+    "validate_offset",
+]
 
 #: ``qk_offset`` of a view whose model has no rotary layer.
 NO_OFFSET = -1
@@ -67,3 +77,26 @@ def offset_caption(value: int) -> str:
 
 
 
+
+
+class ReadsQKAtOffset(traitlets.HasTraits):
+    """Mixin of a view built from a model that reads QK circuits: checks ``qk_offset``, recomputes when it changes.
+
+    The widget keeps its model in ``_model`` (set after its initial traits, so
+    those do not trigger a recomputation) and implements :meth:`_recompute_at_offset`.
+    """
+
+    _model: CircuitModel | None = None
+
+    @traitlets.validate("qk_offset")
+    def _validate_offset(self, proposal: traitlets.Bunch) -> int:
+        return validate_offset(self, self._model, int(proposal["value"]))
+
+    @traitlets.observe("qk_offset")
+    def _on_offset(self, change: traitlets.Bunch) -> None:
+        if self._model is not None and change["new"] != change["old"]:
+            self._recompute_at_offset(self._model, engine_offset(int(change["new"])))
+
+    def _recompute_at_offset(self, model: CircuitModel, offset: int | None) -> None:
+        """Recompute the traits that depend on the QK circuits at ``offset``."""
+        raise NotImplementedError

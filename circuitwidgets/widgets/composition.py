@@ -29,7 +29,7 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteErr
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._offset import engine_offset, offset_setting, resolve_offset, validate_offset
+from circuitwidgets.widgets._offset import ReadsQKAtOffset, engine_offset, offset_setting, resolve_offset
 from circuitwidgets.widgets._spec import Size, head_selection, trait_error, view_data, view_setting
 from circuitwidgets.widgets._traits import Choice, Count, Edge, SelectionIndex
 
@@ -91,7 +91,7 @@ def edge_error(edge: Any, n_layers: int, n_heads: int) -> str | None:
     return None
 
 
-class CompositionMap(CircuitWidget):
+class CompositionMap(ReadsQKAtOffset, CircuitWidget):
     """Q/K/V composition scores between all pairs of heads, as heatmaps and as a layered graph.
 
     Parameters
@@ -177,18 +177,9 @@ class CompositionMap(CircuitWidget):
         check_model(model, cls.__name__)
         return cls(model, n_samples=n_samples, seed=seed, offset=offset, **kwargs)
 
-    @traitlets.validate("qk_offset")
-    def _validate_offset(self, proposal: traitlets.Bunch) -> int:
-        return validate_offset(self, getattr(self, "_model", None), int(proposal["value"]))
-
-    @traitlets.observe("qk_offset")
-    def _on_offset(self, change: traitlets.Bunch) -> None:
-        """Recompute Q and K composition at the new offset (a widget built from a model, in a live kernel)."""
-        model = getattr(self, "_model", None)
-        if model is None or change["new"] == change["old"]:
-            return
+    def _recompute_at_offset(self, model: CircuitModel, offset: int | None) -> None:
         n_samples, seed = self._options
-        self.scores = composition_map_data(model, n_samples=n_samples, seed=seed, offset=engine_offset(change["new"]))["scores"]
+        self.scores = composition_map_data(model, n_samples=n_samples, seed=seed, offset=offset)["scores"]
 
     @classmethod
     def from_scores(

@@ -42,7 +42,7 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._offset import engine_offset, offset_setting, resolve_offset, validate_offset
+from circuitwidgets.widgets._offset import ReadsQKAtOffset, engine_offset, offset_setting, resolve_offset
 from circuitwidgets.widgets._spec import Size, head_selection, trait_error, view_data, view_setting
 from circuitwidgets.widgets._traits import Choice, SelectionIndex
 
@@ -238,7 +238,7 @@ def eigen_scatter_data(
     }
 
 
-class EigenScatter(CircuitWidget):
+class EigenScatter(ReadsQKAtOffset, CircuitWidget):
     """Every head at (OV copying score, QK copying score); click one for its eigenvalues and detector scores.
 
     Parameters
@@ -346,20 +346,9 @@ class EigenScatter(CircuitWidget):
         check_model(model, cls.__name__)
         return cls(model, k=k, max_tokens=max_tokens, seed=seed, offset=offset, **kwargs)
 
-    @traitlets.validate("qk_offset")
-    def _validate_offset(self, proposal: traitlets.Bunch) -> int:
-        return validate_offset(self, getattr(self, "_model", None), int(proposal["value"]))
-
-    @traitlets.observe("qk_offset")
-    def _on_offset(self, change: traitlets.Bunch) -> None:
-        """Recompute the QK-dependent scores at the new offset (a widget built from a model, in a live kernel)."""
-        model = getattr(self, "_model", None)
-        if model is None or change["new"] == change["old"]:
-            return
+    def _recompute_at_offset(self, model: CircuitModel, offset: int | None) -> None:
         options = self._options
-        state = eigen_scatter_data(
-            model, k=options["k"], max_tokens=options["max_tokens"], seed=options["seed"], offset=engine_offset(change["new"])
-        )
+        state = eigen_scatter_data(model, k=options["k"], max_tokens=options["max_tokens"], seed=options["seed"], offset=offset)
         with self.hold_trait_notifications():
             for name in ("scores", "eigenvalues", "kcomp_source"):
                 setattr(self, name, state[name])
