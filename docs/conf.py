@@ -44,6 +44,7 @@ myst_heading_anchors = 3
 # --- API reference ------------------------------------------------------------------
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented"
 autodoc_typehints_format = "short"
 autodoc_default_options = {"show-inheritance": False}
 napoleon_numpy_docstring = True

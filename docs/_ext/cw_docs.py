@@ -276,7 +276,27 @@ def refuse_math(app: Sphinx, pagename: str, templatename: str, context: dict[str
         raise ExtensionError(f"{pagename}: holds math markup, which would load MathJax from a CDN; write it as text")
 
 
+def widget_signature(
+    app: Sphinx, what: str, name: str, obj: Any, options: Any, signature: str | None, return_annotation: str | None
+) -> tuple[str, str | None] | None:
+    """A widget's signature is its ``__init__``'s (traitlets' ``__new__`` would show ``(*args, **kwargs)``),
+    without private keywords."""
+    import inspect
+
+    if what != "class" or getattr(obj, "_view", None) is None:
+        return None
+    init = inspect.signature(obj.__init__)
+    # Types go in the description (autodoc_typehints = "description"), as for every other entry.
+    params = [
+        p.replace(annotation=inspect.Parameter.empty)
+        for n, p in list(init.parameters.items())[1:]
+        if not n.startswith("_")
+    ]
+    return str(init.replace(parameters=params, return_annotation=inspect.Signature.empty)), return_annotation
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("autodoc-process-signature", widget_signature)
     app.connect("html-page-context", refuse_math, priority=400)
     app.connect("builder-inited", write_api_pages)
     if os.environ.get("CW_DOCS_SKIP_NOTEBOOKS") != "1":
