@@ -680,12 +680,16 @@ EDGE_BAD = [
 QUERY_BAD = ["a" * 1001, None, 5, ["w1"], {}]
 
 #: widget → trait the view may set → values the kernel must refuse
+# The shipped models have no rotary layer: their only valid qk_offset is -1.
+OFFSET_BAD: list[Any] = [1, 0, -2, "1", 1.5, None, True]
+
 VIEW_TRAITS: dict[str, dict[str, list[Any]]] = {
     "EigenScatter": {
         "selected_layer": SELECTION_BAD,
         "selected_head": SELECTION_BAD,
         "method": CHOICE_BAD,
         "qk_circuit": CHOICE_BAD,
+        "qk_offset": OFFSET_BAD,
     },
     "SkipTrigramTable": {
         "selected_layer": SELECTION_BAD,
@@ -693,6 +697,7 @@ VIEW_TRAITS: dict[str, dict[str, list[Any]]] = {
         "source_token": [V, *SELECTION_BAD],
         "selected_row": SELECTION_BAD,
         "source_query": QUERY_BAD,
+        "qk_offset": OFFSET_BAD,
     },
     "CompositionMap": {
         "selected_layer": SELECTION_BAD,
@@ -702,6 +707,7 @@ VIEW_TRAITS: dict[str, dict[str, list[Any]]] = {
         "n_edges": COUNT_BAD,
         "subtract_baseline": BOOL_BAD,
         "selected_edge": EDGE_BAD,
+        "qk_offset": OFFSET_BAD,
     },
     "TermImportance": {"selected_order": SELECTION_BAD, "selected_layer": SELECTION_BAD},
     "CircuitExplorer": {
@@ -709,6 +715,10 @@ VIEW_TRAITS: dict[str, dict[str, list[Any]]] = {
         "selected_head": SELECTION_BAD,
         "eigen_method": CHOICE_BAD,
         "eigen_qk_circuit": CHOICE_BAD,
+        "eigen_qk_offset": OFFSET_BAD,
+        "trigram_qk_offset": OFFSET_BAD,
+        "composition_qk_offset": OFFSET_BAD,
+        "heads_selected_map": SELECTION_BAD,
         "trigram_source_token": [V, *SELECTION_BAD],
         "trigram_selected_row": SELECTION_BAD,
         "trigram_source_query": QUERY_BAD,

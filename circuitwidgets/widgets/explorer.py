@@ -23,7 +23,7 @@ lets a child's own Python code (sizes, listings, observers) run on this state.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -140,7 +140,8 @@ class CircuitExplorer(CircuitWidget):
         self._views: dict[str, ScopedView] = {}
         self._model = model
         self._options: dict[str, Any] = {"max_tokens": max_tokens, "seed": seed, "k": k, "profile_k": profile_k,
-                         "heads": None if trigram_heads is None else list(trigram_heads), "sources": text_sources}
+                         "heads": list(trigram_heads) if isinstance(trigram_heads, Iterator) else trigram_heads,
+                         "sources": text_sources}
         trigram_heads = self._options["heads"]
         builds: dict[type[CircuitWidget], Callable[[], dict[str, Any]]] = {
             EigenScatter: lambda: EigenScatter.initial(model, max_tokens=max_tokens, seed=seed, offset=offset),
@@ -213,6 +214,10 @@ class CircuitExplorer(CircuitWidget):
     def _on_trigram_selection(self, change: traitlets.Bunch) -> None:
         name = change["name"].removeprefix("trigram_")
         SkipTrigramTable._on_head_or_source(self.view("trigram"), {**change, "name": name})  # type: ignore[arg-type]
+
+    @traitlets.validate("eigen_qk_offset", "composition_qk_offset", "trigram_qk_offset")
+    def _validate_offset(self, proposal: traitlets.Bunch) -> int:
+        return validate_offset(self, getattr(self, "_model", None), int(proposal["value"]))
 
     @traitlets.observe("eigen_qk_offset", "composition_qk_offset", "trigram_qk_offset")
     def _on_offset(self, change: traitlets.Bunch) -> None:

@@ -36,7 +36,7 @@ precomputed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -183,7 +183,9 @@ class SkipTrigramTable(CircuitWidget):
         # what the kernel added since the view's starting state: {"tokens": count before, "heads": [...]}
         self._added: dict[str, Any] | None = None
         self._options: dict[str, Any] = {
-            "k": k, "profile_k": profile_k, "heads": None if heads is None else list(heads), "sources": sources,
+            # (a one-shot iterator is kept as a list, so a recomputation at another offset sees the same heads;
+            # anything else is left for skip_trigram_data to check and name)
+            "k": k, "profile_k": profile_k, "heads": list(heads) if isinstance(heads, Iterator) else heads, "sources": sources,
             "memory_budget": memory_budget,
         }
         if model is not None:
