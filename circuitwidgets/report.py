@@ -192,7 +192,7 @@ def _intro(model: CircuitModel, card: dict[str, Any]) -> str:
     cfg = model.cfg
     lines = [
         f"<h1>{html.escape(model.name)}: a walk through <em>A Mathematical Framework for Transformer Circuits</em></h1>",
-        f"<p>{cfg.n_layers} layer(s), {cfg.n_heads} heads × {cfg.d_head} dimensions, d_model {cfg.d_model}, "
+        f"<p>{cfg.n_layers} {'layer' if cfg.n_layers == 1 else 'layers'}, {cfg.n_heads} heads × {cfg.d_head} dimensions, d_model {cfg.d_model}, "
         f"{cfg.d_vocab} tokens, context {cfg.n_ctx}; positions: {html.escape(cfg.positional_embedding_type)}; "
         f"{'with MLPs (MLP paths are outside the weight-space analyses)' if cfg.has_mlp else 'attention only'}.</p>",
     ]

@@ -137,7 +137,8 @@ export function renderTermImportance({ model, el: root }: RenderProps<TermTraits
     const p = Number(m.get("n_positions")) || 0;
     summary.textContent =
       `Loss with no terms ${fmt(Number(m.get("loss_no_terms")), 3)}, direct path only ${fmt(losses[0] ?? Number.NaN, 3)}, ` +
-      `full model ${fmt(Number(m.get("full_loss")), 3)} nats; attention patterns frozen; ${n} × ${p} tokens.`;
+      `full model ${fmt(Number(m.get("full_loss")), 3)} nats; attention patterns frozen; ${n} × ${p} tokens. ` +
+      "Each layer's bar adds that layer's heads alone to the direct path, so the layer bars need not sum to the order-1 total.";
     if (order !== NONE) panel.status.textContent = `${orderLabel(order)} selected: −${fmt(marginal[order] ?? Number.NaN, 3)} nats`;
     else if (layer !== NONE) panel.status.textContent = `Layer ${layer} selected: its order-1 terms lower the loss by ${fmt(layers[layer] ?? Number.NaN, 3)} nats`;
     else panel.status.textContent = "Nothing selected";
