@@ -507,7 +507,20 @@ def test_set_data_replaces_everything_and_drops_model_only_arrays(widget: tuple[
 # --- long contexts: from_qk, the overview and the tile protocol ---------------------
 
 
-def _long_widget(monkeypatch: pytest.MonkeyPatch, n: int = 300, **kwargs: Any) -> tuple[AttentionPatterns, Recorder]:
+def _long_widget(
+    monkeypatch: pytest.MonkeyPatch, n: int = 300, *, queued_tiles: bool = False, **kwargs: Any
+) -> tuple[AttentionPatterns, Recorder]:
+    """A long-context widget answering as a kernel with no event loop does: at once.
+
+    (When the browser tests run first, their session's loop is running in this
+    thread; the queued answers of a kernel with a loop have their own tests below.)
+    """
+    import circuitwidgets.widgets._attention_tiles as tiles_module
+    import circuitwidgets.widgets.attention as attention_module
+
+    if not queued_tiles:
+        monkeypatch.setattr(tiles_module, "running_loop", lambda: None)
+    monkeypatch.setattr(attention_module, "running_loop", lambda: None)
     g = torch.Generator().manual_seed(3)
     q, k = torch.randn(2, 4, n, 8, generator=g), torch.randn(2, 2, n, 8, generator=g)
     w = AttentionPatterns.from_qk([f"t{i}" for i in range(n)], q, k, sliding_window=[None, 50], **kwargs)
@@ -627,7 +640,7 @@ def test_long_inputs_from_a_model_use_its_queries_and_keys_with_the_same_pattern
 def test_in_an_event_loop_tiles_are_served_newest_first_and_cancelled_requests_are_dropped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    w, rec = _long_widget(monkeypatch)
+    w, rec = _long_widget(monkeypatch, queued_tiles=True)
 
     async def play() -> None:
         for i in range(4):

@@ -32,7 +32,6 @@ Tile protocol (custom messages)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +41,7 @@ from numpy.typing import NDArray
 
 from circuitwidgets.circuits.tiles import TILE, QKPatterns, overview_block
 from circuitwidgets.errors import ArgumentError, MemoryBudgetError
+from circuitwidgets.widgets._attention_source import running_loop
 
 __all__ = [
     "EXPORT_BUDGET_BYTES",
@@ -298,7 +298,4 @@ def on_custom(widget: Any, stream: Any, tiles: TileSource | None, content: Any) 
         if tiles is None:
             widget.send({"type": "tile_error", "id": None, "message": "tiles need a long-context widget (from_qk)"})
         else:
-            loop = None
-            with contextlib.suppress(RuntimeError):
-                loop = asyncio.get_running_loop()
-            tiles.receive(content, loop)
+            tiles.receive(content, running_loop())

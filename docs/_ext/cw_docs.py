@@ -211,6 +211,7 @@ SUPPORTING = {
     "circuitwidgets.errors": None,  # None: the module's __all__, or else every class it defines
     "circuitwidgets.circuits.tiles": None,
     "circuitwidgets.model": ["ActivationCache"],
+    "circuitwidgets.model.sublayers": ["Sublayers"],  # a base of CircuitModel: one layer's computations
     "circuitwidgets.tokenizer": ["TokenizerLike", "HFTokenizer"],
 }
 
