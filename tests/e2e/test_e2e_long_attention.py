@@ -21,7 +21,9 @@ N_TOKENS = 8192
 
 IMPORTS = "import torch, circuitwidgets as cw"
 
+# (imports again: a no-op once IMPORTS has run, and the cell stands alone if that run was lost to a busy page)
 BUILD = f"""\
+import torch, circuitwidgets as cw
 _g = torch.Generator().manual_seed(0)
 q = torch.randn(1, 2, {N_TOKENS}, 16, generator=_g)
 k = torch.randn(1, 2, {N_TOKENS}, 16, generator=_g)
