@@ -25,3 +25,14 @@ describe("training history helpers", () => {
     expect(formationText([])).toContain("No induction heads");
   });
 });
+
+describe("series that were not logged", () => {
+  it("marks an all-NaN series in its legend label and leaves a logged one alone", async () => {
+    const { isLogged, seriesLabel } = await import("../src/lib/history");
+    expect(isLogged([Number.NaN, Number.NaN])).toBe(false);
+    expect(isLogged([Number.NaN, 0.2])).toBe(true);
+    expect(seriesLabel("ICL", [Number.NaN])).toBe("ICL (not logged for this model)");
+    expect(seriesLabel("ICL", [0.1, Number.NaN])).toBe("ICL");
+    expect(seriesLabel("K", [], "none in layer 0")).toBe("K (none in layer 0)");
+  });
+});

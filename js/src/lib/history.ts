@@ -56,3 +56,17 @@ export function formationText(formation: readonly number[]): string {
   const [start, step, end] = formation;
   return `Induction heads form around step ${step}: the best induction score rose from 10 % to 90 % of its maximum between steps ${start} and ${end} (shaded).`;
 }
+
+/** Whether a series has any finite value (older training logs lack some curves). */
+export function isLogged(values: readonly number[]): boolean {
+  return values.some(Number.isFinite);
+}
+
+/**
+ * The legend label of a series: its name, marked "not logged" when it has no
+ * finite value, so an empty chart reads as missing data rather than a flat zero.
+ * A K-composition curve is empty by definition in layer 0 (no earlier layer).
+ */
+export function seriesLabel(label: string, values: readonly number[], why = "not logged for this model"): string {
+  return isLogged(values) ? label : `${label} (${why})`;
+}

@@ -8,7 +8,7 @@
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
 import { el, listen } from "../lib/dom";
-import { formationText, HEAD_CURVES, headSeries, polylineRuns, seriesDomain } from "../lib/history";
+import { formationText, HEAD_CURVES, headSeries, isLogged, polylineRuns, seriesDomain, seriesLabel } from "../lib/history";
 import { clearError, makePanel, runView, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
 import { drawAxes, headName, linearScale, svgEl, svgTitle } from "../lib/svg";
@@ -86,7 +86,7 @@ export function renderHistory({ model, el: root }: RenderProps<HistoryTraits>): 
     }
   }
 
-  function chart(title: string, steps: number[], series: { values: number[]; colour: string; dash: string; label: string }[], yLabel: string, formation: number[]): HTMLDivElement {
+  function chart(title: string, steps: number[], series: { values: number[]; colour: string; dash: string; label: string; why?: string | undefined }[], yLabel: string, formation: number[]): HTMLDivElement {
     const box = el(doc, "div", "cw-history-chart");
     box.append(el(doc, "div", "cw-chart-title", title));
     const { width: W, height: H, left, right, top, bottom } = CHART;
@@ -108,6 +108,11 @@ export function renderHistory({ model, el: root }: RenderProps<HistoryTraits>): 
         g.append(line);
       }
     }
+    if (!series.some((s) => isLogged(s.values))) {
+      const empty = svgEl(doc, "text", { class: "cw-not-logged", x: (left + W - right) / 2, y: (top + H - bottom) / 2, "text-anchor": "middle" });
+      empty.textContent = "not logged for this model";
+      g.append(empty);
+    }
     svg.append(g);
     box.append(svg);
     {
@@ -116,7 +121,7 @@ export function renderHistory({ model, el: root }: RenderProps<HistoryTraits>): 
         const item = el(doc, "span", "cw-legend-item");
         const sample = el(doc, "span", "cw-legend-line");
         sample.style.borderTop = `2px ${s.dash ? "dashed" : "solid"} ${s.colour}`;
-        item.append(sample, doc.createTextNode(s.label));
+        item.append(sample, doc.createTextNode(seriesLabel(s.label, s.values, s.why)));
         legend.append(item);
       }
       box.append(legend);
@@ -151,7 +156,13 @@ export function renderHistory({ model, el: root }: RenderProps<HistoryTraits>): 
     const headChart = chart(
       `${headName(layer, head)} over training`,
       d.steps,
-      HEAD_CURVES.map((c) => ({ values: headSeries(d.curves[c.key] ?? [], d.steps.length, d.nLayers, d.nHeads, layer, head), colour: c.colour, dash: c.dash, label: c.label })),
+      HEAD_CURVES.map((c) => ({
+        values: headSeries(d.curves[c.key] ?? [], d.steps.length, d.nLayers, d.nHeads, layer, head),
+        colour: c.colour,
+        dash: c.dash,
+        label: c.label,
+        why: c.key === "k_composition" && layer === 0 ? "none in layer 0: no earlier layer" : undefined,
+      })),
       "score",
       formation,
     );
