@@ -29,7 +29,9 @@ def _charts(view: object) -> list[dict[str, object]]:
     )
 
 
-def test_history_draws_the_phase_change_and_moves_a_linked_scatter_offline(tmp_path: Path, page: Page, page_log: PageLog) -> None:
+def test_history_draws_the_phase_change_and_moves_a_linked_scatter_offline(
+    tmp_path: Path, page: Page, page_log: PageLog
+) -> None:
     model = circuitwidgets.load_pretrained("attn-only-2l-12h")
     history = TrainingHistory.from_model(model)
     scatter = EigenScatter(model)
@@ -51,7 +53,9 @@ def test_history_draws_the_phase_change_and_moves_a_linked_scatter_offline(tmp_p
     page_log.assert_offline_clean()
 
 
-def test_a_history_logged_before_icl_and_k_composition_says_they_were_not_logged(tmp_path: Path, page: Page, page_log: PageLog) -> None:
+def test_a_history_logged_before_icl_and_k_composition_says_they_were_not_logged(
+    tmp_path: Path, page: Page, page_log: PageLog
+) -> None:
     card = pretrained_card("attn-only-2l")
     log = [{k: v for k, v in r.items() if k not in ("icl_score", "k_composition")} for r in card["training"]["log"]]
     history = TrainingHistory.from_log(log, model_name="old run", selected_layer=1, selected_head=0)
