@@ -24,8 +24,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from nbconvert.exporters import HTMLExporter
-from nbconvert.preprocessors import Preprocessor
+try:
+    from nbconvert.exporters import HTMLExporter
+    from nbconvert.preprocessors import Preprocessor
+except ModuleNotFoundError as exc:  # nbconvert is an optional extra, so say which one
+    raise ModuleNotFoundError(
+        f"circuitwidgets.nbexport needs nbconvert ({exc.name} is not installed): "
+        'pip install "circuitwidgets[export]"',
+        name=exc.name,
+    ) from exc
 from traitlets import default
 
 from circuitwidgets.export import is_saved_circuitwidget, notebook_fragment, saved_state_to_page_state

@@ -132,3 +132,16 @@ def test_stray_layouts_go_but_links_between_other_widgets_stay(executed: Any) ->
     make_widgets_offline(nb)
     after = _states(nb)
     assert "stray-layout" not in after and "a-link" in after and slider_id in after
+
+
+def test_without_nbconvert_the_import_names_the_extra_to_install() -> None:
+    """A user without the ``export`` extra learns what to install, not just a bare module name."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['nbconvert'] = None\n"
+        "try:\n    import circuitwidgets.nbexport\nexcept ModuleNotFoundError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert "circuitwidgets[export]" in out and "nbconvert" in out, out
