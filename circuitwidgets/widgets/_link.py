@@ -6,8 +6,10 @@ Choose a head in one and the others follow, both ways, in a live kernel
 linked in the browser, with no kernel). What is linked:
 
 - ``selected_layer`` and ``selected_head``, between the widgets that have them;
+- ``selected_prompt``, between widgets showing batches of as many prompts
+  (:class:`~circuitwidgets.AttentionPatterns` over several prompts);
 - ``selected_dest`` and ``selected_src`` (token positions), between widgets that
-  have them and show the same number of tokens.
+  have them and show the same number of tokens (in every prompt of a batch).
 
 Widgets of models of different shapes (another number of layers or heads)
 are refused: a head of one is not a head of the other.
@@ -23,13 +25,19 @@ import traitlets
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["HEAD_TRAITS", "POSITION_TRAITS", "Link", "link", "link_of"]
+__all__ = ["HEAD_TRAITS", "POSITION_TRAITS", "PROMPT_TRAITS", "Link", "link", "link_of"]
 
 #: Head selection, linked whenever both widgets have it.
 HEAD_TRAITS = ("selected_layer", "selected_head")
 
+#: Prompt selection, linked between widgets showing batches of as many prompts.
+PROMPT_TRAITS = ("selected_prompt",)
+
 #: Token-position selection, linked between widgets showing as many tokens.
 POSITION_TRAITS = ("selected_dest", "selected_src")
+
+#: Everything linked, in the order it is synchronised (the prompt before positions in it).
+_LINKED = (*HEAD_TRAITS, *PROMPT_TRAITS, *POSITION_TRAITS)
 
 #: Sizes that must agree for widgets to be linked (read when a widget has them).
 _SHAPE = ("n_layers", "n_heads")
@@ -42,6 +50,12 @@ def _size(widget: Any, name: str) -> int | None:
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
     return value or None
+
+
+def _token_counts(widget: Any) -> set[int | None]:
+    """Tokens ``widget`` may show: one count, or each prompt's of a batch (``prompt_lengths``)."""
+    lengths = getattr(widget, "prompt_lengths", None)
+    return set(lengths) if lengths else {_size(widget, "n_tokens")}
 
 
 class Link:
@@ -63,9 +77,13 @@ class Link:
 
     def _connect(self) -> None:
         names = []
-        for name in (*HEAD_TRAITS, *POSITION_TRAITS):
+        for name in _LINKED:
             holders = [w for w in self.widgets if w.has_trait(name)]
-            if name in POSITION_TRAITS and len({_size(w, "n_tokens") for w in holders}) > 1:
+            if name in PROMPT_TRAITS:
+                holders = [w for w in holders if (_size(w, "n_prompts") or 1) > 1]
+                if len({_size(w, "n_prompts") for w in holders}) > 1:
+                    continue  # (batches of different sizes: prompt 3 of one is not prompt 3 of the other)
+            if name in POSITION_TRAITS and len(set().union(*(_token_counts(w) for w in holders))) > 1:
                 continue  # (different texts: a position of one is not a position of the other)
             if len(holders) < 2:
                 continue
@@ -136,9 +154,9 @@ def link(*widgets: Any) -> Link:
         if isinstance(group, Link) and group not in previous:
             previous.append(group)
     _check_shapes(widgets)
-    if not any(sum(w.has_trait(n) for w in members) >= 2 for n in (*HEAD_TRAITS, *POSITION_TRAITS)):
+    if not any(sum(w.has_trait(n) for w in members) >= 2 for n in _LINKED):
         raise ArgumentError(
-            f"widgets: expected widgets with a selection in common ({', '.join((*HEAD_TRAITS, *POSITION_TRAITS))}), "
+            f"widgets: expected widgets with a selection in common ({', '.join(_LINKED)}), "
             f"got {', '.join(type(w).__name__ for w in widgets)}"
         )
     for group in previous:
