@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-import sys
+import os
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -11,8 +11,9 @@ from typing import TypeVar
 
 import torch
 
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, NonFiniteError
 from circuitwidgets.model import CircuitModel
+from circuitwidgets.model.weights import count_non_finite
 
 T = TypeVar("T")
 
@@ -22,22 +23,36 @@ class MLPPathsExcludedWarning(UserWarning):
 
 
 _WARNED: weakref.WeakKeyDictionary[CircuitModel, set[str]] = weakref.WeakKeyDictionary()
+#: Per model, the signature of each weight last found finite (checked again only when it changes).
+_VERIFIED: weakref.WeakKeyDictionary[CircuitModel, dict[str, tuple[object, ...]]] = weakref.WeakKeyDictionary()
 
 
 def check_model(model: object, analysis: str | None = None) -> CircuitModel:
-    """Return ``model`` as a :class:`CircuitModel` or raise :class:`ArgumentTypeError`.
+    """Return ``model`` as a checked :class:`CircuitModel` or raise a typed error.
 
-    With ``analysis`` (a weight-space analysis's or widget's name), warn once per
-    model and analysis, for a model with MLPs, that paths through the MLPs are
-    excluded. Only what the user called warns: analyses run inside circuitwidgets
-    (``copying_scores`` computing ``full_ov``, a widget computing its data) stay quiet.
+    The engine's validation at its public edge: every public analysis calls this
+    once, then works through private functions that do not check again (so an
+    analysis computed inside another neither re-checks nor re-warns). Checks:
+
+    - ``model`` is a :class:`CircuitModel` (:class:`ArgumentTypeError`);
+    - every weight lives on the model's device: a model half moved to a GPU is
+      refused naming the tensor (:class:`ArgumentTypeError`);
+    - every weight is finite (:class:`NonFiniteError` naming the tensor), for
+      example after a cast to float16 that overflowed. Each tensor is scanned
+      once (in blocks) and again only when it changes (identity, storage or
+      in-place version).
+
+    With ``analysis`` (the public function's or widget's name), a model with
+    MLPs warns once per model and analysis that paths through the MLPs are
+    excluded; the warning points at the caller of the public function, so call
+    this directly from it.
     """
     if not isinstance(model, CircuitModel):
         raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
+    _check_weights(model)
     if analysis is not None and model.cfg.has_mlp:
-        caller = sys._getframe(2).f_globals.get("__name__", "")
         warned = _WARNED.setdefault(model, set())
-        if not caller.startswith("circuitwidgets.") and analysis not in warned:
+        if analysis not in warned:
             warned.add(analysis)
             warnings.warn(
                 f"{analysis}: model {model.name!r} has MLPs; weight-space analyses use attention heads and the "
@@ -49,13 +64,44 @@ def check_model(model: object, analysis: str | None = None) -> CircuitModel:
     return model
 
 
+def _signature(tensor: torch.Tensor) -> tuple[object, ...]:
+    return (id(tensor), tensor.data_ptr(), tensor._version, tensor.dtype, tuple(tensor.shape))
+
+
+def _check_weights(model: CircuitModel) -> None:
+    """Every weight on ``model.device`` and finite (scanned once per tensor version)."""
+    device = model.device
+    verified = _VERIFIED.setdefault(model, {})
+    for name, tensor in model.weights().items():
+        if tensor.device != device:
+            raise ArgumentTypeError(
+                f"model.{name}: expected a tensor on {device} like W_E, got one on {tensor.device} "
+                "(move the whole model with model.to(device))"
+            )
+        signature = _signature(tensor)
+        if verified.get(name) == signature:
+            continue
+        bad = count_non_finite(tensor)
+        if bad:
+            raise NonFiniteError(
+                f"model.{name}: expected finite values, got {bad:,} NaN/Inf entries in {tensor.dtype} "
+                "(a cast to a narrower dtype overflows beyond its range)"
+            )
+        verified[name] = signature
+
+
 def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:
     """``value`` as an int in ``[low, high)`` (either bound optional).
 
     Python ints, numpy integers and 0-d integer tensors are accepted; bools
     (including ``numpy.bool_``) and floats are not, even when integral.
     """
-    if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.dtype.is_floating_point and value.dtype != torch.bool:
+    if (
+        isinstance(value, torch.Tensor)
+        and value.ndim == 0
+        and not value.dtype.is_floating_point
+        and value.dtype != torch.bool
+    ):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentTypeError(f"{name}: expected an int, got {type(value).__name__}")
@@ -93,7 +139,9 @@ def check_token(model: CircuitModel, name: str, token: object) -> int:
     if isinstance(token, str):
         ids = model.tokenizer.encode(token)
         if len(ids) != 1:
-            raise ArgumentError(f"{name}: expected a string that is exactly one token, got {token!r} ({len(ids)} tokens)")
+            raise ArgumentError(
+                f"{name}: expected a string that is exactly one token, got {token!r} ({len(ids)} tokens)"
+            )
         return int(ids[0])
     return check_int(name, token, 0, model.cfg.d_vocab)
 
@@ -107,7 +155,9 @@ def check_token_ids(model: CircuitModel, name: str, tokens: object) -> torch.Ten
     except (TypeError, ValueError, RuntimeError) as exc:
         raise ArgumentTypeError(f"{name}: expected a sequence of token ids, got {type(tokens).__name__}") from exc
     if ids.ndim != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
-        raise ArgumentError(f"{name}: expected a 1-D sequence of integer token ids, got shape {tuple(ids.shape)} dtype {ids.dtype}")
+        raise ArgumentError(
+            f"{name}: expected a 1-D sequence of integer token ids, got shape {tuple(ids.shape)} dtype {ids.dtype}"
+        )
     if ids.numel() == 0:
         raise ArgumentError(f"{name}: expected at least one token id, got none")
     if int(ids.min()) < 0 or int(ids.max()) >= model.cfg.d_vocab:
@@ -117,9 +167,27 @@ def check_token_ids(model: CircuitModel, name: str, tokens: object) -> torch.Ten
     return ids.long()
 
 
-def check_budget(name: str, value: object) -> int:
-    """A positive memory budget in bytes."""
-    return check_int(name, value, 1)
+def device_memory(device: torch.device) -> int:
+    """Total memory of ``device`` in bytes (physical memory for the CPU)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def check_budget(name: str, value: object, device: torch.device | None = None) -> int:
+    """A positive memory budget in bytes, refused when larger than ``device``'s memory (when given).
+
+    A budget the device cannot hold would only move the failure into the
+    middle of the computation (an allocation error or swapping).
+    """
+    budget = check_int(name, value, 1)
+    if device is not None and device.type in ("cpu", "cuda"):
+        total = device_memory(device)
+        if budget > total:
+            raise MemoryBudgetError(
+                f"{name}: expected at most the {total:,} bytes of memory on {device}, got {budget:,}"
+            )
+    return budget
 
 
 def progress(items: Iterable[T], total: int | None, desc: str, enabled: bool | None) -> Iterator[T]:

@@ -10,16 +10,21 @@ convention,
 
 This is TransformerLens's ``all_composition_scores`` (tested to agree).
 
-Computation (all pairs at once, nothing ``[d_model, d_model]`` per pair):
-``‖W_A W_B‖_F² = ⟨W_Aᵀ W_A, W_B W_Bᵀ⟩_F``. With ``W_A = V₁ O₁`` and ``W_B = A₂ B₂``,
-``W_Aᵀ W_A = O₁ᵀ (V₁ᵀ V₁) O₁`` and ``W_B W_Bᵀ = A₂ (B₂ B₂ᵀ) A₂ᵀ`` are symmetric
-``[d_model, d_model]`` matrices built from ``d_head × d_head`` Gram matrices, one per
-head; their upper triangles (off-diagonal entries counted twice) make one
-``[heads, d_model (d_model + 1) / 2]`` matrix per side, and one matrix product per
-later layer gives every pair's squared norm. Cost ``O(L H d_model² d_head)`` to
-build the sides plus ``O(P d_model²/2)`` for ``P`` ordered pairs; memory two
-``[L H, d_model²/2]`` arrays (≈ 300 MB in float32 for GPT-2 small) plus one
-block of ``memory_budget`` bytes.
+Computation, for all pairs and kinds at once, through Gram matrices:
+``‖W_A W_B‖_F² = ⟨W_Aᵀ W_A, W_B W_Bᵀ⟩_F``. Each side is a symmetric
+``[d_model, d_model]`` matrix of rank ``d_head`` built from the head's factors,
+``S = X G Xᵀ`` (``X [d_model, d_head]``, ``G`` a ``d_head × d_head`` Gram matrix;
+under grouped-query attention ``X`` of a key or value side is the group's, never
+copied per head). The ``d_model × d_model`` plane is cut into ``b × b`` tiles of
+its upper triangle (off-diagonal tiles counted twice); for each tile, every
+head's ``X[rows] G X[cols]ᵀ`` is formed, flattened, and one matrix product per
+block of later layers adds every earlier-later pair's share, so no head's
+``[d_model, d_model]`` matrix is ever whole in memory. Cost ``O(N d_model² d_head / 2)``
+per side to build and ``O(P d_model² / 2)`` for ``P`` ordered pairs (the floor:
+the ``[N, d_model²/2] · [d_model²/2, N]`` product); memory about
+``memory_budget`` bytes of tiles (``b`` is chosen from it) plus the ``[N, N]``
+float64 accumulators. Half-precision weights are lifted to float32 one tile at
+a time.
 
 Baseline: the expected score of random matrices with the same shapes, by Monte
 Carlo (see :func:`composition_baseline`). For Q, K and V the shapes are the same
@@ -30,86 +35,141 @@ all three kinds.
 from __future__ import annotations
 
 import functools
+import math
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 import torch
 
 from circuitwidgets.circuits._checks import check_bool, check_budget, check_choice, check_int, check_model
-from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
-from circuitwidgets.circuits.ov_qk import all_query_weights, check_offset
+from circuitwidgets.circuits._precision import compute_dtype, lift
+from circuitwidgets.circuits.ov_qk import _OV, _QK, check_offset
+from circuitwidgets.circuits.stack import LowRankStack
 from circuitwidgets.errors import MemoryBudgetError
 from circuitwidgets.model import CircuitModel
 
 KINDS = ("Q", "K", "V")
 
+#: Default bytes of tiles one composition computation holds (about 1.3 GB at Llama-3-8B's 1,024 heads).
+COMPOSITION_MEMORY_BUDGET = 512 * 2**20
 
-def _sides(
-    model: CircuitModel, kind: str, offset: int | None
-) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """``((X, G) of W_Aᵀ W_A = X G Xᵀ, (X, G) of W_B W_Bᵀ)`` with ``X [L, H, d, dh]``, ``G [L, H, dh, dh]``.
+#: Later heads per block of the pair products (wider blocks waste up to half a block of non-earlier pairs).
+_RIGHT_BLOCK_HEADS = 256
 
-    Rotary heads use ``W_Q R(offset)`` for ``W_Q`` (``W_QK(Δ) = W_Q R(Δ) W_Kᵀ``);
-    grouped-query heads their key/value head's ``W_K``, ``W_V``.
+_Side = tuple[torch.Tensor, torch.Tensor]
+
+
+def _side(stack: LowRankStack, role: str) -> _Side:
+    """``(X, G)`` with ``S = X G Xᵀ``: ``W_Aᵀ W_A`` for ``role="A"``, ``W_B W_Bᵀ`` for ``role="B"``.
+
+    For ``W = A C B``: ``WᵀW = Bᵀ (Cᵀ AᵀA C) B`` and ``W Wᵀ = A (C BBᵀ Cᵀ) Aᵀ``. ``X`` is a
+    view of the weights (``[L, G, ·, d_model, d_head]``), ``G`` in the compute dtype.
     """
-    W_O_t = model.W_O.transpose(-1, -2)
-    W_K, W_V = model.per_query_head(model.W_K), model.per_query_head(model.W_V)
-    left = (W_O_t, W_V.transpose(-1, -2) @ W_V)
-    if kind == "V":
-        return left, (W_V, model.W_O @ W_O_t)
-    W_Q = all_query_weights(model, offset)
-    if kind == "Q":
-        return left, (W_Q, W_K.transpose(-1, -2) @ W_K)
-    return left, (W_K, W_Q.transpose(-1, -2) @ W_Q)
+    A, B, C = stack._A, stack._B, stack._C
+    if role == "A":
+        gram = _gram(A.mT, A)
+        if C is not None:
+            gram = lift(C).mT @ gram @ lift(C)
+        return B.mT, gram
+    gram = _gram(B, B.mT)
+    if C is not None:
+        gram = lift(C) @ gram @ lift(C).mT
+    return A, gram
 
 
-def _packed_grams(X: torch.Tensor, G: torch.Tensor, memory_budget: int, double_off_diagonal: bool) -> torch.Tensor:
-    """Upper triangles of ``X G Xᵀ`` for a stack ``X [N, d, dh]``, ``G [N, dh, dh]`` → ``[N, d (d + 1) / 2]``.
+def _gram(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """``left @ right`` per layer in the compute dtype (half-precision weights lifted one layer at a time)."""
+    return torch.stack([lift(a) @ lift(b) for a, b in zip(left, right, strict=True)])
 
-    With ``double_off_diagonal`` the off-diagonal entries are doubled, so the dot
-    product of a doubled and a plain packing is the Frobenius inner product of the
-    full symmetric matrices. Cost ``O(N d² dh)``; ``memory_budget`` bytes of scratch.
-    """
-    n, d, _ = X.shape
-    rows, cols = torch.triu_indices(d, d, device=X.device)
-    flat = rows * d + cols
-    weight = torch.where(rows == cols, 1.0, 2.0 if double_off_diagonal else 1.0).to(X.dtype)
-    step = max(1, memory_budget // max(1, d * d * X.element_size()))
-    out = X.new_empty(n, flat.numel())
-    for start in range(0, n, step):
-        block = (X[start : start + step] @ G[start : start + step]) @ X[start : start + step].transpose(-1, -2)
-        out[start : start + step] = block.reshape(block.shape[0], d * d)[:, flat] * weight
+
+def _squared_norms(side: _Side, inner: tuple[int, ...]) -> torch.Tensor:
+    """``tr(X G Xᵀ) = ⟨XᵀX, G⟩`` of every head, float64 ``[L, H]`` (``inner`` is ``(L, G, H/G)``)."""
+    X, G = side
+    cross = _gram(X.mT, X)
+    squared = (cross.double() * G.double()).sum((-1, -2)).expand(inner)
+    return squared.reshape(inner[0], -1)
+
+
+def _tile(side: _Side, layers: slice, rows: slice, cols: slice, weight: float) -> torch.Tensor:
+    """``weight · X[rows] G X[cols]ᵀ`` of every head of ``layers``, flattened to ``[heads, |rows| |cols|]``."""
+    X, G = side
+    X = X[layers]
+    G = G[layers]
+    part = (lift(X[..., rows, :]) @ G) @ lift(X[..., cols, :]).mT
+    if weight != 1:
+        part = part * weight
+    return part.reshape(-1, part.shape[-2] * part.shape[-1])
+
+
+def _tile_size(d: int, r: int, sides: int, heads: int, element_size: int, memory_budget: int) -> int:
+    """Largest ``b`` whose tiles (``sides × heads × (b² + 2 b r)`` entries) fit ``memory_budget``."""
+    room = memory_budget / max(1, sides * heads * element_size)
+    b = int(-r + math.sqrt(r * r + room))
+    return max(1, min(d, b - b % 8 if b > 16 else b))
+
+
+def _raw_composition_scores(
+    model: CircuitModel, kinds: Sequence[str], memory_budget: int, offset: int | None
+) -> np.ndarray:
+    """Composition scores without the baseline, float64 ``[len(kinds), L, H, L, H]`` (NaN where ``l1 >= l2``)."""
+    cfg = model.cfg
+    L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
+    out = np.full((len(kinds), L, H, L, H), np.nan)
+    if L < 2 or not kinds:
+        return out
+    ov = _OV(model)
+    qk = _QK(model, offset) if any(kind != "V" for kind in kinds) else None
+    right_stacks = {"V": ov, "Q": qk, "K": None if qk is None else qk.T}
+    left = _side(ov, "A")
+    rights = []
+    for kind in kinds:
+        stack = right_stacks[kind]
+        assert stack is not None
+        rights.append(_side(stack, "B"))
+    inner = ov._inner
+    norms_left = _squared_norms(left, inner).clamp_min(0).sqrt()
+    norms_right = [_squared_norms(side, inner).clamp_min(0).sqrt() for side in rights]
+    n = (L - 1) * H
+    size = torch.empty((), dtype=compute_dtype(model.dtype)).element_size()
+    b = _tile_size(d, cfg.d_head, 1 + len(kinds), n, size, memory_budget)
+    squared = torch.zeros(len(kinds), n, n, dtype=torch.float64, device=model.device)
+    layers_per_block = max(1, _RIGHT_BLOCK_HEADS // H)
+    for i0 in range(0, d, b):
+        for j0 in range(i0, d, b):
+            rows, cols = slice(i0, min(i0 + b, d)), slice(j0, min(j0 + b, d))
+            tile_left = _tile(left, slice(0, L - 1), rows, cols, 1.0 if i0 == j0 else 2.0)
+            for k, side in enumerate(rights):
+                tile_right = _tile(side, slice(1, L), rows, cols, 1.0)
+                for first in range(0, L - 1, layers_per_block):
+                    last = min(first + layers_per_block, L - 1)  # later layers first + 1 .. last
+                    block = slice(first * H, last * H)
+                    squared[k, : last * H, block] += (tile_left[: last * H] @ tile_right[block].T).double()
+    earlier = torch.ones(L - 1, L - 1, dtype=torch.bool, device=model.device).triu()  # [l1, l2 - 1]: l1 <= l2 - 1
+    for k in range(len(kinds)):
+        product = squared[k].clamp_min(0).sqrt().reshape(L - 1, H, L - 1, H)
+        scores = product / (norms_left[:-1, :, None, None] * norms_right[k][None, None, 1:, :])
+        scores = torch.where(earlier[:, None, :, None], scores, torch.nan)
+        out[k, :-1, :, 1:, :] = scores.cpu().numpy()
     return out
-
-
-def _squared_norms(X: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
-    """``tr(X G Xᵀ) = tr(G XᵀX)`` for stacks ``[..., d, dh]``, ``[..., dh, dh]``."""
-    return ((X.transpose(-1, -2) @ X) * G.transpose(-1, -2)).sum(dim=(-1, -2))
 
 
 def raw_composition_scores(
-    model: CircuitModel, kind: Literal["Q", "K", "V"], memory_budget: int = DEFAULT_MEMORY_BUDGET, offset: int | None = None
+    model: CircuitModel,
+    kind: Literal["Q", "K", "V"],
+    memory_budget: int = COMPOSITION_MEMORY_BUDGET,
+    offset: int | None = None,
 ) -> np.ndarray:
     """Composition scores without the baseline, float64 ``[L, H, L, H]`` (NaN where ``l1 >= l2``).
 
-    Computed in the weights' dtype (module docstring for the method and cost).
+    Module docstring for the method and cost.
     """
-    cfg = model.cfg
-    L, H, d, dh = cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head
-    out = np.full((L, H, L, H), np.nan)
-    if L < 2:
-        return out
-    (X_a, G_a), (X_b, G_b) = _sides(model, kind, offset)
-    left = _packed_grams(X_a[:-1].reshape(-1, d, dh), G_a[:-1].reshape(-1, dh, dh), memory_budget, True)
-    right = _packed_grams(X_b[1:].reshape(-1, d, dh), G_b[1:].reshape(-1, dh, dh), memory_budget, False)
-    norms_a = _squared_norms(X_a, G_a).double().clamp_min(0).sqrt()  # [L, H]
-    norms_b = _squared_norms(X_b, G_b).double().clamp_min(0).sqrt()
-    for l2 in range(1, L):
-        squared = left[: l2 * H] @ right[(l2 - 1) * H : l2 * H].T  # [l2 H, H]
-        product = squared.double().clamp_min(0).sqrt().reshape(l2, H, H)
-        scores = product / (norms_a[:l2, :, None] * norms_b[l2][None, None, :])
-        out[:l2, :, l2, :] = scores.cpu().numpy()
-    return out
+    model = check_model(model, "raw_composition_scores")
+    check_choice("kind", kind, KINDS)
+    budget = check_budget("memory_budget", memory_budget, model.device)
+    offset = check_offset(model, offset) if kind != "V" else None
+    scores: np.ndarray = _raw_composition_scores(model, (kind,), budget, offset)[0]
+    return scores
 
 
 #: Monte-Carlo samples drawn per ``standard_normal`` call of the baseline.
@@ -118,8 +178,11 @@ BASELINE_GROUP = 16
 #: Most samples a baseline may draw (the default 100 gives about 3 significant digits).
 MAX_BASELINE_SAMPLES = 100_000
 
-#: Most memory one group of baseline draws may take (float64 factors).
+#: Most memory one group of :data:`BASELINE_GROUP` baseline draws may take (float64 factors).
 MAX_BASELINE_GROUP_BYTES = 2**31
+
+#: Bytes of draws the baseline computes at once (as many samples as fit, at least one).
+BASELINE_BLOCK_BYTES = 256 * 2**20
 
 
 def _trace_product(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
@@ -130,9 +193,12 @@ def _trace_product(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
 @functools.lru_cache(maxsize=64)
 def _baseline(d_model: int, d_head: int, n_samples: int, seed: int) -> float:
     generator = np.random.default_rng(seed)
+    per_sample = 4 * d_model * d_head * 8
+    step = max(1, min(n_samples, BASELINE_BLOCK_BYTES // per_sample))
     scores = []
-    for start in range(0, n_samples, BASELINE_GROUP):
-        group = min(BASELINE_GROUP, n_samples - start)
+    for start in range(0, n_samples, step):
+        # One call per group of samples: the stream is the same as one call per sample (row-major draws).
+        group = min(step, n_samples - start)
         z = torch.from_numpy(generator.standard_normal((group, 4, d_model * d_head)))
         X1, X2 = z[:, 0].view(group, d_model, d_head), z[:, 2].view(group, d_model, d_head)
         Y1, Y2 = z[:, 1].view(group, d_head, d_model), z[:, 3].view(group, d_head, d_model)
@@ -153,9 +219,10 @@ def composition_baseline(d_model: int, d_head: int, n_samples: int = 100, seed: 
     d_head]``, ``Y₁ [d_head, d_model]``, ``X₂ [d_model, d_head]``, ``Y₂ [d_head,
     d_model]`` and scores ``‖X₁Y₁X₂Y₂‖_F / (‖X₁Y₁‖_F ‖X₂Y₂‖_F)`` exactly (float64,
     from ``d_head × d_head`` Gram matrices); the result is the mean score (not the
-    root of the mean square). Draws: ``numpy.random.default_rng(seed)``, then per
-    group of up to 16 samples one ``standard_normal((group, 4, d_model * d_head))``
-    whose rows ``0..3`` are ``X₁, Y₁, X₂, Y₂`` in row-major order. The score is
+    root of the mean square). Draws: ``numpy.random.default_rng(seed)``, then
+    ``standard_normal((n_samples, 4, d_model * d_head))`` in row-major order (drawn
+    and scored in groups of :data:`BASELINE_BLOCK_BYTES`, which gives the same
+    numbers): sample ``i``'s rows ``0..3`` are ``X₁, Y₁, X₂, Y₂``. The score is
     invariant to scaling each matrix, so the variance does not matter. Results
     are cached per arguments. Cost ``O(n_samples d_model d_head²)``; at most
     :data:`MAX_BASELINE_SAMPLES` samples, and shapes whose group of draws fits in
@@ -181,7 +248,7 @@ def composition_scores(
     *,
     n_samples: int = 100,
     seed: int = 0,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int = COMPOSITION_MEMORY_BUDGET,
     offset: int | None = None,
 ) -> np.ndarray:
     """Composition scores of every earlier head into every later head.
@@ -198,7 +265,8 @@ def composition_scores(
     n_samples, seed
         Monte-Carlo size and seed of the baseline.
     memory_budget
-        Bytes of scratch for building the packed Gram matrices.
+        Bytes of Gram-matrix tiles held at once (the tile size is chosen from it;
+        refused beyond the device's memory).
     offset
         For Q and K composition on rotary models: the later head's query
         position minus key position, as in :func:`~circuitwidgets.circuits.W_QK`
@@ -214,9 +282,34 @@ def composition_scores(
     model = check_model(model, "composition_scores")
     check_choice("kind", kind, KINDS)
     check_bool("baseline", baseline)
-    check_budget("memory_budget", memory_budget)
+    budget = check_budget("memory_budget", memory_budget, model.device)
     offset = check_offset(model, offset) if kind != "V" else None
-    raw = raw_composition_scores(model, kind, memory_budget, offset)
+    raw: np.ndarray = _raw_composition_scores(model, (kind,), budget, offset)[0]
+    if not baseline:
+        return raw
+    return raw - composition_baseline(model.cfg.d_model, model.cfg.d_head, n_samples, seed)
+
+
+def all_composition_scores(
+    model: CircuitModel,
+    baseline: bool = False,
+    *,
+    n_samples: int = 100,
+    seed: int = 0,
+    memory_budget: int = COMPOSITION_MEMORY_BUDGET,
+    offset: int | None = None,
+) -> np.ndarray:
+    """Q, K and V composition scores of every earlier-later pair in one pass, float64 ``[3, L, H, L, H]``.
+
+    Axis 0 in the order of :data:`KINDS`; each slice equals
+    :func:`composition_scores` of that kind (same arguments). One pass shares
+    the earlier heads' tiles among the three kinds, so it costs about two
+    thirds of three separate calls. ``offset`` is required on rotary models.
+    """
+    model = check_model(model, "all_composition_scores")
+    check_bool("baseline", baseline)
+    budget = check_budget("memory_budget", memory_budget, model.device)
+    raw = _raw_composition_scores(model, KINDS, budget, check_offset(model, offset))
     if not baseline:
         return raw
     return raw - composition_baseline(model.cfg.d_model, model.cfg.d_head, n_samples, seed)

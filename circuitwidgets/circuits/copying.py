@@ -26,9 +26,13 @@ ov_qk.full_qk_kcomp`): the earlier head with the largest raw K-composition
 score into it. :func:`same_matching_scores` gives the score through every
 earlier head. Layer-0 heads have no such term and score NaN.
 
-Costs for ``V = d_vocab``: ``"eigen"`` ``O(V d_model²)`` once plus ``O(L H d_model²
-d_head)``; ``"diagonal"`` ``O(L H V d_model d_head)``; ``"topk"`` ``O(L H n V d_head)``
-for ``n`` evaluated tokens (all ``V`` by default: pass ``tokens`` to sample).
+Every score is computed for all heads at once from the ``[n_layers, n_heads]``
+stacks of full circuits (:class:`~circuitwidgets.circuits.LowRankStack`), block
+by block, where the weights live. Costs for ``V = d_vocab`` and ``G`` key/value
+heads per layer: ``"eigen"`` ``O(V d_model²)`` once (the floor: one ``[d_model, V]
+· [V, d_model]`` product) plus ``O(L G d_model² d_head + L H d_model d_head²)``;
+``"diagonal"`` ``O(L H V d_model d_head)``; ``"topk"`` ``O(L H n V d_head)`` for ``n``
+evaluated tokens (all ``V`` by default: pass ``tokens`` to sample).
 """
 
 from __future__ import annotations
@@ -39,27 +43,26 @@ from typing import Literal
 import numpy as np
 import torch
 
-from circuitwidgets.circuits._cache import embed_gram, unembed_embed
-from circuitwidgets.circuits._checks import check_choice, check_int, check_model, check_token_ids, progress
+from circuitwidgets.circuits._checks import check_choice, check_int, check_model, check_token_ids
+from circuitwidgets.circuits._spectra import eigen_score, sorted_by_magnitude
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET, LowRankMatrix
-from circuitwidgets.circuits.ov_qk import all_query_weights, check_offset, full_ov, full_qk, full_qk_kcomp
+from circuitwidgets.circuits.matching import best_earlier_heads, kcomp_stack
+from circuitwidgets.circuits.ov_qk import _full_OV, _full_QK, check_offset
+from circuitwidgets.circuits.stack import LowRankStack
 from circuitwidgets.model import CircuitModel
+
+__all__ = [
+    "CIRCUITS",
+    "METHODS",
+    "copying_scores",
+    "eigen_score",
+    "eigenvalues",
+    "matrix_copying_score",
+    "stack_copying_scores",
+]
 
 CIRCUITS = ("ov", "qk", "qk_kcomp")
 METHODS = ("eigen", "diagonal", "topk")
-
-
-def _sorted_by_magnitude(eigs: np.ndarray) -> np.ndarray:
-    order = np.argsort(-np.abs(eigs), axis=-1, kind="stable")
-    return np.take_along_axis(eigs, order, axis=-1)
-
-
-def eigen_score(eigs: np.ndarray) -> np.ndarray:
-    """``Σλ / Σ|λ|`` over the last axis of complex eigenvalues (NaN where all are zero)."""
-    total = eigs.sum(axis=-1).real
-    magnitude = np.abs(eigs).sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(magnitude > 0, total / np.where(magnitude > 0, magnitude, 1.0), np.nan)
 
 
 def eigenvalues(model: CircuitModel, circuit: Literal["ov", "qk"] = "ov", offset: int | None = None) -> np.ndarray:
@@ -84,64 +87,20 @@ def eigenvalues(model: CircuitModel, circuit: Literal["ov", "qk"] = "ov", offset
 
     Notes
     -----
-    Cost ``O(V d_model²)`` once per model for ``W_U W_E`` (or ``W_Eᵀ W_E``), then
-    ``O(L H d_model² d_head)`` in the weights' dtype and ``L H`` float64
-    ``d_head × d_head`` eigenvalue problems.
+    The eigenvalues of ``(W_E W_V)(W_O W_U)`` are those of ``W_O (W_U W_E) W_V``:
+    cost ``O(V d_model²)`` once per model for ``W_U W_E`` (or ``W_Eᵀ W_E``; the
+    floor), then ``O(L G d_model² d_head)`` (``W_U W_E W_V`` per key/value head) and
+    ``O(L H d_model d_head²)``, in float32 blocks for half-precision weights, and
+    ``L H`` float64 ``d_head × d_head`` eigenvalue problems.
     """
     model = check_model(model, "eigenvalues")
     check_choice("circuit", circuit, ("ov", "qk"))
-    if circuit == "ov":
-        small = model.W_O @ unembed_embed(model) @ model.per_query_head(model.W_V)
-    else:
-        queries = all_query_weights(model, check_offset(model, offset))
-        small = model.per_query_head(model.W_K).transpose(-1, -2) @ embed_gram(model) @ queries
-    eigs = torch.linalg.eigvals(small.double()).cpu().numpy()
-    return _sorted_by_magnitude(eigs)
+    return _eigenvalues(model, circuit, check_offset(model, offset) if circuit == "qk" else None)
 
 
-def kcomp_eigenvalues(model: CircuitModel, offset: int | None = None) -> np.ndarray:
-    """Non-trivial eigenvalues of every K-composition term ``W_E W_QK^{h2} (W_E W_OV^{h1})ᵀ``.
-
-    Returns
-    -------
-    np.ndarray
-        complex128 ``[n_layers, n_heads, n_layers, n_heads, d_head]``: entry
-        ``[l1, h1, l2, h2]`` is the term of later head ``(l2, h2)`` through earlier
-        head ``(l1, h1)``, sorted by decreasing magnitude; NaN where ``l1 >= l2``.
-
-    Notes
-    -----
-    Computed as the eigenvalues of ``(W_O^{h1} W_K^{h2})ᵀ (W_V^{h1}ᵀ W_Eᵀ W_E W_Q^{h2})``
-    ``[d_head, d_head]``. Cost ``O(V d_model²)`` once, then ``O(P d_head² d_model)``
-    for ``P`` ordered pairs. ``offset``: the later head's query position minus
-    key position, required on rotary models (:func:`~circuitwidgets.circuits.W_QK`).
-    """
-    model = check_model(model, "kcomp_eigenvalues")
-    cfg = model.cfg
-    L, H, dh = cfg.n_layers, cfg.n_heads, cfg.d_head
-    out = np.full((L, H, L, H, dh), np.nan, dtype=np.complex128)
-    queries = all_query_weights(model, check_offset(model, offset))
-    W_K = model.per_query_head(model.W_K)
-    value_side = model.per_query_head(model.W_V).transpose(-1, -2) @ embed_gram(model)  # [L, H, dh, d]
-    for l2 in range(1, L):
-        # [l1 H, H2, dh, dh] for every earlier head (l1 < l2) and every head of layer l2.
-        reads = torch.einsum("aed,gdf->agef", value_side[:l2].reshape(-1, dh, cfg.d_model), queries[l2])
-        keys = torch.einsum("aed,gdf->agef", model.W_O[:l2].reshape(-1, dh, cfg.d_model), W_K[l2])
-        small = keys.transpose(-1, -2) @ reads
-        eigs = torch.linalg.eigvals(small.double()).cpu().numpy()
-        out[:l2, :, l2] = _sorted_by_magnitude(eigs).reshape(l2, H, H, dh)
-    return out
-
-
-def _circuit_matrix(
-    model: CircuitModel, circuit: str, layer: int, head: int, earlier: tuple[int, int] | None, offset: int | None
-) -> LowRankMatrix:
-    if circuit == "ov":
-        return full_ov(model, layer, head)
-    if circuit == "qk":
-        return full_qk(model, layer, head, offset=offset)
-    assert earlier is not None
-    return full_qk_kcomp(model, layer, head, earlier[0], earlier[1], offset=offset)
+def _eigenvalues(model: CircuitModel, circuit: str, offset: int | None) -> np.ndarray:
+    stack = _full_OV(model) if circuit == "ov" else _full_QK(model, offset)
+    return sorted_by_magnitude(stack.eigenvalues().cpu().numpy())
 
 
 def matrix_copying_score(
@@ -170,19 +129,18 @@ def matrix_copying_score(
     return float((ranks < k).double().mean())
 
 
-def _best_earlier_heads(model: CircuitModel, offset: int | None) -> np.ndarray:
-    """For each head, ``(l1, h1)`` of the earlier head with the largest raw K-composition into it ``[L, H, 2]``."""
-    from circuitwidgets.circuits.composition import composition_scores
-
-    scores = composition_scores(model, "K", offset=offset)
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    best = np.full((L, H, 2), -1, dtype=np.int64)
-    for l2 in range(1, L):
-        for h2 in range(H):
-            column = np.nan_to_num(scores[:l2, :, l2, h2], nan=-np.inf)
-            l1, h1 = np.unravel_index(int(np.argmax(column)), column.shape)
-            best[l2, h2] = (l1, h1)
-    return best
+def stack_copying_scores(
+    stack: LowRankStack, method: str, k: int, tokens: torch.Tensor | None, memory_budget: int
+) -> np.ndarray:
+    """:func:`matrix_copying_score` of every matrix of a square stack at once, float64 ``[*batch_shape]``."""
+    if method == "eigen":
+        return eigen_score(stack.eigenvalues(memory_budget).cpu().numpy())
+    if method == "diagonal":
+        own = stack if tokens is None else stack._select(tokens, tokens)
+        return (own.diagonal(memory_budget) > 0).double().mean(-1).cpu().numpy()
+    ids = torch.arange(stack.matrix_shape[0], device=stack.device) if tokens is None else tokens
+    rows = stack if tokens is None else stack._select(tokens, None)
+    return (rows.rank_in_rows(ids, memory_budget) < k).double().mean(-1).cpu().numpy()
 
 
 def copying_scores(
@@ -212,9 +170,9 @@ def copying_scores(
     tokens
         Token ids over which ``"diagonal"`` and ``"topk"`` average (default all).
     memory_budget
-        Bytes per dense row block in ``"topk"``.
+        Bytes of blocks and tiles at once.
     progress_bar
-        Show a tqdm bar (``None``: only when interactive).
+        Accepted for compatibility; all heads are computed at once.
     offset
         For the QK circuits of rotary models: query position minus key position
         (:func:`~circuitwidgets.circuits.W_QK`); required there, ignored for ``"ov"``.
@@ -230,50 +188,25 @@ def copying_scores(
     k = check_int("k", k, 1)
     ids = None if tokens is None else check_token_ids(model, "tokens", tokens)
     offset = check_offset(model, offset) if circuit != "ov" else None
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    if method == "eigen" and circuit in ("ov", "qk"):
-        return eigen_score(eigenvalues(model, circuit, offset=offset))
-    out = np.full((L, H), np.nan)
-    earlier = _best_earlier_heads(model, offset) if circuit == "qk_kcomp" else None
-    heads = [(lay, hd) for lay in range(1 if earlier is not None else 0, L) for hd in range(H)]
-    for lay, hd in progress(heads, len(heads), f"{circuit} {method} scores", progress_bar):
-        pair = None if earlier is None else (int(earlier[lay, hd, 0]), int(earlier[lay, hd, 1]))
-        matrix = _circuit_matrix(model, circuit, lay, hd, pair, offset)
-        out[lay, hd] = matrix_copying_score(matrix, method, k, ids, memory_budget)
-    return out
+    return _copying_scores(model, circuit, method, k, ids, memory_budget, offset)
 
 
-def same_matching_scores(
+def _copying_scores(
     model: CircuitModel,
-    method: Literal["eigen", "diagonal", "topk"] = "eigen",
-    k: int = 5,
-    tokens: Sequence[int] | torch.Tensor | None = None,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-    progress_bar: bool | None = None,
-    offset: int | None = None,
+    circuit: str,
+    method: str,
+    k: int,
+    ids: torch.Tensor | None,
+    memory_budget: int,
+    offset: int | None,
 ) -> np.ndarray:
-    """Same-matching score of every K-composition term, ``[n_layers, n_heads, n_layers, n_heads]``.
-
-    Entry ``[l1, h1, l2, h2]`` summarises (with ``method``, as in
-    :func:`copying_scores`) the QK term ``W_E W_QK^{h2} (W_E W_OV^{h1})ᵀ`` of later
-    head ``(l2, h2)`` through earlier head ``(l1, h1)``; NaN where ``l1 >= l2``. An
-    induction head scores near +1 through its previous-token head.
-
-    Cost: ``"eigen"`` as :func:`kcomp_eigenvalues`; otherwise one full-circuit
-    computation per ordered pair (use ``tokens`` on large vocabularies).
-    ``offset``: as in :func:`copying_scores`, required on rotary models.
-    """
-    model = check_model(model, "same_matching_scores")
-    check_choice("method", method, METHODS)
-    k = check_int("k", k, 1)
-    ids = None if tokens is None else check_token_ids(model, "tokens", tokens)
-    offset = check_offset(model, offset)
-    if method == "eigen":
-        return eigen_score(kcomp_eigenvalues(model, offset=offset))
+    if circuit == "ov":
+        return stack_copying_scores(_full_OV(model), method, k, ids, memory_budget)
+    if circuit == "qk":
+        return stack_copying_scores(_full_QK(model, offset), method, k, ids, memory_budget)
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    out = np.full((L, H, L, H), np.nan)
-    pairs = [(l1, h1, l2, h2) for l2 in range(L) for h2 in range(H) for l1 in range(l2) for h1 in range(H)]
-    for l1, h1, l2, h2 in progress(pairs, len(pairs), f"same matching {method}", progress_bar):
-        matrix = full_qk_kcomp(model, l2, h2, l1, h1, offset=offset)
-        out[l1, h1, l2, h2] = matrix_copying_score(matrix, method, k, ids, memory_budget)
+    out = np.full((L, H), np.nan)
+    if L >= 2:
+        sources = best_earlier_heads(model, offset)
+        out[1:] = stack_copying_scores(kcomp_stack(model, sources, offset), method, k, ids, memory_budget)
     return out

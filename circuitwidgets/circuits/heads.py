@@ -78,12 +78,18 @@ def default_seq_len(model: CircuitModel) -> int:
     return max(1, min(50, (model.cfg.n_ctx - offset) // 2))
 
 
-def repeated_random_tokens(model: CircuitModel, seq_len: int | None = None, n_seqs: int = 8, seed: int = 0) -> torch.Tensor:
+def repeated_random_tokens(
+    model: CircuitModel, seq_len: int | None = None, n_seqs: int = 8, seed: int = 0
+) -> torch.Tensor:
     """``[n_seqs, b + 2 seq_len]`` token ids ``[BOS] r_1..r_n r_1..r_n`` (module docstring).
 
     The ``r_i`` are uniform over the non-BOS ids, from ``torch.Generator().manual_seed(seed)``.
     """
-    model = check_model(model)
+    return _repeated_random_tokens(check_model(model), seq_len, n_seqs, seed)
+
+
+def _repeated_random_tokens(model: CircuitModel, seq_len: int | None, n_seqs: int, seed: int) -> torch.Tensor:
+    """:func:`repeated_random_tokens` of a checked model (its other arguments checked here)."""
     seq_len = default_seq_len(model) if seq_len is None else check_int("seq_len", seq_len, 1)
     n_seqs = check_int("n_seqs", n_seqs, 1)
     seed = check_int("seed", seed, 0)
@@ -156,11 +162,21 @@ def _token_batch(model: CircuitModel, tokens: object) -> torch.Tensor:
     try:
         ids = torch.as_tensor(tokens, device=model.device)
     except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
-        raise ArgumentTypeError(f"tokens: expected a text, texts or token ids, got {type(tokens).__name__} ({exc})") from None
+        raise ArgumentTypeError(
+            f"tokens: expected a text, texts or token ids, got {type(tokens).__name__} ({exc})"
+        ) from None
     if ids.ndim == 1:
         ids = ids[None]
-    if ids.ndim != 2 or ids.shape[1] == 0 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise ShapeError(f"tokens: expected integer token ids [pos] or [batch, pos], got shape {tuple(ids.shape)} dtype {ids.dtype}")
+    if (
+        ids.ndim != 2
+        or ids.shape[1] == 0
+        or ids.dtype.is_floating_point
+        or ids.dtype.is_complex
+        or ids.dtype == torch.bool
+    ):
+        raise ShapeError(
+            f"tokens: expected integer token ids [pos] or [batch, pos], got shape {tuple(ids.shape)} dtype {ids.dtype}"
+        )
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= model.cfg.d_vocab):
         raise ArgumentError(
             f"tokens: expected ids in [0, {model.cfg.d_vocab}), got range [{int(ids.min())}, {int(ids.max())}]"
@@ -182,7 +198,9 @@ def _cache_patterns(model: CircuitModel, cache: object) -> list[torch.Tensor]:
             "(run model.run_with_cache(tokens, names=['pattern']) with this model)"
         )
     if ("pattern", n_layers) in cache:
-        raise ShapeError(f"cache: holds patterns for more layers than the model's n_layers={n_layers}; a cache from another model?")
+        raise ShapeError(
+            f"cache: holds patterns for more layers than the model's n_layers={n_layers}; a cache from another model?"
+        )
     patterns = [cache["pattern", layer] for layer in range(n_layers)]
     first = tuple(patterns[0].shape) if patterns else ()
     for layer, pattern in enumerate(patterns):
@@ -193,7 +211,9 @@ def _cache_patterns(model: CircuitModel, cache: object) -> list[torch.Tensor]:
                 f"got shape {shape}; a cache from another model?"
             )
         if not pattern.dtype.is_floating_point:
-            raise ArgumentTypeError(f"cache['pattern', {layer}]: expected floating-point weights, got dtype {pattern.dtype}")
+            raise ArgumentTypeError(
+                f"cache['pattern', {layer}]: expected floating-point weights, got dtype {pattern.dtype}"
+            )
         if not bool(torch.isfinite(pattern).all()):
             raise NonFiniteError(f"cache['pattern', {layer}]: expected finite values, got NaN/Inf entries")
     return patterns
@@ -300,7 +320,7 @@ def _user_token_scores(model: CircuitModel, kind: str, tokens: object, cache: ob
 
 def _random_token_scores(model: CircuitModel, kind: str, seq_len: int | None, n_seqs: int, seed: int) -> np.ndarray:
     """Scores on repeated random tokens (the behaviour without ``tokens`` or ``cache``)."""
-    tokens = repeated_random_tokens(model, seq_len, n_seqs, seed)
+    tokens = _repeated_random_tokens(model, seq_len, n_seqs, seed)
     offset = 0 if _bos(model) is None else 1
     half = (tokens.shape[1] - offset) // 2
     dest, src = detection_targets(kind, half, offset)

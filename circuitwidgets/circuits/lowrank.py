@@ -22,61 +22,41 @@ For TransformerLens ``FactoredMatrix`` users, :attr:`LowRankMatrix.AB` (the dens
 product) and :meth:`LowRankMatrix.norm` (the Frobenius norm) are aliases of
 :meth:`LowRankMatrix.dense` and :meth:`LowRankMatrix.frobenius_norm`.
 
-Dtypes: large outputs (factors, slices, blocks, top-k values, the SVD's ``U`` and
-``Vh``) are in the factors' dtype; small ``r × r`` problems (eigenvalues,
-singular values, norms, traces) are solved in float64 and returned as float64
-or complex128 (or a Python float).
+Dtypes: factors, slices and the SVD's ``U`` and ``Vh`` are in the factors'
+dtype; dense blocks, tiles, diagonals and top-k values in the compute dtype
+(float32 for bfloat16 or float16 factors, :mod:`._precision`); small ``r × r``
+problems (eigenvalues, singular values, norms, traces) are solved in float64
+and returned as float64 or complex128 (or a Python float).
+
+Modules: this one (factored algebra and small problems), :mod:`._tiling` and
+:mod:`._tiling_methods` (tiled reductions), :mod:`._index` (row selection).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from typing import NamedTuple
 
 import torch
 
-from circuitwidgets.circuits._checks import check_bool, check_budget, check_int, progress
+from circuitwidgets.circuits._checks import check_int
+from circuitwidgets.circuits._index import Index, index_rows
+from circuitwidgets.circuits._precision import lift
+from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET, MAX_RESULT_BYTES, TILE_BYTES, TopEntries, TopK
+from circuitwidgets.circuits._tiling_methods import TiledReductions
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
 
-#: Bytes one block or tile of the dense product may take in chunked computations.
-DEFAULT_MEMORY_BUDGET = 64 * 2**20
-#: Largest bytes of one dense tile in the chunked reductions. Smaller tiles stay in
-#: cache, larger ones pay fewer thread synchronisations; 32 MiB measured best on a
-#: busy 2-core machine (GPT-2-sized full circuits).
-TILE_BYTES = 32 * 2**20
+__all__ = [
+    "DEFAULT_DENSE_LIMIT",
+    "DEFAULT_MEMORY_BUDGET",
+    "MAX_RESULT_BYTES",
+    "TILE_BYTES",
+    "LowRankMatrix",
+    "TopEntries",
+    "TopK",
+]
+
 #: Largest number of entries :meth:`LowRankMatrix.dense` forms without ``max_entries``.
 DEFAULT_DENSE_LIMIT = 2**26
-
-Index = int | slice | Sequence[int] | torch.Tensor
-
-
-class TopEntries(NamedTuple):
-    """Largest (or smallest) entries of a matrix, best first: ``values [k]``, ``rows [k]``, ``cols [k]``."""
-
-    values: torch.Tensor
-    rows: torch.Tensor
-    cols: torch.Tensor
-
-
-class TopK(NamedTuple):
-    """Top-k along one dimension: ``values [n, k]`` and their ``indices [n, k]``, best first."""
-
-    values: torch.Tensor
-    indices: torch.Tensor
-
-
-#: Largest result (values and indices) the top-k methods return; beyond it, a :class:`MemoryBudgetError`.
-MAX_RESULT_BYTES = 2**30
-
-
-def _check_result(name: str, entries: int, bytes_per_entry: int, what: str) -> None:
-    """Refuse a result of ``entries`` entries beyond :data:`MAX_RESULT_BYTES`."""
-    needed = entries * bytes_per_entry
-    if needed > MAX_RESULT_BYTES:
-        raise MemoryBudgetError(
-            f"{name}: returning {what} needs {needed:,} bytes, more than MAX_RESULT_BYTES={MAX_RESULT_BYTES:,}; ask for fewer"
-        )
 
 
 def _narrow(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,41 +75,27 @@ def _narrow(A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return product, torch.eye(n, dtype=A.dtype, device=A.device)
 
 
-def _as_index_tensor(name: str, index: object, device: torch.device) -> torch.Tensor:
-    if isinstance(index, (str, bytes)) or index is None:
-        raise ArgumentTypeError(f"{name}: expected an int, slice or sequence of ints, got {type(index).__name__}")
-    try:
-        return torch.as_tensor(index, device=device)
-    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
-        raise ArgumentTypeError(f"{name}: expected an int, slice or sequence of ints, got {type(index).__name__} ({exc})") from None
+def _check_factors(A: object, B: object) -> None:
+    """Typed errors naming ``A`` or ``B`` for anything but two finite 2-D float factors on one device."""
+    for name, factor in (("A", A), ("B", B)):
+        if not isinstance(factor, torch.Tensor):
+            raise ArgumentTypeError(f"{name}: expected a torch.Tensor, got {type(factor).__name__}")
+        if factor.ndim != 2:
+            raise ShapeError(f"{name}: expected a 2-D factor, got shape {tuple(factor.shape)}")
+        if not factor.dtype.is_floating_point:
+            raise ArgumentTypeError(f"{name}: expected a floating-point tensor, got dtype {factor.dtype}")
+    assert isinstance(A, torch.Tensor) and isinstance(B, torch.Tensor)
+    if A.shape[1] != B.shape[0]:
+        raise ShapeError(f"B: expected {A.shape[1]} rows to match A {tuple(A.shape)}, got shape {tuple(B.shape)}")
+    if A.dtype != B.dtype or A.device != B.device:
+        raise ArgumentTypeError(f"B: expected dtype {A.dtype} on {A.device} like A, got {B.dtype} on {B.device}")
+    for name, factor in (("A", A), ("B", B)):
+        bad = int((~torch.isfinite(factor)).sum())
+        if bad:
+            raise NonFiniteError(f"{name}: expected finite values, got {bad} NaN/Inf entries")
 
 
-def _index_rows(x: torch.Tensor, index: Index, size: int, name: str) -> torch.Tensor:
-    """Rows of ``x`` selected by an int, slice, sequence of ints or index tensor (ints keep the dim)."""
-    if isinstance(index, bool):
-        raise ArgumentTypeError(f"{name}: expected an int, slice or sequence of ints, got bool")
-    if isinstance(index, int):
-        if not -size <= index < size:
-            raise ArgumentError(f"{name}: expected an index in [{-size}, {size}), got {index}")
-        return x[index % size][None]
-    if isinstance(index, slice):
-        try:
-            return x[index]
-        except (TypeError, ValueError) as exc:
-            raise ArgumentTypeError(f"{name}: expected a slice of ints, got {index!r} ({exc})") from None
-    idx = _as_index_tensor(name, index, x.device)
-    if idx.dtype == torch.bool:
-        if idx.shape != (size,):
-            raise ShapeError(f"{name}: expected a boolean mask of shape ({size},), got {tuple(idx.shape)}")
-        return x[idx]
-    if idx.dtype.is_floating_point or idx.ndim != 1:
-        raise ArgumentError(f"{name}: expected a 1-D sequence of int indices, got shape {tuple(idx.shape)} dtype {idx.dtype}")
-    if idx.numel() and (int(idx.min()) < -size or int(idx.max()) >= size):
-        raise ArgumentError(f"{name}: expected indices in [{-size}, {size}), got range [{int(idx.min())}, {int(idx.max())}]")
-    return x[idx.long()]
-
-
-class LowRankMatrix:
+class LowRankMatrix(TiledReductions):
     """``M = A @ B`` with ``A [m, r]``, ``B [r, n]``, kept factored.
 
     Parameters
@@ -144,24 +110,23 @@ class LowRankMatrix:
     If ``r > min(m, n)`` the factors are re-split at the narrowest dimension (one
     of them becomes an identity), so ``r <= min(m, n)`` always holds. Products
     with other low-rank or dense matrices keep the narrowest inner dimension.
+    The factors are checked (type, shape, dtype, device, finiteness) here, once;
+    matrices the engine derives from checked weights skip the scan.
     """
 
+    A: torch.Tensor
+    B: torch.Tensor
+
     def __init__(self, A: torch.Tensor, B: torch.Tensor) -> None:
-        for name, factor in (("A", A), ("B", B)):
-            if not isinstance(factor, torch.Tensor):
-                raise ArgumentTypeError(f"{name}: expected a torch.Tensor, got {type(factor).__name__}")
-            if factor.ndim != 2:
-                raise ShapeError(f"{name}: expected a 2-D factor, got shape {tuple(factor.shape)}")
-            if not factor.dtype.is_floating_point:
-                raise ArgumentTypeError(f"{name}: expected a floating-point tensor, got dtype {factor.dtype}")
-        if A.shape[1] != B.shape[0]:
-            raise ShapeError(f"B: expected {A.shape[1]} rows to match A {tuple(A.shape)}, got shape {tuple(B.shape)}")
-        if A.dtype != B.dtype or A.device != B.device:
-            raise ArgumentTypeError(f"B: expected dtype {A.dtype} on {A.device} like A, got {B.dtype} on {B.device}")
-        for name, factor in (("A", A), ("B", B)):
-            if not bool(torch.isfinite(factor).all()):
-                raise NonFiniteError(f"{name}: expected finite values, got {int((~torch.isfinite(factor)).sum())} NaN/Inf entries")
+        _check_factors(A, B)
         self.A, self.B = _narrow(A, B)
+
+    @classmethod
+    def _trusted(cls, A: torch.Tensor, B: torch.Tensor) -> LowRankMatrix:
+        """A matrix of factors derived from checked ones (no scan; the engine's constructor)."""
+        matrix = cls.__new__(cls)
+        matrix.A, matrix.B = _narrow(A, B)
+        return matrix
 
     # ------------------------------------------------------------------ shape
     @property
@@ -192,17 +157,24 @@ class LowRankMatrix:
     @property
     def T(self) -> LowRankMatrix:  # noqa: N802 — the conventional name
         """Transpose ``Bᵀ Aᵀ`` (no copy of data beyond views)."""
-        return LowRankMatrix(self.B.T, self.A.T)
+        return LowRankMatrix._trusted(self.B.T, self.A.T)
+
+    def _check_operand(self, other: torch.Tensor, shape: str) -> None:
+        if other.device != self.device or other.dtype != self.dtype:
+            raise ArgumentTypeError(
+                f"other: expected a {shape} matrix of dtype {self.dtype} on {self.device}, got {other.dtype} on {other.device}"
+            )
 
     def __matmul__(self, other: LowRankMatrix | torch.Tensor) -> LowRankMatrix:
         """``self @ other``; cost ``O(r r' k)`` for low-rank ``other``, ``O(r n p)`` for dense ``[n, p]``."""
         if isinstance(other, LowRankMatrix):
             if self.shape[1] != other.shape[0]:
                 raise ShapeError(f"other: expected {self.shape[1]} rows to multiply {self!r}, got shape {other.shape}")
+            self._check_operand(other.A, f"[{self.shape[1]}, p]")
             middle = self.B @ other.A
             if self.inner_dim <= other.inner_dim:
-                return LowRankMatrix(self.A, middle @ other.B)
-            return LowRankMatrix(self.A @ middle, other.B)
+                return LowRankMatrix._trusted(self.A, middle @ other.B)
+            return LowRankMatrix._trusted(self.A @ middle, other.B)
         if isinstance(other, torch.Tensor):
             if other.ndim != 2 or other.shape[0] != self.shape[1]:
                 raise ShapeError(f"other: expected a [{self.shape[1]}, p] matrix, got shape {tuple(other.shape)}")
@@ -221,12 +193,14 @@ class LowRankMatrix:
         """Scale by a number."""
         if isinstance(scalar, bool) or not isinstance(scalar, (int, float)):
             return NotImplemented
-        return LowRankMatrix(self.A * scalar, self.B)
+        if not math.isfinite(scalar):
+            raise ArgumentError(f"scalar: expected a finite number, got {scalar!r}")
+        return LowRankMatrix._trusted(self.A * scalar, self.B)
 
     __rmul__ = __mul__
 
     def __neg__(self) -> LowRankMatrix:
-        return LowRankMatrix(-self.A, self.B)
+        return LowRankMatrix._trusted(-self.A, self.B)
 
     def _check_addend(self, other: object) -> LowRankMatrix:
         """``other`` if it is a :class:`LowRankMatrix` of the same shape, dtype and device, else a typed error."""
@@ -253,7 +227,7 @@ class LowRankMatrix:
         product is no larger than the factors.
         """
         other = self._check_addend(other)
-        return LowRankMatrix(torch.cat([self.A, other.A], dim=1), torch.cat([self.B, other.B], dim=0))
+        return LowRankMatrix._trusted(torch.cat([self.A, other.A], dim=1), torch.cat([self.B, other.B], dim=0))
 
     def __radd__(self, other: object) -> LowRankMatrix:
         """``0 + self`` is ``self``, so ``sum(matrices)`` works; any other left operand is refused as in :meth:`__add__`."""
@@ -308,7 +282,7 @@ class LowRankMatrix:
         ``O(r² n + r³)``.
         """
         self._require_square("eigenvalues")
-        eigs: torch.Tensor = torch.linalg.eigvals((self.B @ self.A).double())
+        eigs: torch.Tensor = torch.linalg.eigvals((lift(self.B) @ lift(self.A)).double())
         return eigs
 
     def svd(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -317,15 +291,15 @@ class LowRankMatrix:
         From ``A = Qa Ra`` and ``Bᵀ = Qb Rb``: ``AB = Qa (Ra Rbᵀ) Qbᵀ``, and the SVD
         of the ``r × r`` middle. Cost ``O((m + n) r²)``.
         """
-        Qa, Ra = torch.linalg.qr(self.A)
-        Qb, Rb = torch.linalg.qr(self.B.T)
+        Qa, Ra = torch.linalg.qr(lift(self.A))
+        Qb, Rb = torch.linalg.qr(lift(self.B).T)
         U_mid, S, Vh_mid = torch.linalg.svd(Ra.double() @ Rb.double().T)
-        return Qa @ U_mid.to(self.dtype), S, Vh_mid.to(self.dtype) @ Qb.T
+        return (Qa @ U_mid.to(Qa.dtype)).to(self.dtype), S, (Vh_mid.to(Qb.dtype) @ Qb.T).to(self.dtype)
 
     def singular_values(self) -> torch.Tensor:
         """The ``r`` largest singular values (float64, descending); cost ``O((m + n) r²)``."""
-        Ra = torch.linalg.qr(self.A, mode="r")[1]
-        Rb = torch.linalg.qr(self.B.T, mode="r")[1]
+        Ra = torch.linalg.qr(lift(self.A), mode="r")[1]
+        Rb = torch.linalg.qr(lift(self.B).T, mode="r")[1]
         values: torch.Tensor = torch.linalg.svdvals(Ra.double() @ Rb.double().T)
         return values
 
@@ -335,8 +309,9 @@ class LowRankMatrix:
         Not ``‖BA‖_F``: transposing the product preserves trace and eigenvalues,
         not singular values.
         """
-        gram_a = (self.A.T @ self.A).double()
-        gram_b = (self.B @ self.B.T).double()
+        A, B = lift(self.A), lift(self.B)
+        gram_a = (A.T @ A).double()
+        gram_b = (B @ B.T).double()
         return math.sqrt(max(float((gram_a * gram_b).sum()), 0.0))
 
     def norm(self) -> float:
@@ -356,8 +331,8 @@ class LowRankMatrix:
         """
         rows, cols = key if isinstance(key, tuple) else (key, slice(None))
         m, n = self.shape
-        A = _index_rows(self.A, rows, m, "rows")
-        B = _index_rows(self.B.T, cols, n, "cols").T
+        A = index_rows(self.A, rows, m, "rows")
+        B = index_rows(self.B.T, cols, n, "cols").T
         row_int = isinstance(rows, int)
         col_int = isinstance(cols, int)
         if row_int and col_int:
@@ -366,189 +341,4 @@ class LowRankMatrix:
             return (A @ B)[0]
         if col_int:
             return (A @ B)[:, 0]
-        return LowRankMatrix(A.contiguous(), B.contiguous())
-
-    # --------------------------------------------------------------- chunking
-    def block_rows(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> int:
-        """Rows per block so one dense ``[rows, n]`` block fits in ``memory_budget`` bytes."""
-        budget = check_budget("memory_budget", memory_budget)
-        bytes_per_row = max(self.shape[1], 1) * self.A.element_size()
-        return max(1, min(self.shape[0], budget // bytes_per_row))
-
-    def row_blocks(
-        self, memory_budget: int = DEFAULT_MEMORY_BUDGET, progress_bar: bool | None = False
-    ) -> Iterator[tuple[int, torch.Tensor]]:
-        """Yield ``(first_row, block [rows, n])`` dense row blocks of the product.
-
-        The blocks are views of one reused buffer (no page faults per block):
-        use each before asking for the next, or copy it.
-        """
-        step = self.block_rows(memory_budget)
-        starts = range(0, self.shape[0], step)
-        buffer = self.A.new_empty(min(step, self.shape[0]), self.shape[1])
-        for start in progress(starts, len(starts), "row blocks", progress_bar):
-            rows = self.A[start : start + step]
-            block = buffer[: rows.shape[0]]
-            torch.matmul(rows, self.B, out=block)
-            yield start, block
-
-    def tile_shape(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> tuple[int, int]:
-        """``(rows, cols)`` of the dense tiles used by the chunked reductions.
-
-        Tiles are about ``min(memory_budget, TILE_BYTES)`` bytes and roughly square.
-        """
-        budget = check_budget("memory_budget", memory_budget)
-        m, n = self.shape
-        entries = max(1, min(budget, TILE_BYTES) // self.A.element_size())
-        cols = max(1, min(n, math.isqrt(entries)))
-        rows = max(1, min(m, entries // cols))
-        return rows, cols
-
-    def tiles(
-        self, memory_budget: int = DEFAULT_MEMORY_BUDGET, progress_bar: bool | None = False
-    ) -> Iterator[tuple[int, int, torch.Tensor]]:
-        """Yield ``(first_row, first_col, tile [rows, cols])`` dense tiles, row block by row block.
-
-        Within a row block the tiles go left to right. Each tile is a view of one
-        reused buffer: use it before asking for the next. Cost ``O(m r n)`` in all.
-        """
-        m, n = self.shape
-        step_rows, step_cols = self.tile_shape(memory_budget)
-        panels = [(start, self.B[:, start : start + step_cols].contiguous()) for start in range(0, n, step_cols)]
-        buffer = self.A.new_empty(min(step_rows, m), min(step_cols, n))
-        starts = range(0, m, step_rows)
-        for row_start in progress(starts, len(starts), "row blocks", progress_bar):
-            rows = self.A[row_start : row_start + step_rows]
-            for col_start, panel in panels:
-                tile = buffer[: rows.shape[0], : panel.shape[1]]
-                torch.matmul(rows, panel, out=tile)
-                yield row_start, col_start, tile
-
-    def diagonal(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
-        """``diag(AB)`` ``[min(m, n)]`` as row-wise dot products of ``A`` and ``Bᵀ``; cost ``O(min(m, n) r)``."""
-        size = min(self.shape)
-        step = max(1, check_budget("memory_budget", memory_budget) // max(1, self.inner_dim * self.A.element_size()))
-        parts = []
-        for start in range(0, size, step):
-            stop = min(start + step, size)
-            parts.append(torch.einsum("ir,ri->i", self.A[start:stop], self.B[:, start:stop]))
-        return torch.cat(parts) if parts else self.A.new_zeros(0)
-
-    def topk(
-        self,
-        k: int,
-        largest: bool = True,
-        memory_budget: int = DEFAULT_MEMORY_BUDGET,
-        progress_bar: bool | None = None,
-    ) -> TopEntries:
-        """The ``k`` largest (or smallest) entries of the whole matrix, best first.
-
-        Tiles of the product are formed one at a time (:meth:`tiles`); a tile row
-        is examined further only when its maximum reaches the running k-th best
-        value (or the k-th largest row maximum of the tile), so the work beyond
-        the products is one reduction per tile. Cost ``O(m r n)`` time, at most
-        ``memory_budget`` bytes of product at once.
-        """
-        m, n = self.shape
-        k = check_int("k", k, 1, m * n + 1)
-        check_bool("largest", largest)
-        _check_result("k", k, self.A.element_size() + 16, f"the {k:,} best entries with their rows and columns")
-        if not largest:
-            top = (-self).topk(k, True, memory_budget, progress_bar)
-            return TopEntries(-top.values, top.rows, top.cols)
-        values = self.A.new_empty(0)
-        rows = torch.empty(0, dtype=torch.long, device=self.device)
-        cols = torch.empty(0, dtype=torch.long, device=self.device)
-        for row_start, col_start, tile in self.tiles(memory_budget, progress_bar):
-            row_max = tile.amax(dim=1)
-            threshold = values[-1] if values.numel() == k else row_max.new_tensor(-math.inf)
-            if row_max.numel() >= k:
-                threshold = torch.maximum(threshold, torch.topk(row_max, k).values[-1])
-            candidates = torch.nonzero(row_max >= threshold).squeeze(1)
-            if candidates.numel() == 0:
-                continue
-            best = torch.topk(tile[candidates], min(k, tile.shape[1]), dim=1)
-            values = torch.cat([values, best.values.flatten()])
-            rows = torch.cat([rows, (row_start + candidates)[:, None].expand_as(best.indices).flatten()])
-            cols = torch.cat([cols, (col_start + best.indices).flatten()])
-            keep = torch.topk(values, min(k, values.numel())).indices
-            values, rows, cols = values[keep], rows[keep], cols[keep]
-        return TopEntries(values, rows, cols)
-
-    def topk_rows(
-        self,
-        k: int,
-        largest: bool = True,
-        memory_budget: int = DEFAULT_MEMORY_BUDGET,
-        progress_bar: bool | None = None,
-    ) -> TopK:
-        """Per row, the ``k`` largest (or smallest) entries: ``values [m, k]``, column ``indices [m, k]``.
-
-        A running top-k per row is merged with each tile's. Cost ``O(m r n)`` time,
-        at most ``memory_budget`` bytes of product at once.
-        """
-        m, n = self.shape
-        k = check_int("k", k, 1, n + 1)
-        check_bool("largest", largest)
-        _check_result("k", m * k, self.A.element_size() + 8, f"{k:,} entries for each of {m:,} rows")
-        values = self.A.new_empty(m, 0)
-        indices = torch.empty(m, 0, dtype=torch.long, device=self.device)
-        for row_start, col_start, tile in self.tiles(memory_budget, progress_bar):
-            stop = row_start + tile.shape[0]
-            best = torch.topk(tile, min(k, tile.shape[1]), dim=1, largest=largest)
-            if col_start == 0:
-                if row_start == 0:
-                    values = self.A.new_empty(m, k)
-                    indices = torch.empty(m, k, dtype=torch.long, device=self.device)
-                run_values, run_indices = best.values, best.indices
-            else:
-                run_values = torch.cat([run_values, best.values], dim=1)
-                run_indices = torch.cat([run_indices, col_start + best.indices], dim=1)
-                merged = torch.topk(run_values, min(k, run_values.shape[1]), dim=1, largest=largest)
-                run_values, run_indices = merged.values, run_indices.gather(1, merged.indices)
-            if col_start + tile.shape[1] == n:
-                values[row_start:stop], indices[row_start:stop] = run_values, run_indices
-        return TopK(values, indices)
-
-    def topk_cols(
-        self,
-        k: int,
-        largest: bool = True,
-        memory_budget: int = DEFAULT_MEMORY_BUDGET,
-        progress_bar: bool | None = None,
-    ) -> TopK:
-        """Per column, the ``k`` largest (or smallest) entries: ``values [n, k]``, row ``indices [n, k]``.
-
-        Computed as :meth:`topk_rows` of the transpose. Cost ``O(m r n)``.
-        """
-        return self.T.topk_rows(k, largest, memory_budget, progress_bar)
-
-    def rank_in_rows(
-        self, cols: torch.Tensor, memory_budget: int = DEFAULT_MEMORY_BUDGET, progress_bar: bool | None = None
-    ) -> torch.Tensor:
-        """For each row ``i``, how many entries of row ``i`` are strictly greater than ``M[i, cols[i]]``.
-
-        ``cols`` is ``[m]``; the result ``[m]`` (long) is 0 when the entry is the row's
-        maximum, so "``cols[i]`` is among row ``i``'s top k" is ``rank < k`` (ties count
-        in its favour). Cost ``O(m r n)``.
-        """
-        m, n = self.shape
-        cols = _as_index_tensor("cols", cols, self.device)
-        if cols.shape != (m,) or cols.dtype.is_floating_point:
-            raise ShapeError(f"cols: expected [{m}] integer column indices, got shape {tuple(cols.shape)} dtype {cols.dtype}")
-        if m and (int(cols.min()) < 0 or int(cols.max()) >= n):
-            raise ArgumentError(f"cols: expected indices in [0, {n}), got range [{int(cols.min())}, {int(cols.max())}]")
-        cols = cols.long()
-        own = torch.einsum("ir,ri->i", self.A, self.B[:, cols])[:, None]
-        counts = torch.zeros(m, dtype=torch.long, device=self.device)
-        for row_start, col_start, tile in self.tiles(memory_budget, progress_bar):
-            stop = row_start + tile.shape[0]
-            # The entry itself is recomputed in the tile; compare against the tile's own copy
-            # where it lies in this tile, so rounding cannot count it as larger than itself.
-            reference = own[row_start:stop]
-            inside = (cols[row_start:stop] >= col_start) & (cols[row_start:stop] < col_start + tile.shape[1])
-            if bool(inside.any()):
-                local = (cols[row_start:stop] - col_start).clamp(0, tile.shape[1] - 1)[:, None]
-                reference = torch.where(inside[:, None], tile.gather(1, local), reference)
-            counts[row_start:stop] += (tile > reference).sum(dim=1)
-        return counts
+        return LowRankMatrix._trusted(A.contiguous(), B.contiguous())

@@ -37,10 +37,12 @@ from __future__ import annotations
 import torch
 
 from circuitwidgets.circuits._checks import check_head, check_int, check_model
+from circuitwidgets.circuits._precision import compute_dtype, lift, matmul
 from circuitwidgets.circuits.lowrank import LowRankMatrix
+from circuitwidgets.circuits.stack import LowRankStack
 from circuitwidgets.errors import ArgumentError, OffsetRequiredError, UnsupportedArchitectureError
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.model.rotary import rotate_columns
+from circuitwidgets.model.rotary import rotation_matrix
 
 
 def rotates(model: CircuitModel) -> bool:
@@ -58,29 +60,17 @@ def check_offset(model: CircuitModel, offset: object, layer: int | None = None) 
     layers = range(model.cfg.n_layers) if layer is None else (layer,)
     rotating = [lay for lay in layers if model.rotary_freq(lay) is not None]
     if rotating:
-        where = f"layer {rotating[0]}" if layer is not None else f"layers {rotating[:8]}{' ...' if len(rotating) > 8 else ''}"
+        where = (
+            f"layer {rotating[0]}"
+            if layer is not None
+            else f"layers {rotating[:8]}{' ...' if len(rotating) > 8 else ''}"
+        )
         raise OffsetRequiredError(
             f"offset: {where} of model {model.name!r} use rotary positions, so the QK circuit depends on the offset "
             "Δ = i − j between query position i and key position j; pass offset=0 (same position) or offset=1 "
             "(previous token), an int in [0, n_ctx), got None"
         )
     return None
-
-
-def query_weights(model: CircuitModel, layer: int, head: int | slice, offset: int | None) -> torch.Tensor:
-    """``W_Q R(offset)`` of one head ``[d_model, d_head]`` (or a slice of heads), unrotated where the layer does not rotate."""
-    W_Q = model.W_Q[layer, head]
-    freq = model.rotary_freq(layer)
-    if freq is None or offset is None:
-        return W_Q
-    return rotate_columns(W_Q, freq, offset)
-
-
-def all_query_weights(model: CircuitModel, offset: int | None) -> torch.Tensor:
-    """``W_Q R(offset)`` of every head ``[n_layers, n_heads, d_model, d_head]`` (a copy only when some layer rotates)."""
-    if offset is None or not rotates(model):
-        return model.W_Q
-    return torch.stack([query_weights(model, layer, slice(None), offset) for layer in range(model.cfg.n_layers)])
 
 
 def key_weights(model: CircuitModel, layer: int, head: int) -> torch.Tensor:
@@ -93,6 +83,78 @@ def value_weights(model: CircuitModel, layer: int, head: int) -> torch.Tensor:
     return model.W_V[layer, model.cfg.kv_head(head)]
 
 
+def _grouped(tensor: torch.Tensor) -> torch.Tensor:
+    """A key/value tensor ``[L, G, ...]`` as ``[L, G, 1, ...]`` (a view: broadcast over each group's query heads)."""
+    return tensor.unsqueeze(2)
+
+
+def _per_head(model: CircuitModel, tensor: torch.Tensor) -> torch.Tensor:
+    """A query-head tensor ``[L, H, ...]`` as ``[L, G, H/G, ...]`` (a view of contiguous weights)."""
+    cfg = model.cfg
+    return tensor.reshape(cfg.n_layers, cfg.kv_heads, cfg.group_size, *tensor.shape[2:])
+
+
+def _rotation_core(model: CircuitModel, offset: int | None) -> torch.Tensor | None:
+    """``R(offset)`` of every layer ``[L, 1, 1, d_head, d_head]`` (identity where a layer does not rotate), or ``None``.
+
+    Angles in float32 (float64 for float64 weights), as the forward pass computes them.
+    """
+    if offset is None:
+        return None
+    freqs = [model.rotary_freq(layer) for layer in range(model.cfg.n_layers)]
+    if all(freq is None for freq in freqs):
+        return None
+    dh, dtype = model.cfg.d_head, compute_dtype(model.dtype)
+    eye = torch.eye(dh, dtype=dtype, device=model.device)
+    core = torch.stack(
+        [eye if freq is None else rotation_matrix(freq, offset, dh, dtype=dtype).to(model.device) for freq in freqs]
+    )
+    return core[:, None, None]
+
+
+def _OV(model: CircuitModel) -> LowRankStack:  # noqa: N802 — the paper's name
+    return LowRankStack._trusted(_grouped(model.W_V), _per_head(model, model.W_O), merge=True)
+
+
+def _QK(model: CircuitModel, offset: int | None) -> LowRankStack:  # noqa: N802 — the paper's name
+    W_Q, W_K = _per_head(model, model.W_Q), _grouped(model.W_K)
+    return LowRankStack._trusted(W_Q, W_K.transpose(-1, -2), core=_rotation_core(model, offset), merge=True)
+
+
+def _full_OV(model: CircuitModel) -> LowRankStack:  # noqa: N802 — the paper's name
+    return _OV(model)._with_outer(model.W_E, model.W_U)
+
+
+def _full_QK(model: CircuitModel, offset: int | None) -> LowRankStack:  # noqa: N802 — the paper's name
+    return _QK(model, offset)._with_outer(model.W_E, model.W_E.T)
+
+
+def OV(model: CircuitModel) -> LowRankStack:  # noqa: N802 — the paper's name
+    """Every head's ``W_OV = W_V W_O`` as a ``[n_layers, n_heads]`` stack of ``[d_model, d_model]`` low-rank matrices.
+
+    The factors are views of the model's weights (value heads shared under
+    grouped-query attention are not copied); cost ``O(1)``. ``model.W_E @ OV(model)
+    @ model.W_U`` is every full OV circuit ``[L, H, d_vocab, d_vocab]``, still
+    factored: its eigenvalues, norms and diagonals cost ``O(V d²)`` once plus
+    ``O(L H d² d_head)`` (:class:`~circuitwidgets.circuits.LowRankStack`).
+    TransformerLens: ``model.OV``.
+    """
+    model = check_model(model)
+    return _OV(model)
+
+
+def QK(model: CircuitModel, offset: int | None = None) -> LowRankStack:  # noqa: N802 — the paper's name
+    """Every head's ``W_QK(Δ) = W_Q R(Δ) W_Kᵀ`` as a ``[n_layers, n_heads]`` stack of ``[d_model, d_model]`` matrices.
+
+    ``offset`` (``Δ``, query position minus key position) is required when a
+    layer rotates (module docstring); the rotation is the stack's ``d_head ×
+    d_head`` core, so the query weights are not copied. Cost ``O(L d_head²)``.
+    TransformerLens: ``model.QK`` (which has no rotation).
+    """
+    model = check_model(model)
+    return _QK(model, check_offset(model, offset))
+
+
 def W_QK(model: CircuitModel, layer: int, head: int, offset: int | None = None) -> LowRankMatrix:  # noqa: N802 — the paper's name
     """``W_Q R(offset) W_Kᵀ`` ``[d_model, d_model]`` (query residual × key residual); cost ``O(d_model d_head)``.
 
@@ -100,38 +162,52 @@ def W_QK(model: CircuitModel, layer: int, head: int, offset: int | None = None) 
     """
     model = check_model(model)
     layer, head = check_head(model, layer, head)
-    offset = check_offset(model, offset, layer)
-    return LowRankMatrix(query_weights(model, layer, head, offset), key_weights(model, layer, head).T)
+    return _head(_QK(model, check_offset(model, offset, layer)), layer, head)
 
 
 def W_OV(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:  # noqa: N802 — the paper's name
     """``W_V W_O`` ``[d_model, d_model]`` (source residual → written residual); cost ``O(1)``."""
     model = check_model(model)
     layer, head = check_head(model, layer, head)
-    return LowRankMatrix(value_weights(model, layer, head), model.W_O[layer, head])
+    return _head(_OV(model), layer, head)
+
+
+def _head(stack: LowRankStack, layer: int, head: int) -> LowRankMatrix:
+    matrix = stack[layer, head]
+    assert isinstance(matrix, LowRankMatrix)
+    return matrix
+
+
+def _full_qk(model: CircuitModel, layer: int, head: int, offset: int | None) -> LowRankMatrix:
+    return _head(_full_QK(model, offset), layer, head)
+
+
+def _full_ov(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
+    return _head(_full_OV(model), layer, head)
 
 
 def full_qk(model: CircuitModel, layer: int, head: int, offset: int | None = None) -> LowRankMatrix:
     """Full QK circuit ``W_E W_QK(offset) W_Eᵀ`` ``[d_vocab (query token), d_vocab (key token)]``.
 
-    Factors ``(W_E W_Q R) [V, d_head]`` and ``(W_E W_K)ᵀ [d_head, V]``; cost ``O(V d_model d_head)``.
-    ``offset``: query position minus key position, needed on rotary layers (module docstring).
+    Factors ``(W_E W_Q R) [V, d_head]`` and ``(W_E W_K)ᵀ [d_head, V]`` (in float32
+    for half-precision models); cost ``O(V d_model d_head)``. ``offset``: query
+    position minus key position, needed on rotary layers (module docstring).
     """
     model = check_model(model, "full_qk")
     layer, head = check_head(model, layer, head)
-    offset = check_offset(model, offset, layer)
-    return LowRankMatrix(model.W_E @ query_weights(model, layer, head, offset), (model.W_E @ key_weights(model, layer, head)).T)
+    return _full_qk(model, layer, head, check_offset(model, offset, layer))
 
 
 def full_ov(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
     """Full OV circuit ``W_E W_OV W_U`` ``[d_vocab (source token), d_vocab (out token)]``.
 
-    Factors ``(W_E W_V) [V, d_head]`` and ``(W_O W_U) [d_head, V]``; cost ``O(V d_model d_head)``.
-    Entry ``[s, o]`` is the direct logit effect on ``o`` of attending to token ``s``.
+    Factors ``(W_E W_V) [V, d_head]`` and ``(W_O W_U) [d_head, V]`` (in float32 for
+    half-precision models); cost ``O(V d_model d_head)``. Entry ``[s, o]`` is the
+    direct logit effect on ``o`` of attending to token ``s``.
     """
     model = check_model(model, "full_ov")
     layer, head = check_head(model, layer, head)
-    return LowRankMatrix(model.W_E @ value_weights(model, layer, head), model.W_O[layer, head] @ model.W_U)
+    return _full_ov(model, layer, head)
 
 
 def positional_qk(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
@@ -148,7 +224,7 @@ def positional_qk(model: CircuitModel, layer: int, head: int) -> LowRankMatrix:
             f"model: expected learned positional embeddings (W_pos), got positional_embedding_type="
             f"{model.cfg.positional_embedding_type!r}"
         )
-    return LowRankMatrix(W_pos @ model.W_Q[layer, head], (W_pos @ key_weights(model, layer, head)).T)
+    return _head(_QK(model, None)._with_outer(W_pos, W_pos.T), layer, head)
 
 
 def full_qk_kcomp(
@@ -173,11 +249,19 @@ def full_qk_kcomp(
     earlier_layer, earlier_head = check_head(model, earlier_layer, earlier_head, prefix="earlier_")
     if earlier_layer >= layer:
         raise ArgumentError(f"earlier_layer: expected a layer before layer={layer}, got {earlier_layer}")
-    offset = check_offset(model, offset, layer)
-    key_side = model.W_E @ value_weights(model, earlier_layer, earlier_head) @ (
-        model.W_O[earlier_layer, earlier_head] @ key_weights(model, layer, head)
-    )
-    return LowRankMatrix(model.W_E @ query_weights(model, layer, head, offset), key_side.T)
+    return _full_qk_kcomp(model, layer, head, earlier_layer, earlier_head, check_offset(model, offset, layer))
+
+
+def _full_qk_kcomp(
+    model: CircuitModel, layer: int, head: int, earlier_layer: int, earlier_head: int, offset: int | None
+) -> LowRankMatrix:
+    query = matmul(model.W_E, model.W_Q[layer, head])
+    core = _rotation_core(model, offset)
+    if core is not None:
+        query = lift(query) @ core[layer, 0, 0]
+    mixing = lift(model.W_O[earlier_layer, earlier_head]) @ lift(key_weights(model, layer, head))  # [d_head, d_head]
+    key_side = matmul(model.W_E, value_weights(model, earlier_layer, earlier_head)) @ mixing
+    return LowRankMatrix._trusted(lift(query), key_side.T.to(lift(query).dtype))
 
 
 def direct_path(model: CircuitModel) -> LowRankMatrix:
@@ -188,8 +272,12 @@ def direct_path(model: CircuitModel) -> LowRankMatrix:
     exactly. Cost ``O(V d_model)``.
     """
     model = check_model(model, "direct_path")
+    return _direct_path(model)
+
+
+def _direct_path(model: CircuitModel) -> LowRankMatrix:
     b_U = model.weight("b_U")
     if b_U is None:
-        return LowRankMatrix(model.W_E, model.W_U)
+        return LowRankMatrix._trusted(model.W_E, model.W_U)
     ones = torch.ones(model.cfg.d_vocab, 1, dtype=model.W_E.dtype, device=model.device)
-    return LowRankMatrix(torch.cat([model.W_E, ones], dim=1), torch.cat([model.W_U, b_U[None]], dim=0))
+    return LowRankMatrix._trusted(torch.cat([model.W_E, ones], dim=1), torch.cat([model.W_U, b_U[None]], dim=0))

@@ -24,7 +24,7 @@ import torch
 from circuitwidgets.circuits._checks import check_int, check_model, check_token, progress
 from circuitwidgets.circuits._records import RecordList
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
-from circuitwidgets.circuits.ov_qk import direct_path
+from circuitwidgets.circuits.ov_qk import _direct_path
 from circuitwidgets.errors import ArgumentTypeError, ShapeError, UnsupportedArchitectureError
 from circuitwidgets.model import CircuitModel
 
@@ -58,7 +58,7 @@ def bigrams(
     """
     model = check_model(model, "bigrams")
     k = check_int("k", k, 1, model.cfg.d_vocab + 1)
-    matrix = direct_path(model)
+    matrix = _direct_path(model)
     name = model.tokenizer.token_str
     if token is not None:
         current = check_token(model, "token", token)
@@ -122,7 +122,9 @@ class PathExpansion:
 class _Readout:
     """Linear maps of a frozen run: each layer's normalised input and the final logit readout."""
 
-    def __init__(self, model: CircuitModel, cache_scales: list[torch.Tensor], final_scale: torch.Tensor, targets: torch.Tensor) -> None:
+    def __init__(
+        self, model: CircuitModel, cache_scales: list[torch.Tensor], final_scale: torch.Tensor, targets: torch.Tensor
+    ) -> None:
         self.model = model
         self.normalized = model.cfg.normalization in ("ln_pre", "rms_pre")
         self.centred = model.cfg.normalization == "ln_pre"

@@ -25,10 +25,10 @@ from typing import Literal
 
 import torch
 
-from circuitwidgets.circuits._checks import check_choice, check_head, check_int, check_model, check_token
+from circuitwidgets.circuits._checks import check_budget, check_choice, check_head, check_int, check_model, check_token
 from circuitwidgets.circuits._records import RecordList
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET, LowRankMatrix
-from circuitwidgets.circuits.ov_qk import check_offset, full_ov, full_qk
+from circuitwidgets.circuits.ov_qk import _full_ov, _full_qk, check_offset
 from circuitwidgets.model import CircuitModel
 
 
@@ -71,7 +71,8 @@ class SourceProfile:
 
 def _token_scores(model: CircuitModel, values: torch.Tensor, ids: torch.Tensor) -> RecordList[TokenScore]:
     return RecordList(
-        TokenScore(int(i), model.tokenizer.token_str(int(i)), float(v)) for v, i in zip(values.tolist(), ids.tolist(), strict=True)
+        TokenScore(int(i), model.tokenizer.token_str(int(i)), float(v))
+        for v, i in zip(values.tolist(), ids.tolist(), strict=True)
     )
 
 
@@ -88,8 +89,12 @@ def source_profile(
     layer, head = check_head(model, layer, head)
     src = check_token(model, "source", source)
     k = check_int("k", k, 1, model.cfg.d_vocab + 1)
-    qk_column = full_qk(model, layer, head, offset=offset)[:, src]
-    ov_row = full_ov(model, layer, head)[src, :]
+    return _source_profile(model, layer, head, src, k, check_offset(model, offset, layer))
+
+
+def _source_profile(model: CircuitModel, layer: int, head: int, src: int, k: int, offset: int | None) -> SourceProfile:
+    qk_column = _full_qk(model, layer, head, offset)[:, src]
+    ov_row = _full_ov(model, layer, head)[src, :]
     assert isinstance(qk_column, torch.Tensor) and isinstance(ov_row, torch.Tensor)
     dest = torch.topk(qk_column / model.cfg.scale, k)
     outs = torch.topk(ov_row, k)
@@ -154,8 +159,24 @@ def skip_trigrams(
     k = check_int("k", k, 1, model.cfg.d_vocab + 1)
     check_choice("by", by, ("ov", "qk"))
     offset = check_offset(model, offset, layer)
+    src = None if source is None else check_token(model, "source", source)
+    check_budget("memory_budget", memory_budget, model.device)
+    return _skip_trigrams(model, layer, head, k, src, by, memory_budget, progress_bar, offset)
+
+
+def _skip_trigrams(
+    model: CircuitModel,
+    layer: int,
+    head: int,
+    k: int,
+    source: int | None,
+    by: str,
+    memory_budget: int,
+    progress_bar: bool | None,
+    offset: int | None,
+) -> RecordList[SkipTrigram]:
     if source is not None:
-        profile = source_profile(model, layer, head, source, k, offset)
+        profile = _source_profile(model, layer, head, source, k, offset)
         pairs = sorted(
             ((i, j) for i in range(len(profile.destinations)) for j in range(len(profile.outs))),
             key=lambda ij: (ij[0] + ij[1], ij[0]),
@@ -171,8 +192,8 @@ def skip_trigrams(
             )
             for i, j in pairs
         )
-    qk = full_qk(model, layer, head, offset=offset)
-    ov = full_ov(model, layer, head)
+    qk = _full_qk(model, layer, head, offset)
+    ov = _full_ov(model, layer, head)
     scale = model.cfg.scale
     if by == "ov":
         top = ov.topk(k, memory_budget=memory_budget, progress_bar=progress_bar)

@@ -1,0 +1,65 @@
+"""Compute precision: half-precision weights are multiplied in float32, one block at a time.
+
+A bfloat16 or float16 model is analysed in float32 (float64 models in float64):
+products of half-precision numbers accumulated in half precision lose the
+digits the analyses compare (eigenvalue sums, norms of products). Lifting
+``W_E`` or ``W_U`` of a 128K–256K vocabulary whole would double the model's
+memory, so :func:`matmul` lifts one block of the large operand at a time and
+accumulates in the compute dtype. Float32 and float64 operands are used as
+they are (no copy).
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Bytes of lifted (float32) operand blocks one :func:`matmul` holds at once.
+BLOCK_BYTES = 64 * 2**20
+
+_EXACT = (torch.float32, torch.float64)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 for float64 weights, float32 for everything else (float32, bfloat16, float16)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def lift(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in its compute dtype (the tensor itself when it already is)."""
+    target = compute_dtype(tensor.dtype)
+    return tensor if tensor.dtype == target else tensor.to(target)
+
+
+def matmul(left: torch.Tensor, right: torch.Tensor, block_bytes: int = BLOCK_BYTES) -> torch.Tensor:
+    """``left @ right`` (``[m, k] @ [k, n]``) in the compute dtype, half-precision operands lifted by blocks.
+
+    The largest of ``m``, ``k``, ``n`` is split so that the lifted blocks of the
+    operands fit in ``block_bytes``: along ``k`` the partial products are
+    accumulated (``W_U W_E`` over the vocabulary), along ``m`` or ``n`` the rows
+    or columns of the result are written block by block (``W_E W_V``). Cost
+    ``O(m k n)``; memory the result plus ``block_bytes``.
+    """
+    dtype = compute_dtype(torch.promote_types(left.dtype, right.dtype))
+    if left.dtype == dtype and right.dtype == dtype:
+        return left @ right
+    m, k = left.shape
+    n = right.shape[1]
+    size = torch.empty((), dtype=dtype).element_size()
+    if (m * k + k * n) * size <= block_bytes:
+        return left.to(dtype) @ right.to(dtype)
+    out = torch.zeros(m, n, dtype=dtype, device=left.device)
+    if k >= max(m, n):
+        step = max(1, block_bytes // ((m + n) * size))
+        for start in range(0, k, step):
+            out.addmm_(left[:, start : start + step].to(dtype), right[start : start + step].to(dtype))
+    elif m >= n:
+        lifted = right.to(dtype)
+        step = max(1, block_bytes // (k * size))
+        for start in range(0, m, step):
+            torch.matmul(left[start : start + step].to(dtype), lifted, out=out[start : start + step])
+    else:
+        lifted = left.to(dtype)
+        step = max(1, block_bytes // (k * size))
+        for start in range(0, n, step):
+            out[:, start : start + step] = lifted @ right[:, start : start + step].to(dtype)
+    return out

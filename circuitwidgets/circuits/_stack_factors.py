@@ -1,0 +1,291 @@
+"""The factored storage of a :class:`~circuitwidgets.circuits.LowRankStack` and its batched reductions.
+
+``M[i] = left · A[i] · C[i] · B[i] · right`` (see :mod:`.stack`). This base class
+holds the factors, their broadcast (inner) batch shape and its public view, and
+computes every per-matrix quantity block by block along the first batch
+dimension, each block lifted to the compute dtype: eigenvalues, traces,
+Frobenius norms, singular values, diagonals and in-row ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+
+from circuitwidgets.circuits._cache import cached_matmul
+from circuitwidgets.circuits._checks import check_budget
+from circuitwidgets.circuits._precision import compute_dtype, lift
+from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET
+from circuitwidgets.errors import ShapeError
+
+_Block = tuple[slice, torch.Tensor, torch.Tensor | None, torch.Tensor]
+
+
+def _psd_sqrt(gram: torch.Tensor) -> torch.Tensor:
+    """The symmetric square root of positive semi-definite ``gram`` (negative rounding clipped)."""
+    values, vectors = torch.linalg.eigh(gram)
+    root: torch.Tensor = (vectors * values.clamp_min(0).sqrt()[..., None, :]) @ vectors.mT
+    return root
+
+
+def broadcast(*shapes: torch.Size | tuple[int, ...]) -> tuple[int, ...]:
+    """The broadcast of batch shapes (a :class:`RuntimeError` when they do not broadcast)."""
+    return tuple(torch.broadcast_shapes(*shapes))  # type: ignore[no-untyped-call]
+
+
+def numel(shape: torch.Size | tuple[int, ...]) -> int:
+    """Number of entries of ``shape``."""
+    return math.prod(shape)
+
+
+class StackFactors:
+    """Factors of a stack of low-rank matrices and the reductions computed from them (base of ``LowRankStack``)."""
+
+    _A: torch.Tensor
+    _B: torch.Tensor
+    _C: torch.Tensor | None
+    _left: torch.Tensor | None
+    _right: torch.Tensor | None
+    _merge: bool
+    _inner: tuple[int, ...]
+
+    def _setup(
+        self,
+        A: torch.Tensor,
+        C: torch.Tensor | None,
+        B: torch.Tensor,
+        left: torch.Tensor | None,
+        right: torch.Tensor | None,
+        merge: bool,
+    ) -> None:
+        factors = [A, B] + ([C] if C is not None else [])
+        ndim = max(f.ndim for f in factors) - 2
+
+        def pad(f: torch.Tensor) -> torch.Tensor:
+            return f.reshape((1,) * (ndim + 2 - f.ndim) + tuple(f.shape))
+
+        self._A, self._B = pad(A), pad(B)
+        self._C = None if C is None else pad(C)
+        self._left, self._right = left, right
+        self._inner = broadcast(*(f.shape[:-2] for f in factors))
+        self._merge = merge and ndim >= 2
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The leading dimensions (``(n_layers, n_heads)`` for a model's heads)."""
+        if self._merge:
+            return (*self._inner[:-2], self._inner[-2] * self._inner[-1])
+        return self._inner
+
+    @property
+    def matrix_shape(self) -> tuple[int, int]:
+        """``(m, n)`` of each matrix."""
+        m = self._A.shape[-2] if self._left is None else self._left.shape[0]
+        n = self._B.shape[-1] if self._right is None else self._right.shape[1]
+        return int(m), int(n)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(*batch_shape, m, n)``."""
+        return (*self.batch_shape, *self.matrix_shape)
+
+    @property
+    def inner_dim(self) -> int:
+        """Bound on each matrix's rank: the narrowest of ``r₁``, ``r₂``."""
+        r1 = int(self._A.shape[-1])
+        return r1 if self._C is None else min(r1, int(self._B.shape[-2]))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Dtype of the stored factors (computations use :func:`._precision.compute_dtype` of it)."""
+        return self._A.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the factors: every computation runs there."""
+        return self._A.device
+
+    # ------------------------------------------------------------- batching
+    def _blocks(self, per_item_bytes: int, memory_budget: int) -> Iterator[_Block]:
+        """``(slice, A, C, B)`` along the first batch dimension, lifted to the compute dtype."""
+        if not self._inner:
+            yield slice(None), lift(self._A), None if self._C is None else lift(self._C), lift(self._B)
+            return
+        first = self._inner[0]
+        step = max(1, min(first, memory_budget // max(1, per_item_bytes)))
+        for start in range(0, first, step):
+            part = slice(start, min(start + step, first))
+
+            A, B = (lift(f if f.shape[0] == 1 else f[part]) for f in (self._A, self._B))
+            C = None if self._C is None else lift(self._C if self._C.shape[0] == 1 else self._C[part])
+            yield part, A, C, B
+
+    def _item_bytes(self, *extra: int) -> int:
+        """Compute-dtype bytes per index of the first batch dimension of the factors and ``extra`` entries per matrix."""
+        size = torch.empty((), dtype=compute_dtype(self.dtype)).element_size()
+        rest = numel(self._inner[1:]) if self._inner else 1
+        per_matrix = int(self._A.shape[-2] * self._A.shape[-1] + self._B.shape[-2] * self._B.shape[-1]) + sum(extra)
+        return rest * per_matrix * size
+
+    def _public(self, inner_result: torch.Tensor) -> torch.Tensor:
+        """A result ``[*inner, ...]`` reshaped to ``[*batch_shape, ...]``."""
+        return inner_result.reshape(*self.batch_shape, *inner_result.shape[len(self._inner) :])
+
+    def _small(self, A: torch.Tensor, C: torch.Tensor | None, B: torch.Tensor) -> torch.Tensor:
+        """``C B (right left) A`` ``[..., r₁, r₁]``: the matrix whose eigenvalues are the non-trivial ones of ``M``.
+
+        The shared ``right · left`` is multiplied into whichever factor has fewer
+        matrices in the batch (the key or value head under grouped-query attention).
+        """
+        if self._right is not None and self._left is not None:
+            outer = cached_matmul(self._right, self._left)
+            fewer_b = numel(B.shape[:-2]) <= numel(A.shape[:-2])
+            small = (B @ outer) @ A if fewer_b else B @ (outer @ A)
+        elif self._right is not None:
+            small = (B @ lift(self._right)) @ A
+        elif self._left is not None:
+            small = B @ (lift(self._left) @ A)
+        else:
+            small = B @ A
+        return small if C is None else C @ small
+
+    def _require_square(self, what: str) -> None:
+        m, n = self.matrix_shape
+        if m != n:
+            raise ShapeError(f"{what}: expected square matrices, got matrix shape ({m}, {n})")
+
+    # -------------------------------------------------------- small problems
+    def eigenvalues(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+        """The ``r₁`` non-trivial eigenvalues of every matrix, complex128 ``[*batch_shape, r₁]`` (unsorted).
+
+        From ``λ(left A C B right) = λ(C B (right left) A)``: one ``r₁ × r₁`` problem per
+        matrix after the ``[n₀, m₀]`` product ``right left`` (cached). Cost ``O(V d²)``
+        once for a full circuit, then ``O(N d² r)`` for the ``N`` distinct
+        factors plus ``O(L H (d r² + r³))``.
+        """
+        self._require_square("eigenvalues")
+        budget = check_budget("memory_budget", memory_budget, self.device)
+        r1 = int(self._A.shape[-1])
+        out = torch.empty(*self._inner, r1, r1, dtype=compute_dtype(self.dtype), device=self.device)
+        m0 = int(self._A.shape[-2])
+        for part, A, C, B in self._blocks(self._item_bytes(2 * m0 * r1), budget):
+            out[part] = self._small(A, C, B)
+        return self._public(torch.linalg.eigvals(out.double()))
+
+    def trace(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+        """``tr(M)`` of every matrix, float64 ``[*batch_shape]``; cost as :meth:`eigenvalues` without the eigenproblems."""
+        self._require_square("trace")
+        budget = check_budget("memory_budget", memory_budget, self.device)
+        out = torch.empty(self._inner, dtype=torch.float64, device=self.device)
+        for part, A, C, B in self._blocks(self._item_bytes(int(self._A.shape[-2] * self._A.shape[-1])), budget):
+            out[part] = self._small(A, C, B).double().diagonal(dim1=-2, dim2=-1).sum(-1)
+        return self._public(out)
+
+    def _grams(self, A: torch.Tensor, C: torch.Tensor | None, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``((left A)ᵀ (left A), C (B right)(B right)ᵀ Cᵀ)``: the two ``r₁ × r₁`` Gram matrices of ``M``."""
+        gram_a = A.mT @ (A if self._left is None else cached_matmul(self._left.T, self._left) @ A)
+        gram_b = (B if self._right is None else B @ cached_matmul(self._right, self._right.T)) @ B.mT
+        if C is not None:
+            gram_b = C @ gram_b @ C.mT
+        return gram_a, gram_b
+
+    def frobenius_norm(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+        """``‖M‖_F = sqrt(tr((left A)ᵀ(left A) · C (B right)(B right)ᵀ Cᵀ))`` of every matrix, float64 ``[*batch_shape]``.
+
+        Never the permuted product ``‖B A‖_F`` (see :mod:`.lowrank`). Cost
+        ``O(V d²)`` once per outer factor, then ``O(N d² r)``.
+        """
+        budget = check_budget("memory_budget", memory_budget, self.device)
+        out = torch.empty(self._inner, dtype=torch.float64, device=self.device)
+        for part, A, C, B in self._blocks(self._item_bytes(), budget):
+            gram_a, gram_b = self._grams(A, C, B)
+            out[part] = (gram_a.double() * gram_b.double()).sum((-1, -2)).clamp_min(0).sqrt()
+        return self._public(out)
+
+    def norm(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+        """TransformerLens ``FactoredMatrix.norm()``: an alias of :meth:`frobenius_norm`."""
+        return self.frobenius_norm(memory_budget)
+
+    def singular_values(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+        """The ``r₁`` largest singular values of every matrix, float64 ``[*batch_shape, r₁]``, descending.
+
+        The singular values of ``G_a^{1/2} G_b^{1/2}`` for the Gram matrices of
+        :meth:`frobenius_norm` (both factors' ``QR`` would need the outer products
+        per matrix). Accurate to about ``1e-8`` of the largest in float64.
+        """
+        budget = check_budget("memory_budget", memory_budget, self.device)
+        r1 = int(self._A.shape[-1])
+        out = torch.empty(*self._inner, r1, dtype=torch.float64, device=self.device)
+        for part, A, C, B in self._blocks(self._item_bytes(), budget):
+            gram_a, gram_b = self._grams(A, C, B)
+            out[part] = torch.linalg.svdvals(_psd_sqrt(gram_a.double()) @ _psd_sqrt(gram_b.double()))
+        return self._public(out)
+
+    def diagonal(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+        """``diag(M)`` of every matrix, ``[*batch_shape, min(m, n)]`` in the compute dtype.
+
+        Row blocks of ``left A C`` against column blocks of ``B right``, row-wise dot
+        products; cost ``O(N min(m, n) d r)``, memory ``memory_budget`` bytes of blocks.
+        """
+        budget = check_budget("memory_budget", memory_budget, self.device)
+        size = min(self.matrix_shape)
+        r2 = int(self._B.shape[-2])
+        dtype = compute_dtype(self.dtype)
+        out = torch.empty(*self._inner, size, dtype=dtype, device=self.device)
+        rest = numel(self._inner[1:]) if self._inner else 1
+        step = max(1, min(size, budget // max(1, 3 * rest * r2 * torch.empty((), dtype=dtype).element_size())))
+        for part, A, C, B in self._blocks(self._item_bytes(), budget):
+            for start in range(0, size, step):
+                rows = slice(start, min(start + step, size))
+                left = A[..., rows, :] if self._left is None else lift(self._left[rows]) @ A
+                if C is not None:
+                    left = left @ C
+                right = B[..., :, rows] if self._right is None else B @ lift(self._right[:, rows])
+                out[part, ..., rows] = (left * right.mT).sum(-1)
+        return self._public(out)
+
+    def rank_in_rows(self, cols: torch.Tensor, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+        """For each matrix and row ``i``, how many entries of row ``i`` are strictly greater than ``M[i, cols[i]]``.
+
+        ``cols`` ``[m]``; the result is long ``[*batch_shape, m]`` (0 for the row's
+        maximum: "``cols[i]`` among row ``i``'s top k" is ``rank < k``). Column tiles
+        of all the block's matrices at once (one batched product per tile); cost
+        ``O(N m n r)``, memory about ``memory_budget`` bytes of tiles.
+        """
+        m, n = self.matrix_shape
+        if not isinstance(cols, torch.Tensor) or cols.shape != (m,) or cols.dtype.is_floating_point:
+            raise ShapeError(
+                f"cols: expected [{m}] integer column indices, got {getattr(cols, 'shape', type(cols).__name__)}"
+            )
+        budget = check_budget("memory_budget", memory_budget, self.device)
+        cols = cols.to(self.device).long()
+        counts = torch.zeros(*self._inner, m, dtype=torch.long, device=self.device)
+        rest = numel(self._inner[1:]) if self._inner else 1
+        size = torch.empty((), dtype=compute_dtype(self.dtype)).element_size()
+        r2 = int(self._B.shape[-2])
+        for part, A, C, B in self._blocks(self._item_bytes(m * r2 + n * r2), budget):
+            left = A if self._left is None else lift(self._left) @ A
+            if C is not None:
+                left = left @ C
+            right = B if self._right is None else B @ lift(self._right)
+            own = (left * right[..., cols].mT).sum(-1)[..., None]
+            block_items = max(1, rest * (part.stop - part.start if self._inner else 1))
+            step = max(1, min(n, budget // max(1, block_items * m * size)))
+            total = torch.zeros(
+                (*broadcast(left.shape[:-2], right.shape[:-2]), m), dtype=torch.long, device=self.device
+            )
+            for start in range(0, n, step):
+                tile = left @ right[..., start : start + step]
+                inside = (cols >= start) & (cols < start + tile.shape[-1])
+                reference = own
+                if bool(inside.any()):
+                    local = (cols - start).clamp(0, tile.shape[-1] - 1)
+                    # compare with the tile's own copy of the entry, so rounding cannot count it above itself
+                    mine = tile.gather(-1, local.expand(*tile.shape[:-1])[..., None])
+                    reference = torch.where(inside[:, None], mine, own)
+                total += (tile > reference).sum(-1)
+            counts[part] = total
+        return self._public(counts)
