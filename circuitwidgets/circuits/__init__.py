@@ -5,11 +5,22 @@ definitions of DESIGN.md §3 (row vectors; ``W_QK = W_Q W_Kᵀ``, ``W_OV = W_V W
 No ``[d_vocab, d_vocab]`` matrix is formed unless a slice is asked for:
 token-space circuits are :class:`LowRankMatrix` objects.
 
-Modules: :mod:`.lowrank` (factored matrices), :mod:`.ov_qk` (circuits),
-:mod:`.copying` (eigenvalue and other copying summaries), :mod:`.composition`
-(Q/K/V composition), :mod:`.skip_trigrams`, :mod:`.paths` (bigrams, path
-expansion, term importance), :mod:`.heads` (head detectors), :mod:`.attention`
-(value norms, value-weighted patterns and logit effects from a forward pass).
+Every head at once: :func:`OV` and :func:`QK` are ``[n_layers, n_heads]`` stacks
+of factored matrices (:class:`LowRankStack`, TransformerLens's ``FactoredMatrix``
+with leading dimensions), and ``model.W_E @ OV(model) @ model.W_U`` the stack of
+full circuits, still factored; copying, composition and same-matching scores
+are batched computations over such stacks, run where the weights live (CPU or
+GPU), half-precision weights in float32 blocks. Public functions validate the
+model once (:func:`~circuitwidgets.circuits._checks.check_model`); what they
+compute inside does not check again.
+
+Modules: :mod:`.lowrank` (one factored matrix), :mod:`.stack` (stacks of them),
+:mod:`.ov_qk` (circuits), :mod:`.copying` (eigenvalue and other copying
+summaries), :mod:`.matching` (same matching through K-composition),
+:mod:`.composition` (Q/K/V composition), :mod:`.skip_trigrams`, :mod:`.paths`
+(bigrams, path expansion, term importance), :mod:`.heads` (head detectors),
+:mod:`.attention` (value norms, value-weighted patterns and logit effects from
+a forward pass).
 """
 
 from __future__ import annotations
@@ -17,19 +28,15 @@ from __future__ import annotations
 from circuitwidgets.circuits._checks import MLPPathsExcludedWarning
 from circuitwidgets.circuits._records import RecordList
 from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
-from circuitwidgets.circuits.composition import composition_baseline, composition_scores
-from circuitwidgets.circuits.copying import (
-    copying_scores,
-    eigen_score,
-    eigenvalues,
-    kcomp_eigenvalues,
-    matrix_copying_score,
-    same_matching_scores,
-)
+from circuitwidgets.circuits.composition import all_composition_scores, composition_baseline, composition_scores
+from circuitwidgets.circuits.copying import copying_scores, eigen_score, eigenvalues, matrix_copying_score
 from circuitwidgets.circuits.heads import KINDS as HEAD_KINDS
 from circuitwidgets.circuits.heads import HeadKind, head_scores, repeated_random_tokens, target_mask
 from circuitwidgets.circuits.lowrank import LowRankMatrix, TopEntries, TopK
+from circuitwidgets.circuits.matching import kcomp_eigenvalues, same_matching_scores
 from circuitwidgets.circuits.ov_qk import (
+    OV,
+    QK,
     W_OV,
     W_QK,
     direct_path,
@@ -48,14 +55,18 @@ from circuitwidgets.circuits.paths import (
     term_importance,
 )
 from circuitwidgets.circuits.skip_trigrams import SkipTrigram, SourceProfile, TokenScore, skip_trigrams, source_profile
+from circuitwidgets.circuits.stack import LowRankStack
 
 __all__ = [
     "HEAD_KINDS",
+    "OV",
+    "QK",
     "W_OV",
     "W_QK",
     "Bigram",
     "HeadKind",
     "LowRankMatrix",
+    "LowRankStack",
     "MLPPathsExcludedWarning",
     "PathExpansion",
     "RecordList",
@@ -65,6 +76,7 @@ __all__ = [
     "TokenScore",
     "TopEntries",
     "TopK",
+    "all_composition_scores",
     "bigrams",
     "composition_baseline",
     "composition_scores",
