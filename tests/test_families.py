@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from families import CASES, CASES_BY_ID, VOCAB, Case
+from families import CASES, CASES_BY_ID, VOCAB, Case, captured_scores
 
 from circuitwidgets import circuits
 from circuitwidgets.errors import ArgumentError, OffsetRequiredError, UnsupportedArchitectureError
@@ -70,6 +70,10 @@ def test_every_supported_family_has_a_case() -> None:
         ("gemma3-local-global", {"qk_norm": "head", "post_norm": True, "sliding_windows": (4, None)}),
         ("phi3-partial-rotary", {"rotary_dim": 4}),
         ("olmo2-postnorm", {"normalization": "rms_post", "qk_norm": "all"}),
+        ("gemma4-e2b-shaped", {"head_dims": (8, 16, 8, 16), "d_head": 16, "n_kv_heads": 2, "v_norm": True,
+                               "kv_sources": (0, 1, 0, 1), "d_per_layer": 8, "qk_norm": "head", "attn_scale": 1.0,
+                               "sliding_windows": (4, None, 4, None), "final_softcap": 30.0}),
+        ("gemma4-mha-biases", {"head_dims": (8, 16), "n_kv_heads": None, "kv_sources": None, "d_per_layer": 4}),
     ],
 )
 def test_each_feature_is_represented_not_refused(case_id: str, features: dict[str, Any]) -> None:
@@ -149,29 +153,6 @@ def test_dynamic_rotary_is_refused_with_the_supported_types() -> None:
 
 
 # ------------------------------------------------------------------ the rotary QK circuit
-def _captured_scores(hf: Any, tokens: torch.Tensor) -> list[torch.Tensor]:
-    """Each layer's pre-softmax scores ``[batch, head, dest, src]`` from the queries and keys the model passes on."""
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
-
-    scores: list[torch.Tensor] = []
-
-    def capture(module: Any, query: torch.Tensor, key: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        keys = repeat_kv(key, query.shape[1] // key.shape[1])
-        scores.append(query @ keys.transpose(-1, -2) * kwargs["scaling"])
-        # sdpa, not eager: a registered function gets sdpa's mask (None when causal is implied)
-        return sdpa_attention_forward(module, query, key, *args, **kwargs)
-
-    AttentionInterface.register("circuitwidgets_capture", capture)
-    hf.set_attn_implementation("circuitwidgets_capture")
-    try:
-        with torch.no_grad():
-            hf(tokens)
-    finally:
-        hf.set_attn_implementation("eager")
-    return scores
-
-
 @pytest.mark.parametrize("case_id", ["llama-gqa2-biases-llama3rope", "phi3-partial-rotary", "smollm3-nope", "qwen2-yarn-tied"])
 def test_source_score_is_the_qk_circuit_at_the_offset(case_id: str) -> None:
     case = CASES_BY_ID[case_id]
@@ -184,7 +165,7 @@ def test_source_score_is_the_qk_circuit_at_the_offset(case_id: str) -> None:
                         proj.bias.zero_()
     ours = from_hf(hf)
     tokens = _tokens(seed=5, batch=1)
-    captured = _captured_scores(hf, tokens)
+    captured = captured_scores(hf, tokens)
     _, cache = ours.run_with_cache(tokens, names=["resid_pre", "scale"])
     g = torch.Generator().manual_seed(7)
     for _ in range(12):

@@ -18,7 +18,15 @@ so a saved ``config.json`` says exactly what the forward pass does:
   ``n_heads / n_kv_heads`` query heads each), QK-norm (``qk_norm``: an RMS
   norm over each head's query and key, ``"head"``, or over all heads at once,
   ``"all"``), attention-logit and final-logit soft-caps, sliding windows per layer;
-- MLPs, plain or gated (``act(x W_gate) · (x W_in)``).
+- MLPs, plain or gated (``act(x W_gate) · (x W_in)``);
+- Gemma 4's per-layer features: heads of different widths per layer
+  (``head_dims``: a layer of width ``w`` keeps its rotate-half halves at columns
+  ``[0, w/2)`` and ``[d_head/2, d_head/2 + w/2)`` of the ``d_head`` columns, the
+  rest zero, so its QK and OV products are exact; QK-norm and value-norm RMS
+  are taken over ``w``), a parameter-free RMS norm of values (``v_norm``),
+  layers reusing an earlier layer's keys and values (``kv_sources``) and
+  per-layer input embeddings (``d_per_layer``: a second, per-layer input
+  stream gated into the residual stream after each MLP).
 """
 
 from __future__ import annotations
@@ -76,6 +84,10 @@ class ModelConfig:
     attn_softcap: float | None = None
     final_softcap: float | None = None
     sliding_windows: tuple[int | None, ...] | None = None
+    head_dims: tuple[int, ...] | None = None
+    v_norm: bool = False
+    kv_sources: tuple[int, ...] | None = None
+    d_per_layer: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_heads", "d_model", "d_head", "d_vocab", "n_ctx"):
@@ -92,7 +104,7 @@ class ModelConfig:
             raise UnsupportedArchitectureError(
                 f"cfg.normalization: expected one of {NORMALIZATIONS}, got {self.normalization!r}"
             )
-        for name in ("has_mlp", "parallel_attn_mlp", "post_norm", "gated_mlp"):
+        for name in ("has_mlp", "parallel_attn_mlp", "post_norm", "gated_mlp", "v_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ArgumentError(f"cfg.{name}: expected a bool, got {getattr(self, name)!r}")
         if self.post_norm and self.normalization != "rms_pre":
@@ -126,20 +138,42 @@ class ModelConfig:
         if self.qk_norm is not None and self.qk_norm not in QK_NORMS:
             raise UnsupportedArchitectureError(f"cfg.qk_norm: expected None or one of {QK_NORMS}, got {self.qk_norm!r}")
         self._check_windows()
+        self._check_per_layer_features()
+
+    def _per_layer(self, name: str, what: str) -> tuple[Any, ...] | None:
+        """Field ``name`` as a tuple of one entry per layer (JSON gives a list; keep the frozen form), or ``None``."""
+        values = getattr(self, name)
+        if values is None:
+            return None
+        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+            raise ArgumentTypeError(f"cfg.{name}: expected None or one {what} per layer, got {values!r:.80}")
+        values = tuple(values)
+        object.__setattr__(self, name, values)
+        if len(values) != self.n_layers:
+            raise ArgumentError(f"cfg.{name}: expected {self.n_layers} entries (one per layer), got {len(values)}")
+        return values
 
     def _check_windows(self) -> None:
-        windows = self.sliding_windows
-        if windows is None:
-            return
-        if isinstance(windows, (str, bytes)) or not isinstance(windows, (list, tuple)):
-            raise ArgumentTypeError(f"cfg.sliding_windows: expected None or one window (int or None) per layer, got {windows!r:.80}")
-        windows = tuple(windows)
-        object.__setattr__(self, "sliding_windows", windows)  # JSON gives a list; keep the frozen form
-        if len(windows) != self.n_layers:
-            raise ArgumentError(f"cfg.sliding_windows: expected {self.n_layers} entries (one per layer), got {len(windows)}")
-        for layer, w in enumerate(windows):
+        for layer, w in enumerate(self._per_layer("sliding_windows", "window (int or None)") or ()):
             if w is not None and (not is_int(w) or w < 1):
                 raise ArgumentError(f"cfg.sliding_windows[{layer}]: expected None or a positive int, got {w!r}")
+
+    def _check_per_layer_features(self) -> None:
+        for layer, w in enumerate(self._per_layer("head_dims", "head width (int)") or ()):
+            if not is_int(w) or not 2 <= w <= self.d_head or w % 2:
+                raise ArgumentError(f"cfg.head_dims[{layer}]: expected an even int in [2, d_head={self.d_head}], got {w!r}")
+        sources = self._per_layer("kv_sources", "layer index (int)") or ()
+        for layer, source in enumerate(sources):
+            if not is_int(source) or not 0 <= source <= layer or sources[source] != source:
+                raise ArgumentError(
+                    f"cfg.kv_sources[{layer}]: expected the index of a layer ≤ {layer} that computes its own keys "
+                    f"and values, got {source!r}"
+                )
+        if self.d_per_layer is not None and (not is_int(self.d_per_layer) or self.d_per_layer < 1 or self.act_fn not in ACTIVATIONS):
+            raise ArgumentError(
+                f"cfg.d_per_layer: expected None or a positive int with act_fn in {ACTIVATIONS} (the gate of the "
+                f"per-layer input), got d_per_layer={self.d_per_layer!r}, act_fn={self.act_fn!r}"
+            )
 
     @property
     def scale(self) -> float:
@@ -164,11 +198,45 @@ class ModelConfig:
         """Sliding window of ``layer`` (each query sees itself and ``window - 1`` earlier keys), or ``None``."""
         return self.sliding_windows[layer] if self.sliding_windows is not None else None
 
+    def head_width(self, layer: int) -> int:
+        """Width of ``layer``'s heads (``d_head`` unless ``head_dims`` says otherwise; the rest is zero padding)."""
+        return self.head_dims[layer] if self.head_dims is not None else self.d_head
+
+    def kv_source(self, layer: int) -> int:
+        """The layer whose keys and values ``layer`` attends with (itself unless it shares an earlier layer's)."""
+        return self.kv_sources[layer] if self.kv_sources is not None else layer
+
+    def weight_space_exclusions(self) -> tuple[str, ...]:
+        """What weight-space analyses (``W_QK``, ``W_OV``, composition, eigenvalues) leave out, one phrase each.
+
+        The forward pass computes all of it; these are the parts of the model
+        that are not a product of its weight matrices.
+        """
+        out = []
+        if self.normalization != "none" or self.qk_norm is not None or self.v_norm:
+            norms = ["input" if self.normalization != "none" else "",
+                     "output" if self.post_norm or self.normalization == "rms_post" else "",
+                     "query/key" if self.qk_norm is not None else "", "value" if self.v_norm else ""]
+            out.append(f"the per-token scalars of the {', '.join(n for n in norms if n)} norms (their multipliers are folded in)")
+        if self.has_mlp:
+            out.append("every path through an MLP")
+        if self.d_per_layer is not None:
+            out.append("the per-layer input embeddings, gated into the residual stream after each MLP")
+        shared = [(layer, source) for layer, source in enumerate(self.kv_sources or ()) if source != layer]
+        if shared:
+            pairs = ", ".join(f"layer {layer} reads layer {source}'s" for layer, source in shared)
+            out.append(
+                f"K- and V-composition into a layer that reuses an earlier layer's keys and values ({pairs}) from the "
+                "layers between the two, which those keys and values never saw"
+            )
+        return tuple(out)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary."""
         data = asdict(self)
-        if self.sliding_windows is not None:
-            data["sliding_windows"] = list(self.sliding_windows)
+        for name in ("sliding_windows", "head_dims", "kv_sources"):
+            if data[name] is not None:
+                data[name] = list(data[name])
         return data
 
     @classmethod

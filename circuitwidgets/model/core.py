@@ -16,7 +16,13 @@ multipliers folded in (``W_Q diag(q_norm)``, ``W_O diag(post_attn_norm)``), and
 keys and values per key/value head (``[L, G, ...]``; :attr:`CircuitModel.kv_index`
 maps query heads to them). The forward pass reads the stored tensors
 (:meth:`CircuitModel.weight`) and applies those multipliers after the per-token
-norms, so it computes exactly what the source does.
+norms, so it computes exactly what the source does. Where layers multiply the
+whole residual stream by a ``layer_scalar`` (Gemma 4), ``W_O`` of layer ``l`` is
+also divided by ``c_l``, the product of the scalars of the layers before it:
+the residual stream is then ``c_l`` times the embedding plus each earlier
+output ``/ c_m``, and the factor ``c_l`` common to all of it is one more
+per-token scale for the next norm (:attr:`CircuitModel.weight_space_exclusions`
+lists what weight-space analyses leave out).
 """
 
 from __future__ import annotations
@@ -32,12 +38,11 @@ from circuitwidgets.errors import (
     ArgumentError,
     ArgumentTypeError,
     MemoryBudgetError,
-    NonFiniteError,
     ShapeError,
 )
 from circuitwidgets.model.cache import ActivationCache
 from circuitwidgets.model.config import ModelConfig
-from circuitwidgets.model.forward import soft_cap
+from circuitwidgets.model.forward import check_overrides, forward_bytes, soft_cap
 from circuitwidgets.model.rotary import default_frequencies
 from circuitwidgets.model.sublayers import Sublayers
 from circuitwidgets.model.tokens import as_ids
@@ -117,16 +122,27 @@ class CircuitModel(Sublayers, nn.Module):
         self._analysis = {}  # moved or cast: the folded views are recomputed from the new tensors
         return super()._apply(fn, recurse)  # type: ignore[no-any-return,no-untyped-call]
 
-    def _folded(self, name: str, multiplier: str, dims: str) -> torch.Tensor:
-        """``name`` with ``multiplier`` folded in (cached), or the stored tensor when there is none."""
+    def _folded(self, name: str, multiplier: str, dims: str, per_layer: torch.Tensor | None = None) -> torch.Tensor:
+        """``name`` with ``multiplier`` (and a factor ``per_layer [L]``) folded in (cached), or the stored tensor."""
         stored = self._buffers[name]
         assert stored is not None
         factor = self._buffers.get(multiplier)
-        if factor is None:
+        if factor is None and per_layer is None:
             return stored
         if name not in self._analysis:
-            self._analysis[name] = torch.einsum(dims, stored, factor).contiguous()
+            out = torch.einsum(dims, stored, factor) if factor is not None else stored
+            if per_layer is not None:
+                out = out * per_layer.to(out.dtype).view(-1, *([1] * (out.ndim - 1)))
+            self._analysis[name] = out.contiguous()
         return self._analysis[name]
+
+    def _residual_scales(self) -> torch.Tensor | None:
+        """``1 / c_l`` ``[L]`` with ``c_l`` the product of the ``layer_scalar`` of layers ``< l``; ``None`` when all are 1."""
+        scalar = self._buffers.get("layer_scalar")
+        if scalar is None or bool((scalar == 1).all()):
+            return None
+        before = torch.cat([scalar.new_ones(1, dtype=torch.float64), scalar.double().cumprod(0)[:-1]])
+        return 1.0 / before
 
     @property
     def W_E(self) -> torch.Tensor:  # noqa: N802 — the paper's name
@@ -155,8 +171,20 @@ class CircuitModel(Sublayers, nn.Module):
 
     @property
     def W_O(self) -> torch.Tensor:  # noqa: N802
-        """Outputs ``[n_layers, n_heads, d_head, d_model]``, the attention output norm's multiplier folded in."""
-        return self._folded("W_O", "post_attn_norm", "lhed,ld->lhed")
+        """Outputs ``[n_layers, n_heads, d_head, d_model]``, the attention output norm's multiplier folded in.
+
+        With per-layer residual scalars, layer ``l``'s is divided by their product
+        over the layers before it (module docstring).
+        """
+        return self._folded("W_O", "post_attn_norm", "lhed,ld->lhed", self._residual_scales())
+
+    @property
+    def weight_space_exclusions(self) -> tuple[str, ...]:
+        """What weight-space analyses (``W_QK``, ``W_OV``, composition, eigenvalues) leave out of this model, one phrase each.
+
+        The forward pass computes all of it (:meth:`ModelConfig.weight_space_exclusions`).
+        """
+        return self.cfg.weight_space_exclusions()
 
     @property
     def W_pos(self) -> torch.Tensor | None:  # noqa: N802
@@ -314,26 +342,18 @@ class CircuitModel(Sublayers, nn.Module):
 
         resid = self.W_E[t]
         record("embed", None, resid)
+        per_layer = self._per_layer_inputs(t, resid)
         pos = self.W_pos[:n_pos][None] if self.W_pos is not None else None
         if pos is not None:
             record("pos_embed", None, pos.expand(batch, -1, -1))
         if cfg.positional_embedding_type == "standard":
             assert pos is not None
             resid = resid + pos
+        shared: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # keys and values of layers that later layers reuse
         for layer in range(cfg.n_layers):
-            record("resid_pre", layer, resid)
             frozen = patterns[layer] if patterns is not None else None
             replaced = head_results[layer] if head_results is not None else None
-            attn_out = self._attention(layer, resid, pos, frozen, replaced, record)
-            if cfg.has_mlp and cfg.parallel_attn_mlp:
-                mlp_out = self._mlp(layer, resid, record)
-                resid = resid + attn_out + mlp_out
-            else:
-                resid = resid + attn_out
-                if cfg.has_mlp:
-                    record("resid_mid", layer, resid)
-                    resid = resid + self._mlp(layer, resid, record)
-            record("resid_post", layer, resid)
+            resid = self._layer(layer, resid, pos, frozen, replaced, shared, per_layer, record)
         record("resid_final", None, resid)
         final, _ = self._normalize(resid, final=True)
         logits = final @ self.W_U
@@ -346,40 +366,12 @@ class CircuitModel(Sublayers, nn.Module):
         """Estimated peak bytes of :meth:`run_with_cache` on ``[batch, n_pos]`` tokens keeping ``names`` (all when ``None``).
 
         Counts the logits, the kept activations of every layer and one layer's
-        working tensors (scores, pattern, q/k/v/z, head results, MLP hidden), in
-        the weights' dtype. A lower bound on the true peak, within a small factor.
+        working tensors, in the weights' dtype (:func:`circuitwidgets.model.forward.forward_bytes`).
         """
-        cfg = self.cfg
-        b, p, H, dh, d = batch, n_pos, cfg.n_heads, cfg.d_head, cfg.d_model
-        per_layer = {
-            "q": b * p * H * dh, "k": b * p * H * dh, "v": b * p * H * dh, "z": b * p * H * dh,
-            "attn_scores": b * H * p * p, "pattern": b * H * p * p, "result": b * p * H * d,
-            "scale": b * p, "attn_out": b * p * d, "resid_pre": b * p * d, "resid_post": b * p * d,
-            "resid_mid": b * p * d if cfg.has_mlp else 0, "mlp_out": b * p * d if cfg.has_mlp else 0,
-        }
-        once = {"embed": b * p * d, "pos_embed": b * p * d, "resid_final": b * p * d}
-        kept = sum(v * cfg.n_layers for k, v in per_layer.items() if names is None or k in names)
-        kept += sum(v for k, v in once.items() if names is None or k in names)
-        working = sum(per_layer.values()) + b * p * (cfg.d_mlp or 0) * (2 if cfg.gated_mlp else 1) + 2 * b * p * d
-        logits = b * p * cfg.d_vocab
-        return int((kept + working + logits) * self.W_E.element_size())
+        return forward_bytes(self.cfg, batch, n_pos, names, self.W_E.element_size())
 
     def _check_overrides(self, arg: str, values: Sequence[torch.Tensor | None] | None, shape: tuple[int, ...]) -> None:
-        if values is None:
-            return
-        if isinstance(values, torch.Tensor) or not isinstance(values, Sequence):
-            raise ArgumentTypeError(f"{arg}: expected a list with one tensor (or None) per layer, got {type(values).__name__}")
-        if len(values) != self.cfg.n_layers:
-            raise ShapeError(f"{arg}: expected one entry per layer ({self.cfg.n_layers}), got {len(values)}")
-        for layer, value in enumerate(values):
-            if value is None:
-                continue
-            if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-                raise ArgumentTypeError(f"{arg}[{layer}]: expected a floating-point torch.Tensor or None, got {type(value).__name__}")
-            if tuple(value.shape) != shape:
-                raise ShapeError(f"{arg}[{layer}]: expected shape {shape}, got {tuple(value.shape)}")
-            if not bool(torch.isfinite(value).all()):
-                raise NonFiniteError(f"{arg}[{layer}]: expected finite values, got NaN or infinite entries")
+        check_overrides(arg, values, shape, self.cfg.n_layers)
 
     # -------------------------------------------------------------- save/load
     def save(self, path: str | Path) -> None:

@@ -11,11 +11,13 @@ scalar.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from circuitwidgets.errors import UnsupportedArchitectureError
+from circuitwidgets.errors import ArgumentTypeError, NonFiniteError, ShapeError, UnsupportedArchitectureError
+from circuitwidgets.model.config import ModelConfig
 
 
 def layer_norm_scale(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,13 +27,28 @@ def layer_norm_scale(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.T
     return centred / scale, scale
 
 
-def rms_scale(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(x / s, s)`` with ``s = sqrt(mean(x²) + eps)`` over the last axis, computed in float32 at least.
+def rms_norm(x: torch.Tensor, eps: float, weight: torch.Tensor, width: int | None = None) -> torch.Tensor:
+    """``x / s · weight`` (``s`` as in :func:`rms_scale`), the multiplication done before casting back.
 
-    Hugging Face's RMS norms compute in float32 and cast back; so do we.
+    A norm kept in the forward pass (QK-norm, output norms): Gemma's and OLMo's
+    multiply by their weight in float32 and round once, and so do we.
     """
     work = x if x.dtype == torch.float64 else x.float()
-    scale = (work.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    return (rms_scale(work, eps, width)[0] * weight.to(work.dtype)).to(x.dtype)
+
+
+def rms_scale(x: torch.Tensor, eps: float, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x / s, s)`` with ``s = sqrt(Σx² / width + eps)`` over the last axis, computed in float32 at least.
+
+    ``width`` defaults to the axis's length (the mean square); a head padded
+    with zero columns (``cfg.head_dims``) passes its own width, so its norm is
+    the unpadded head's. Hugging Face's RMS norms compute in float32 and cast
+    back; so do we.
+    """
+    work = x if x.dtype == torch.float64 else x.float()
+    squares = work.pow(2)
+    mean = squares.mean(-1, keepdim=True) if width is None or width == x.shape[-1] else squares.sum(-1, keepdim=True) / width
+    scale = (mean + eps).sqrt()
     return (work / scale).to(x.dtype), scale.to(x.dtype)
 
 
@@ -71,3 +88,49 @@ def activation(name: str, x: torch.Tensor) -> torch.Tensor:
     if name == "silu":
         return nn.functional.silu(x)
     raise UnsupportedArchitectureError(f"cfg.act_fn: unsupported activation {name!r}")
+
+
+def forward_bytes(cfg: ModelConfig, batch: int, n_pos: int, names: set[str] | None, element_size: int) -> int:
+    """Estimated peak bytes of a forward pass on ``[batch, n_pos]`` tokens keeping ``names`` (all when ``None``).
+
+    Counts the logits, the kept activations of every layer and one layer's
+    working tensors (scores, pattern, q/k/v/z, head results, MLP hidden), the
+    per-layer inputs and the keys and values kept for layers that share them,
+    in ``element_size`` bytes. A lower bound on the true peak, within a small factor.
+    """
+    b, p, H, dh, d = batch, n_pos, cfg.n_heads, cfg.d_head, cfg.d_model
+    P = cfg.d_per_layer or 0
+    per_layer = {
+        "q": b * p * H * dh, "k": b * p * H * dh, "v": b * p * H * dh, "z": b * p * H * dh,
+        "attn_scores": b * H * p * p, "pattern": b * H * p * p, "result": b * p * H * d,
+        "scale": b * p, "attn_out": b * p * d, "resid_pre": b * p * d, "resid_post": b * p * d,
+        "resid_mid": b * p * d if cfg.has_mlp else 0, "mlp_out": b * p * d if cfg.has_mlp else 0,
+        "per_layer_input": b * p * P, "per_layer_out": b * p * d if P else 0,
+    }
+    once = {"embed": b * p * d, "pos_embed": b * p * d, "resid_final": b * p * d}
+    kept = sum(v * cfg.n_layers for k, v in per_layer.items() if names is None or k in names)
+    kept += sum(v for k, v in once.items() if names is None or k in names)
+    working = sum(per_layer.values()) + b * p * (cfg.d_mlp or 0) * (2 if cfg.gated_mlp else 1) + 2 * b * p * d
+    shared = len({source for layer, source in enumerate(cfg.kv_sources or ()) if source != layer})
+    working += b * p * cfg.n_layers * P + 2 * shared * b * p * cfg.kv_heads * dh
+    logits = b * p * cfg.d_vocab
+    return int((kept + working + logits) * element_size)
+
+
+def check_overrides(arg: str, values: Sequence[torch.Tensor | None] | None, shape: tuple[int, ...], n_layers: int) -> None:
+    """Check per-layer overrides of a forward pass (frozen patterns, head results): one finite tensor of ``shape`` or ``None`` per layer."""
+    if values is None:
+        return
+    if isinstance(values, torch.Tensor) or not isinstance(values, Sequence):
+        raise ArgumentTypeError(f"{arg}: expected a list with one tensor (or None) per layer, got {type(values).__name__}")
+    if len(values) != n_layers:
+        raise ShapeError(f"{arg}: expected one entry per layer ({n_layers}), got {len(values)}")
+    for layer, value in enumerate(values):
+        if value is None:
+            continue
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            raise ArgumentTypeError(f"{arg}[{layer}]: expected a floating-point torch.Tensor or None, got {type(value).__name__}")
+        if tuple(value.shape) != shape:
+            raise ShapeError(f"{arg}[{layer}]: expected shape {shape}, got {tuple(value.shape)}")
+        if not bool(torch.isfinite(value).all()):
+            raise NonFiniteError(f"{arg}[{layer}]: expected finite values, got NaN or infinite entries")

@@ -1,10 +1,17 @@
-"""The sublayers of the canonical forward pass: input norms, attention, MLP, output norms.
+"""The sublayers of the canonical forward pass: input norms, attention, MLP, output norms, per-layer inputs.
 
 A mixin of :class:`~circuitwidgets.CircuitModel`, apart so that the model's
 file holds its weights and its public API, and this one the computation of
 one layer (DESIGN.md §3, §3a). It reads the stored tensors through
 ``self._buffers`` / ``self.weight``: the forward pass applies norm multipliers
 after the per-token scalars, as the source models do.
+
+Gemma 4's additions run here too: a layer that shares an earlier layer's keys
+and values (``cfg.kv_sources``) attends with the keys and values that layer
+computed in the same pass; values may be RMS-normalised (``cfg.v_norm``); a
+per-layer input is gated into the residual stream after the MLP
+(``cfg.d_per_layer``); and the whole residual stream may be multiplied by a
+per-layer ``layer_scalar`` at the end of the layer.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from typing import Any
 import torch
 
 from circuitwidgets.model.config import ModelConfig
-from circuitwidgets.model.forward import activation, attention_mask, layer_norm_scale, rms_scale, soft_cap
+from circuitwidgets.model.forward import activation, attention_mask, layer_norm_scale, rms_norm, rms_scale, soft_cap
 from circuitwidgets.model.rotary import rotate
 
 
@@ -46,19 +53,46 @@ class Sublayers:
         weight = self.weight(multiplier)
         if weight is None:
             return out
-        return rms_scale(out, self.cfg.ln_eps)[0] * weight[layer]
+        return rms_norm(out, self.cfg.ln_eps, weight[layer])
 
     def _qk_norm(self, x: torch.Tensor, layer: int, multiplier: str) -> torch.Tensor:
         """QK-norm of queries or keys ``[batch, pos, heads, d_head]`` (per head, or over all heads at once)."""
         weight = self.weight(multiplier)
         if weight is None:
             return x
+        width = self.cfg.head_width(layer)
         if self.cfg.qk_norm == "all":
-            flat = x.flatten(-2)
-            normed = rms_scale(flat, self.cfg.ln_eps)[0].view_as(x)
-        else:
-            normed = rms_scale(x, self.cfg.ln_eps)[0]
-        return normed * weight[layer]
+            return rms_norm(x.flatten(-2), self.cfg.ln_eps, weight[layer].flatten(), width * x.shape[-2]).view_as(x)
+        return rms_norm(x, self.cfg.ln_eps, weight[layer], width)
+
+    def _project(self, x: torch.Tensor, layer: int, letter: str) -> torch.Tensor:
+        """``x W_{letter} + b_{letter}`` per head: ``[batch, pos, d_model]`` → ``[batch, pos, heads, d_head]``."""
+        out = torch.einsum("bpd,hde->bphe", x, self._buffers[f"W_{letter}"][layer])  # type: ignore[index]
+        bias = self.weight(f"b_{letter}")
+        return out + bias[layer] if bias is not None else out
+
+    def _keys_and_values(
+        self, layer: int, x: torch.Tensor, qk_in: torch.Tensor, positions: torch.Tensor, shared: dict[int, tuple[torch.Tensor, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys (normed and rotated) and values (normed) ``[batch, pos, kv_heads, d_head]`` of ``layer``.
+
+        A layer sharing an earlier layer's keys and values takes them from
+        ``shared``, where that layer left them in this pass.
+        """
+        cfg = self.cfg
+        source = cfg.kv_source(layer)
+        if source != layer:
+            return shared[source]
+        k = self._qk_norm(self._project(qk_in, layer, "K"), layer, "k_norm")
+        v = self._project(x, layer, "V")
+        if cfg.v_norm:
+            v = rms_scale(v, cfg.ln_eps, cfg.head_width(layer))[0]
+        freq = self.rotary_freq(layer)
+        if freq is not None:
+            k = rotate(k, freq, positions, pos_dim=1)
+        if cfg.kv_sources is not None and layer in cfg.kv_sources[layer + 1 :]:
+            shared[layer] = (k, v)
+        return k, v
 
     def _attention(
         self,
@@ -67,24 +101,19 @@ class Sublayers:
         pos: torch.Tensor | None,
         frozen: torch.Tensor | None,
         replaced: torch.Tensor | None,
+        shared: dict[int, tuple[torch.Tensor, torch.Tensor]],
         record: Any,
     ) -> torch.Tensor:
         cfg = self.cfg
         x, scale = self._normalize(resid)
         record("scale", layer, scale)
         qk_in = x + pos if cfg.positional_embedding_type == "shortformer" and pos is not None else x
-        q = torch.einsum("bpd,hde->bphe", qk_in, self._buffers["W_Q"][layer])  # type: ignore[index]
-        k = torch.einsum("bpd,hde->bphe", qk_in, self._buffers["W_K"][layer])  # type: ignore[index]
-        v = torch.einsum("bpd,hde->bphe", x, self._buffers["W_V"][layer])  # type: ignore[index]
-        for name, tensor in (("b_Q", q), ("b_K", k), ("b_V", v)):
-            bias = self.weight(name)
-            if bias is not None:
-                tensor += bias[layer]
-        q, k = self._qk_norm(q, layer, "q_norm"), self._qk_norm(k, layer, "k_norm")
+        positions = torch.arange(resid.shape[1], device=resid.device)
+        q = self._qk_norm(self._project(qk_in, layer, "Q"), layer, "q_norm")
         freq = self.rotary_freq(layer)
         if freq is not None:
-            positions = torch.arange(resid.shape[1], device=resid.device)
-            q, k = rotate(q, freq, positions, pos_dim=1), rotate(k, freq, positions, pos_dim=1)
+            q = rotate(q, freq, positions, pos_dim=1)
+        k, v = self._keys_and_values(layer, x, qk_in, positions, shared)
         if cfg.group_size > 1:
             k, v = k.repeat_interleave(cfg.group_size, dim=2), v.repeat_interleave(cfg.group_size, dim=2)
         record("q", layer, q)
@@ -130,3 +159,60 @@ class Sublayers:
         out = self._output_norm(out, layer, "post_mlp_norm")
         record("mlp_out", layer, out)
         return out
+
+    def _per_layer_inputs(self, tokens: torch.Tensor, embed: torch.Tensor) -> torch.Tensor | None:
+        """Gemma 4's per-layer inputs ``[batch, pos, n_layers, d_per_layer]``, or ``None`` without them.
+
+        ``rms(embed W_per_layer_proj) · per_layer_proj_norm + W_E_per_layer[tokens]``
+        (the source's scales, ``1/√d_model``, ``√d_per_layer`` and the final
+        ``1/√2``, are folded into those weights).
+        """
+        if self.cfg.d_per_layer is None:
+            return None
+        projected = torch.einsum("bpd,dlk->bplk", embed, self._buffers["W_per_layer_proj"])
+        normed = rms_norm(projected, self.cfg.ln_eps, self._buffers["per_layer_proj_norm"])  # type: ignore[arg-type]
+        return normed + self._buffers["W_E_per_layer"][tokens]  # type: ignore[index]
+
+    def _per_layer_block(self, layer: int, resid: torch.Tensor, inputs: torch.Tensor, record: Any) -> torch.Tensor:
+        """What layer ``layer``'s per-layer input writes into the residual stream ``[batch, pos, d_model]``.
+
+        ``rms(act(resid W_per_layer_gate) · input · W_per_layer_out) · post_per_layer_norm``:
+        the gate reads the residual stream itself, not a normalised copy.
+        """
+        assert self.cfg.act_fn is not None
+        record("per_layer_input", layer, inputs)
+        gate = activation(self.cfg.act_fn, resid @ self._buffers["W_per_layer_gate"][layer])  # type: ignore[index]
+        out = (gate * inputs) @ self._buffers["W_per_layer_out"][layer]  # type: ignore[index]
+        out = rms_norm(out, self.cfg.ln_eps, self._buffers["post_per_layer_norm"][layer])  # type: ignore[index]
+        record("per_layer_out", layer, out)
+        return out
+
+    def _layer(
+        self,
+        layer: int,
+        resid: torch.Tensor,
+        pos: torch.Tensor | None,
+        frozen: torch.Tensor | None,
+        replaced: torch.Tensor | None,
+        shared: dict[int, tuple[torch.Tensor, torch.Tensor]],
+        per_layer: torch.Tensor | None,
+        record: Any,
+    ) -> torch.Tensor:
+        """The residual stream after ``layer``: attention, MLP (after or beside it), per-layer input, layer scalar."""
+        cfg = self.cfg
+        record("resid_pre", layer, resid)
+        attn_out = self._attention(layer, resid, pos, frozen, replaced, shared, record)
+        if cfg.has_mlp and cfg.parallel_attn_mlp:
+            resid = resid + attn_out + self._mlp(layer, resid, record)
+        else:
+            resid = resid + attn_out
+            if cfg.has_mlp:
+                record("resid_mid", layer, resid)
+                resid = resid + self._mlp(layer, resid, record)
+        if per_layer is not None:
+            resid = resid + self._per_layer_block(layer, resid, per_layer[:, :, layer], record)
+        scalar = self.weight("layer_scalar")
+        if scalar is not None:
+            resid = resid * scalar[layer]
+        record("resid_post", layer, resid)
+        return resid

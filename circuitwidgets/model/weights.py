@@ -12,7 +12,14 @@ biases ``b_in, b_gate [L, d_mlp]``, ``b_out [L, d_model]``; QK-norm multipliers
 ``q_norm [L, H, d_head]``, ``k_norm [L, G, d_head]``; output-norm multipliers
 ``post_attn_norm, post_mlp_norm [L, d_model]``; rotary inverse frequencies
 ``rotary_freq [L, r / 2]`` (float32 or float64 whatever the weights' dtype:
-angles are computed in float32, as the source libraries do).
+angles are computed in float32, as the source libraries do); ``layer_scalar
+[L]``, the factor the whole residual stream is multiplied by after each layer
+(Gemma 4). Per-layer input embeddings (``P = d_per_layer``, Gemma 4):
+``W_E_per_layer [d_vocab, L, P]`` (token part, its scales folded in),
+``W_per_layer_proj [d_model, L, P]`` and its RMS-norm multiplier
+``per_layer_proj_norm [P]`` (the part read from the embedding), and per layer
+``W_per_layer_gate [L, d_model, P]``, ``W_per_layer_out [L, P, d_model]`` and the
+output-norm multiplier ``post_per_layer_norm [L, d_model]``.
 """
 
 from __future__ import annotations
@@ -56,7 +63,12 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         "q_norm": (L, H, dh), "k_norm": (L, G, dh),
         "post_attn_norm": (L, d),
         "rotary_freq": (L, (cfg.rotary_dim or dh) // 2),
+        "layer_scalar": (L,),
     }
+    if cfg.d_per_layer is not None:
+        P = cfg.d_per_layer
+        shapes |= {"W_E_per_layer": (V, L, P), "W_per_layer_proj": (d, L, P), "per_layer_proj_norm": (P,),
+                   "W_per_layer_gate": (L, d, P), "W_per_layer_out": (L, P, d), "post_per_layer_norm": (L, d)}
     if cfg.has_mlp:
         assert cfg.d_mlp is not None
         shapes |= {"W_in": (L, d, cfg.d_mlp), "b_in": (L, cfg.d_mlp), "W_out": (L, cfg.d_mlp, d), "b_out": (L, d),
@@ -77,6 +89,9 @@ def required_names(cfg: ModelConfig) -> tuple[str, ...]:
         names += ["q_norm", "k_norm"]
     if cfg.normalization == "rms_post" or cfg.post_norm:
         names += ["post_attn_norm"] + (["post_mlp_norm"] if cfg.has_mlp else [])
+    if cfg.d_per_layer is not None:
+        names += ["W_E_per_layer", "W_per_layer_proj", "per_layer_proj_norm", "W_per_layer_gate", "W_per_layer_out",
+                  "post_per_layer_norm"]
     return tuple(names)
 
 
@@ -111,3 +126,45 @@ def validate_weights(cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> None
         bad = count_non_finite(tensor)
         if bad:
             raise NonFiniteError(f"weights[{name!r}]: expected finite values, got {bad} NaN/Inf entries")
+    check_per_layer_layout(cfg, weights)
+
+
+def head_columns(width: int, d_head: int) -> torch.Tensor:
+    """Columns ``[width]`` a head of ``width`` occupies among ``d_head``: its rotate-half halves at ``0`` and ``d_head / 2``."""
+    half = torch.arange(width // 2)
+    return torch.cat([half, half + d_head // 2])
+
+
+#: Per-head tensors and the axis that runs over a head's dimensions.
+_HEAD_AXES = {"W_Q": -1, "W_K": -1, "W_V": -1, "W_O": -2, "b_Q": -1, "b_K": -1, "b_V": -1, "q_norm": -1, "k_norm": -1}
+#: Tensors a layer that reuses another's keys and values holds as copies of that layer's.
+_SHARED_KV = ("W_K", "W_V", "b_K", "b_V", "k_norm")
+
+
+def check_per_layer_layout(cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> None:
+    """Narrow heads zero outside their columns, and layers sharing keys and values hold their source's.
+
+    Weight-space analyses read ``W_K[l]``, ``W_V[l]`` of every layer and all
+    ``d_head`` columns, so both layouts must hold for them to be exact.
+    """
+    for layer, width in enumerate(cfg.head_dims or ()):
+        if width == cfg.d_head:
+            continue
+        outside = torch.ones(cfg.d_head, dtype=torch.bool)
+        outside[head_columns(width, cfg.d_head)] = False
+        for name, axis in _HEAD_AXES.items():
+            if name in weights and bool(weights[name][layer].movedim(axis, -1)[..., outside.to(weights[name].device)].any()):
+                raise ArgumentError(
+                    f"weights[{name!r}][{layer}]: a head of width {width} (cfg.head_dims) must be zero outside columns "
+                    f"[0, {width // 2}) and [{cfg.d_head // 2}, {cfg.d_head // 2 + width // 2}), got non-zero entries there"
+                )
+        freq = weights.get("rotary_freq")
+        if freq is not None and bool(freq[layer, width // 2 :].any()):
+            raise ArgumentError(f"weights['rotary_freq'][{layer}]: a head of width {width} has no rotary pairs beyond {width // 2}")
+    for layer, source in enumerate(cfg.kv_sources or ()):
+        for name in _SHARED_KV:
+            if source != layer and name in weights and not torch.equal(weights[name][layer], weights[name][source]):
+                raise ArgumentError(
+                    f"weights[{name!r}][{layer}]: layer {layer} attends with layer {source}'s keys and values "
+                    f"(cfg.kv_sources), so it must hold a copy of layer {source}'s {name}"
+                )

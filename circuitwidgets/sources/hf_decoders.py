@@ -4,7 +4,9 @@ Llama (2, 3, 3.1, 3.2; also TinyLlama and SmolLM 1/2), Mistral, Qwen 2/2.5,
 Qwen 3, Gemma, Gemma 2, Gemma 3 (text), Phi-3, OLMo 2, OLMo 3 and SmolLM 3 share
 one layout (``model.embed_tokens``, ``model.layers[i].self_attn.{q,k,v,o}_proj``,
 ``model.norm``, ``lm_head``) and differ in a handful of features, each described
-by a :class:`Family`. How each feature becomes the canonical model (DESIGN.md §3a):
+by a :class:`Family`. Gemma 4 (``Gemma4ForCausalLM``) shares the layout and adds
+per-layer features; it is read by :mod:`circuitwidgets.sources.hf_gemma4`.
+How each feature becomes the canonical model (DESIGN.md §3a):
 
 - **RMS norms** before a sublayer are folded into the rows of the weights that
   read them (``W_Q, W_K, W_V``; ``W_in, W_gate``; ``W_U`` for the final norm).
@@ -41,6 +43,7 @@ import torch
 from circuitwidgets.errors import UnsupportedArchitectureError
 from circuitwidgets.sources._convert import check_shape
 from circuitwidgets.sources.hf_canonical import Stack, embedding, equalise_scales, unembedding
+from circuitwidgets.sources.hf_gemma4 import GEMMA4, read_gemma4
 from circuitwidgets.sources.hf_layers import (
     Family,
     activation_name,
@@ -71,6 +74,7 @@ FAMILIES: dict[str, Family] = {
     "Olmo2ForCausalLM": Family("OLMo 2", placement="post", qk_norm="all"),
     "Olmo3ForCausalLM": Family("OLMo 3", placement="post", qk_norm="all"),
     "SmolLM3ForCausalLM": Family("SmolLM 3"),
+    "Gemma4ForCausalLM": GEMMA4,
 }
 """The decoder classes :func:`~circuitwidgets.from_hf` reads through :func:`read_decoder`."""
 
@@ -90,6 +94,8 @@ def read_decoder(
     (the directory loader frees the source's layer there, so a conversion
     never holds two copies of the model).
     """
+    if family is GEMMA4:  # per-layer head widths, shared keys and values, per-layer inputs
+        return read_gemma4(model, work, target, device, release)
     hf = model.config
     arch = type(unwrap(model)).__name__
     refuse_unsupported(hf, arch)
