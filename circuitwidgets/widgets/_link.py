@@ -9,7 +9,8 @@ linked in the browser, with no kernel). What is linked:
 - ``selected_prompt``, between widgets showing batches of as many prompts
   (:class:`~circuitwidgets.AttentionPatterns` over several prompts);
 - ``selected_dest`` and ``selected_src`` (token positions), between widgets that
-  have them and show the same number of tokens (in every prompt of a batch).
+  have them and show the same number of tokens (in every prompt of a batch, or
+  batches whose prompts have the same lengths, prompt by prompt).
 
 Widgets of models of different shapes (another number of layers or heads)
 are refused: a head of one is not a head of the other.
@@ -52,10 +53,13 @@ def _size(widget: Any, name: str) -> int | None:
     return value or None
 
 
-def _token_counts(widget: Any) -> set[int | None]:
-    """Tokens ``widget`` may show: one count, or each prompt's of a batch (``prompt_lengths``)."""
-    lengths = getattr(widget, "prompt_lengths", None)
-    return set(lengths) if lengths else {_size(widget, "n_tokens")}
+def _positions_agree(holders: Sequence[Any]) -> bool:
+    """Whether a token position of one holder is always one of the others': one number of tokens
+    everywhere, or batches of the same lengths prompt by prompt (whose prompts are linked)."""
+    counts = [tuple(getattr(w, "prompt_lengths", None) or (_size(w, "n_tokens"),)) for w in holders]
+    if len({n for c in counts for n in c}) <= 1:
+        return True
+    return len(set(counts)) == 1 and len(counts[0]) > 1
 
 
 class Link:
@@ -83,7 +87,7 @@ class Link:
                 holders = [w for w in holders if (_size(w, "n_prompts") or 1) > 1]
                 if len({_size(w, "n_prompts") for w in holders}) > 1:
                     continue  # (batches of different sizes: prompt 3 of one is not prompt 3 of the other)
-            if name in POSITION_TRAITS and len(set().union(*(_token_counts(w) for w in holders))) > 1:
+            if name in POSITION_TRAITS and not _positions_agree(holders):
                 continue  # (different texts: a position of one is not a position of the other)
             if len(holders) < 2:
                 continue
