@@ -251,11 +251,12 @@ def test_bad_optional_arrays_are_refused(kwargs: dict[str, Any], error: type[Exc
     [
         ("", ShapeError, r"text_or_tokens: expected a non-empty text"),
         ([], ShapeError, r"text_or_tokens: expected at least one token, got 0"),
-        ([[1, 2], [3, 4]], ShapeError, r"expected token ids \[pos\] or \[1, pos\], got shape \(2, 2\)"),
+        (torch.zeros(2, 2, 2, dtype=torch.long), ShapeError, r"expected token ids \[pos\] or \[1, pos\], got shape \(2, 2, 2\)"),
         ([1.5, 2.0], ArgumentTypeError, r"expected integer token ids, got dtype torch.float"),
-        (["a", "b"], ArgumentTypeError, r"got a list of str; .*from_arrays"),
+        (["a", 1], ArgumentTypeError, r"a list mixing str and other values; .*from_arrays"),
         ([1, 99], ArgumentError, r"tokens: expected ids in \[0, 20\)"),
-        (list(range(40)), ShapeError, r"expected at most n_ctx=32 positions, got 40"),
+        # refused before any work, saying how to proceed
+        (list(range(40)), ShapeError, r"text_or_tokens: expected at most n_ctx=32 tokens .*got 40.*window=32.*Nothing was computed"),
     ],
 )
 def test_bad_model_inputs_raise_typed_errors(model: CircuitModel, text_or_tokens: Any, error: type[Exception], message: str) -> None:

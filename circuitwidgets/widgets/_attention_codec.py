@@ -1,4 +1,4 @@
-"""Attention patterns to the wire and back: reading heads, checks, uint8 quantisation, triangle packing.
+"""Attention patterns to the wire and back: reading heads, argument checks, uint8 quantisation, triangle packing.
 
 Transport
 ---------
@@ -25,20 +25,13 @@ import torch
 from numpy.typing import ArrayLike, NDArray
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
-from circuitwidgets.widgets._spec import trait_error
 
 __all__ = [
     "MAX_STATE_BYTES",
-    "check_diagonals",
-    "check_patterns_trait",
-    "check_per_position_trait",
     "check_state_bytes",
     "decode_patterns",
     "encode_patterns",
 ]
-
-_MAX_LABEL = 40
-_MAX_OFFSET = 2**20
 
 #: Below 0.5/255, so ``255 a + 0.5`` stays in [0, 256) and needs no clipping.
 _RANGE_TOLERANCE = 1e-3
@@ -265,44 +258,53 @@ def validate(heads: Heads, causal: bool | None, *, row_stochastic: bool, known_c
 
 
 def encode_all(
-    heads: Heads, causal: bool, weight: Callable[[int, int, NDArray[np.float32]], NDArray[np.float32]] | None = None
+    heads: Heads,
+    causal: bool,
+    weight: Callable[[int, int, NDArray[np.float32]], NDArray[np.float32]] | None = None,
+    done: Callable[[int], object] | None = None,
 ) -> NDArray[np.uint8]:
+    """Every head packed (:func:`pack`), optionally re-weighted first; ``done(n_heads)`` after each layer."""
     out = np.empty((heads.n_layers, heads.n_heads, *head_size(heads.n, causal)), dtype=np.uint8)
     tril = np.tri(heads.n, dtype=bool) if causal else None
     for layer in range(heads.n_layers):
         for head in range(heads.n_heads):
             a = heads.head(layer, head)
             out[layer, head] = pack(weight(layer, head, a) if weight else a, causal, tril)
+        if done is not None:
+            done(heads.n_heads)
     return out
 
 
 # ---------------------------------------------------------------- argument checks
 
 
-def check_state_bytes(n_layers: int, n_heads: int, n_tokens: int, *, value_weighted: bool) -> int:
+def check_state_bytes(n_layers: int, n_heads: int, n_tokens: int, *, value_weighted: bool, n_prompts: int = 1) -> int:
     """Bytes of encoded patterns for these sizes (lower triangles); :class:`MemoryBudgetError` above :data:`MAX_STATE_BYTES`.
 
-    Checked from the shapes alone, before any weight is read or converted.
+    Checked from the shapes alone, before any weight is read or converted
+    (``n_prompts`` prompts of at most ``n_tokens`` tokens each).
     """
     per_head = n_tokens * (n_tokens + 1) // 2
-    total = n_layers * n_heads * per_head * (2 if value_weighted else 1)
+    total = n_prompts * n_layers * n_heads * per_head * (2 if value_weighted else 1)
     if total > MAX_STATE_BYTES:
+        prompts = f"{n_prompts} prompts × " if n_prompts > 1 else ""
         raise MemoryBudgetError(
-            f"attention: {n_layers} layers × {n_heads} heads over {n_tokens} tokens would put {total:,} bytes of "
+            f"attention: {prompts}{n_layers} layers × {n_heads} heads over {n_tokens} tokens would put {total:,} bytes of "
             f"patterns in the widget state{' (raw and value-weighted)' if value_weighted else ''}, over the limit of "
-            f"{MAX_STATE_BYTES:,} bytes; show fewer tokens, layers or heads"
+            f"{MAX_STATE_BYTES:,} bytes; show fewer {'prompts, ' if n_prompts > 1 else ''}tokens, layers or heads"
         )
     return total
 
 
-def check_tokens(tokens: Any) -> list[str]:
+def check_tokens(tokens: Any, name: str = "tokens") -> list[str]:
+    """``tokens`` as a non-empty list of str, else a typed error naming ``name``."""
     if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Sequence):
-        raise ArgumentTypeError(f"tokens: expected a list of token strings, got {type(tokens).__name__}")
+        raise ArgumentTypeError(f"{name}: expected a list of token strings, got {type(tokens).__name__}")
     bad = next((i for i, t in enumerate(tokens) if not isinstance(t, str)), None)
     if bad is not None:
-        raise ArgumentTypeError(f"tokens: expected str entries, got {type(tokens[bad]).__name__} at index {bad}")
+        raise ArgumentTypeError(f"{name}: expected str entries, got {type(tokens[bad]).__name__} at index {bad}")
     if len(tokens) == 0:
-        raise ShapeError("tokens: expected at least one token, got an empty sequence")
+        raise ShapeError(f"{name}: expected at least one token, got an empty sequence")
     return list(tokens)
 
 
@@ -329,58 +331,3 @@ def per_position(values: Any, name: str, heads: Heads, *, nan_ok: bool) -> NDArr
             f"{name}: expected finite values{' (or NaN)' if nan_ok else ''}, got {int((~finite).sum())} other entries"
         )
     return np.ascontiguousarray(v)
-
-
-# ---------------------------------------------------------------- trait checks (the widget's validators)
-
-
-def check_patterns_trait(
-    widget: Any, name: str, p: NDArray[np.uint8] | None, *, waiting: bool
-) -> NDArray[np.uint8] | None:
-    """``patterns`` / ``value_patterns`` laid out for the widget's tokens (``[L, H, 0]`` allowed while ``waiting``)."""
-    if p is None:
-        return None
-    expected = head_size(len(widget.tokens), widget.causal)
-    pending = waiting and p.ndim == 3 and p.shape[2] == 0
-    if not pending and (p.ndim != 2 + len(expected) or p.shape[2:] != expected):
-        n = len(widget.tokens)
-        raise trait_error(
-            widget,
-            name,
-            f"shape [n_layers, n_heads, {', '.join(map(str, expected))}] for {n} tokens "
-            f"({'causal' if widget.causal else 'full'})",
-            str(list(p.shape)),
-        )
-    if name == "value_patterns" and p.shape[:2] != widget.patterns.shape[:2]:
-        raise trait_error(
-            widget, name, f"{list(widget.patterns.shape[:2])} heads like 'patterns'", str(list(p.shape[:2]))
-        )
-    return p
-
-
-def check_per_position_trait(widget: Any, name: str, v: NDArray[np.float32] | None) -> NDArray[np.float32] | None:
-    """``value_norms`` / ``logit_effect``: ``[n_layers, n_heads, n_tokens]`` like the patterns, or ``None``."""
-    if v is None:
-        return None
-    expected = (*widget.patterns.shape[:2], len(widget.tokens))
-    if v.shape != expected:
-        raise trait_error(widget, name, f"shape {list(expected)} [n_layers, n_heads, n_tokens]", str(list(v.shape)))
-    return v
-
-
-def check_diagonals(widget: Any, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``diagonals``: entries ``{"offset": int, "label": str}``, offsets within ±2^20, labels cut to 40 characters."""
-    out = []
-    for i, d in enumerate(value):
-        offset, label = d.get("offset"), d.get("label", "")
-        if (
-            set(d) - {"offset", "label"}
-            or isinstance(offset, bool)
-            or not isinstance(offset, int)
-            or not isinstance(label, str)
-        ):
-            raise trait_error(widget, "diagonals", "entries {'offset': int, 'label': str}", f"{d!r:.80} at {i}")
-        if abs(offset) > _MAX_OFFSET:
-            raise trait_error(widget, "diagonals", f"offsets in [-{_MAX_OFFSET}, {_MAX_OFFSET}]", f"{offset} at {i}")
-        out.append({"offset": int(offset), "label": label[:_MAX_LABEL]})
-    return out

@@ -1,11 +1,10 @@
-"""Where an attention widget's data comes from, and how it streams to the view.
+"""An attention widget's validated data, and how it streams to the view.
 
-- :func:`from_model_source`: tokens, patterns of every layer, value norms and logit
-  effects of one forward pass; :func:`qk_from_model`: tokens, queries and keys
-  (long inputs);
-- :class:`Source`: validated data for a new widget, encoded at once or by a
-  :class:`Stream` (one head per turn of the kernel's event loop; see
-  *Streaming* below).
+- :class:`Source`: validated data for a new widget (from a model,
+  :mod:`~circuitwidgets.widgets._attention_model`, or from arrays), encoded at
+  once or by a :class:`Stream` (one head per turn of the kernel's event loop;
+  see *Streaming* below);
+- :func:`build_bar`: the progress bar of a build that takes over a second.
 
 Streaming
 ---------
@@ -27,36 +26,47 @@ The price is one extra transfer of the data (streamed heads, then the trait).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from numpy.typing import NDArray
 
-from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
-from circuitwidgets.circuits.tiles import QKPatterns
-from circuitwidgets.errors import ArgumentTypeError, ShapeError
-from circuitwidgets.model import CircuitModel
+from circuitwidgets.circuits.attention import value_weighted
 from circuitwidgets.widgets._attention_codec import Heads, check_state_bytes, encode_all, head_size, pack, validate
 
 if TYPE_CHECKING:
     from circuitwidgets.widgets.attention import AttentionPatterns
 
 __all__ = [
+    "BAR_DELAY_S",
     "STREAM_BYTES",
     "Source",
     "Stream",
+    "build_bar",
     "default_diagonals",
-    "from_model_source",
-    "qk_from_model",
     "repeat_period",
     "running_loop",
-    "token_ids",
 ]
 
 #: Patterns larger than this (bytes, encoded) stream head by head when an event loop runs.
 STREAM_BYTES = 16 * 2**20
+
+#: A build's progress bar appears once the build has taken this long (seconds).
+BAR_DELAY_S = 1.0
+
+
+def build_bar(total: int, desc: str, enabled: bool | None = None) -> Any:
+    """A ``tqdm.auto`` bar over ``total`` steps (tqdm's widget in a notebook), shown after :data:`BAR_DELAY_S`.
+
+    ``enabled=None`` lets tqdm decide (shown in a notebook and a terminal, hidden
+    when stderr is not a terminal); ``False`` hides it. Close it when done.
+    """
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total, desc=desc, disable=None if enabled is None else not enabled, leave=False, delay=BAR_DELAY_S
+    )
 
 
 def repeat_period(tokens: Sequence[Any], min_length: int = 4) -> int | None:
@@ -207,15 +217,24 @@ class Source:
         self.causal = validate(heads, causal, row_stochastic=True, known_causal=known_causal)
 
     def prepare(
-        self, widget: AttentionPatterns | None, stream: bool | None, loop_running: bool
+        self,
+        widget: AttentionPatterns | None,
+        stream: bool | None,
+        loop_running: bool,
+        done: Callable[[int], object] | None = None,
     ) -> tuple[dict[str, Any], Stream | None]:
-        """Initial traits, and the stream that will fill ``patterns`` (or ``None``: encoded here)."""
+        """Initial traits, and the stream that will fill ``patterns`` (or ``None``: encoded here).
+
+        ``done(n)`` is called as ``n`` more heads are encoded here (a progress bar; twice per head
+        with value-weighted patterns).
+        """
         heads, causal, norms = self.heads, self.causal, self.norms
         per_head = int(np.prod(head_size(heads.n, causal)))
         total = heads.n_layers * heads.n_heads * per_head * (2 if norms is not None else 1)
         if stream is None:
             stream = loop_running and total > STREAM_BYTES
         data: dict[str, Any] = {
+            "prompts": [],
             "tokens": self.tokens,
             "causal": causal,
             "value_norms": norms,
@@ -227,66 +246,13 @@ class Source:
             data["patterns"] = placeholder
             data["value_patterns"] = placeholder if norms is not None else None
             return data, Stream(widget, heads, causal, norms)
-        data["patterns"] = encode_all(heads, causal)
+        data["patterns"] = encode_all(heads, causal, done=done)
+        data["value_patterns"] = None
         if norms is not None:
-            data["value_patterns"] = encode_all(heads, causal, lambda l, h, a: value_weighted(a, norms[l, h]))
+            data["value_patterns"] = encode_all(heads, causal, lambda l, h, a: value_weighted(a, norms[l, h]), done)
         return data, None
 
-
-def token_ids(model: Any, text_or_tokens: Any) -> torch.Tensor:
-    """Checked token ids ``[pos]`` for ``model`` from a text (tokenised, BOS as the model does) or ids."""
-    if not isinstance(model, CircuitModel):
-        raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
-    if isinstance(text_or_tokens, str):
-        if not text_or_tokens:
-            raise ShapeError("text_or_tokens: expected a non-empty text, got ''")
-        ids = model.to_tokens(text_or_tokens)[0]
-    elif text_or_tokens is None:
-        raise ArgumentTypeError("text_or_tokens: expected a text or token ids, got None")
-    else:
-        if isinstance(text_or_tokens, Sequence) and any(isinstance(t, str) for t in text_or_tokens):
-            raise ArgumentTypeError(
-                "text_or_tokens: expected a text (str) or token ids (ints), got a list of str; "
-                "for token strings with precomputed attention use AttentionPatterns.from_arrays"
-            )
-        try:
-            ids = torch.as_tensor(text_or_tokens)
-        except (TypeError, ValueError, RuntimeError) as exc:
-            raise ArgumentTypeError(
-                f"text_or_tokens: expected a text or token ids, got {type(text_or_tokens).__name__} ({exc})"
-            ) from None
-        if ids.ndim == 2 and ids.shape[0] == 1:
-            ids = ids[0]
-        if ids.ndim != 1:
-            raise ShapeError(f"text_or_tokens: expected token ids [pos] or [1, pos], got shape {tuple(ids.shape)}")
-        if ids.numel() == 0:
-            raise ShapeError("text_or_tokens: expected at least one token, got 0")
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise ArgumentTypeError(f"text_or_tokens: expected integer token ids, got dtype {ids.dtype}")
-    checked: torch.Tensor = model._check_tokens(ids)[0]
-    return checked
-
-
-def from_model_source(model: CircuitModel, ids: torch.Tensor) -> Source:
-    """Tokens, patterns (every layer), value norms and logit effects of one forward pass over ``ids [pos]``."""
-    check_state_bytes(model.cfg.n_layers, model.cfg.n_heads, int(ids.shape[0]), value_weighted=True)
-    tokens = model.to_str_tokens(ids)
-    _, cache = model.run_with_cache(ids[None], names=["pattern", "v", "z"])
-    heads = Heads([cache["pattern", layer][0] for layer in range(model.cfg.n_layers)], len(tokens))
-    return Source(tokens, heads, True, value_norms(model, cache), logit_effects(model, cache, ids), known_causal=True)
-
-
-def qk_from_model(model: CircuitModel, ids: torch.Tensor) -> tuple[list[str], QKPatterns]:
-    """Tokens and the post-rotary queries and keys of every layer (one forward pass, no pattern kept).
-
-    The cache records ``q`` and ``k`` as ``[batch, pos, head, d_head]`` (keys already repeated
-    per query head); the model's scale, soft-cap and per-layer sliding windows go with them.
-    Cost: ``8 · n_layers · n_heads · pos · d_head`` bytes.
-    """
-    cfg = model.cfg
-    _, cache = model.run_with_cache(ids[None], names=["q", "k"])
-    q = torch.stack([cache["q", layer][0].transpose(0, 1) for layer in range(cfg.n_layers)]).float()
-    k = torch.stack([cache["k", layer][0].transpose(0, 1) for layer in range(cfg.n_layers)]).float()
-    windows = [cfg.window(layer) for layer in range(cfg.n_layers)]
-    engine = QKPatterns(q, k, causal=True, scale=cfg.scale, sliding_window=windows, softcap=cfg.attn_softcap)
-    return model.to_str_tokens(ids), engine
+    @property
+    def encoded_heads(self) -> int:
+        """Heads :meth:`prepare` encodes (``done``'s total): raw, and value-weighted when there are norms."""
+        return self.heads.n_layers * self.heads.n_heads * (2 if self.norms is not None else 1)

@@ -1,8 +1,10 @@
-"""Attention patterns of every head: thumbnails, one large pattern, the tokens.
+"""Attention patterns of every head: thumbnails, one large pattern, the tokens; one text or a batch of prompts.
 
 Build one from a model and a text (``AttentionPatterns(model, text)``: one
-forward pass, every layer) or from patterns computed anywhere
-(``AttentionPatterns.from_arrays(tokens, attention)``).
+forward pass, every layer), several prompts (``AttentionPatterns(model,
+[text_1, text_2])``: a prompt selector, ``selected_prompt``), a text longer than
+the model's context in overlapping windows (``window=``), or from patterns
+computed anywhere (:meth:`AttentionPatterns.from_arrays`, :meth:`~AttentionPatterns.from_cache`).
 
 What the view shows
 -------------------
@@ -18,15 +20,15 @@ What the view shows
   position, which has no next token). The final layer norm's per-token scale
   and ``b_U`` are left out (DESIGN.md §3).
 
-Transport, streaming and long contexts
---------------------------------------
-Weights cross as uint8 (``round(255 · a)``, causal patterns as their lower
-triangle; :mod:`~circuitwidgets.widgets._attention_codec`). With a kernel's
-event loop, large patterns stream head by head, selected head first
-(:mod:`~circuitwidgets.widgets._attention_source`). Long contexts
-(:meth:`AttentionPatterns.from_qk`, or ``from_model`` over
-:data:`LONG_TOKENS` tokens) hold queries and keys and answer the view's tile
-requests (:mod:`~circuitwidgets.widgets._attention_tiles`).
+Where the rest lives
+--------------------
+``_attention_codec`` (uint8 transport), ``_attention_model`` (tokens, the context
+check, forward passes), ``_attention_batch`` (prompts padded on the right, each
+shown at its own length), ``_attention_window`` (which window each row comes
+from), ``_attention_arrays`` (the array constructors), ``_attention_source`` and
+``_attention_live`` (streaming head by head), ``_attention_tiles`` (long contexts
+on demand from queries and keys: :meth:`AttentionPatterns.from_qk`, or
+``from_model`` over :data:`LONG_TOKENS` tokens), ``_attention_traits`` (validators).
 """
 
 from __future__ import annotations
@@ -34,45 +36,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import anywidget
 import numpy as np
 import torch
 import traitlets
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 
 from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
 from circuitwidgets.circuits.tiles import QKPatterns
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.model import CircuitModel
+from circuitwidgets.widgets import _attention_arrays
 from circuitwidgets.widgets._arrays import NDArrayTrait
+from circuitwidgets.widgets._attention_batch import prompt_slice
 from circuitwidgets.widgets._attention_codec import (
     MAX_STATE_BYTES,
-    Heads,
     _upper_max,
-    check_diagonals,
-    check_patterns_trait,
-    check_per_position_trait,
     check_state_bytes,
-    check_tokens,
     decode_patterns,
-    encode_all,
     encode_patterns,
-    per_position,
-    validate,
 )
-from circuitwidgets.widgets._attention_source import (
-    STREAM_BYTES,
-    Source,
-    Stream,
-    default_diagonals,
-    from_model_source,
-    qk_from_model,
-    repeat_period,
-    running_loop,
-    token_ids,
-)
-from circuitwidgets.widgets._attention_tiles import EXPORT_BUDGET_BYTES, TileSource, on_custom
-from circuitwidgets.widgets._base import CircuitWidget
+from circuitwidgets.widgets._attention_live import LiveData
+from circuitwidgets.widgets._attention_model import LONG_TOKENS, from_model_source, model_data, token_ids
+from circuitwidgets.widgets._attention_source import STREAM_BYTES, build_bar, repeat_period, running_loop
+from circuitwidgets.widgets._attention_tiles import EXPORT_BUDGET_BYTES, TileSource
+from circuitwidgets.widgets._attention_traits import check_diagonals, check_patterns_trait, check_per_position_trait
 from circuitwidgets.widgets._spec import NONE, head_selection, view_data, view_setting
 from circuitwidgets.widgets._traits import Choice, SelectionIndex
 
@@ -94,10 +81,7 @@ __all__ = [
 
 _KINDS = ("raw", "value")
 
-#: ``from_model`` computes patterns on demand from queries and keys above this many tokens.
-LONG_TOKENS = 2048
-
-# ---------------------------------------------------------------- the widget
+TextOrTokens = str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]] | torch.Tensor
 
 
 def _value_patterns_present(view: Any, kind: str) -> str | None:
@@ -107,10 +91,7 @@ def _value_patterns_present(view: Any, kind: str) -> str | None:
     return None
 
 
-_DATA_TRAITS = ("patterns", "value_patterns", "overview", "top_sources", "top_weights")
-
-
-class AttentionPatterns(CircuitWidget):
+class AttentionPatterns(LiveData):
     """Attention patterns of every head, with the selection shared with the kernel.
 
     Parameters
@@ -120,19 +101,40 @@ class AttentionPatterns(CircuitWidget):
         (or use :meth:`from_arrays`).
     text_or_tokens
         A text (tokenised with the model's tokenizer, BOS prepended when the
-        model has one) or token ids ``[pos]`` / ``[1, pos]``.
+        model has one) or token ids ``[pos]`` / ``[1, pos]``; or a batch of
+        prompts: a list of texts, a list of token-id lists, or ids ``[batch, pos]``.
+        Prompts of unequal length are **padded, not refused**: each runs through
+        the model at its own length and is shown at its own length (the view's
+        prompt selector and ``selected_prompt`` choose it). A text longer than the
+        model's context (``n_ctx``, learned positions) is refused before any work
+        (:class:`~circuitwidgets.widgets._context.ContextLengthError` naming
+        ``text_or_tokens``, saying how to proceed) unless ``window`` is given.
+    window, stride
+        Show a text longer than the context in overlapping windows of ``window``
+        tokens (at most ``n_ctx``; BOS included) whose starts advance by ``stride``
+        (default half a window): each query row comes from the earliest window
+        containing it, the one that gives it the most left context
+        (:mod:`~circuitwidgets.widgets._attention_window`). A text that fits one
+        window is shown whole, as without ``window``.
     stream
-        Stream heads to the view (see the module docs): ``None`` when a kernel
-        event loop runs and the patterns exceed :data:`STREAM_BYTES`.
+        Stream heads to the view (see :mod:`~circuitwidgets.widgets._attention_source`):
+        ``None`` when a kernel event loop runs and the patterns exceed :data:`STREAM_BYTES`.
+        Batches and windows are encoded at once.
+    long
+        Compute patterns on demand from the queries and keys (as :meth:`from_qk`);
+        ``None``: when there are more than :data:`LONG_TOKENS` tokens.
+    progress_bar
+        A ``tqdm.auto`` bar (tqdm's widget in a notebook) for builds that take over
+        a second; ``None`` lets tqdm decide, ``False`` hides it.
     **kwargs
-        Initial traits, for example ``selected_layer=1, selected_head=3``.
+        Initial traits, for example ``selected_layer=1, selected_head=3, selected_prompt=2``.
 
     Notes
     -----
     Click a thumbnail to select a head, a token to select a destination, a
     cell of the large pattern to select a destination and a source; read or
-    set ``selected_*`` from a cell. Cost of the model path: one forward pass
-    holding every layer's pattern in the model's dtype (``4 · n_layers ·
+    set ``selected_*`` from a cell. Cost of the model path: one forward pass per
+    prompt holding every layer's pattern in the model's dtype (``4 · n_layers ·
     n_heads · pos²`` bytes in float32), then O(n_layers · n_heads · pos²) to encode.
     """
 
@@ -144,27 +146,36 @@ class AttentionPatterns(CircuitWidget):
         "for a model use AttentionPatterns.from_model(model, text_or_tokens)",
     }
 
-    tokens = view_data(traitlets.List(traitlets.Unicode()))
-    """Token strings in order (shown as text, never as HTML)."""
+    prompts = view_data(traitlets.List(traitlets.List(traitlets.Unicode())))
+    """A batch's token strings, one list per prompt (shown as text, never as HTML); ``[]`` for one text.
+    With a batch every data array below has the prompts first and is padded on the right to the
+    longest prompt (:mod:`~circuitwidgets.widgets._attention_batch`)."""
 
-    patterns = view_data(NDArrayTrait(dtype="uint8", ndim=(3, 4)))
+    tokens = view_data(traitlets.List(traitlets.Unicode()))
+    """Token strings in order (shown as text, never as HTML); with a batch, the selected prompt's."""
+
+    patterns = view_data(NDArrayTrait(dtype="uint8", ndim=(3, 4, 5)))
     """Quantised weights ``round(255 · a)``: ``[n_layers, n_heads, n(n+1)/2]`` (causal,
     lower triangle row by row) or ``[n_layers, n_heads, n, n]``; ``[n_layers, n_heads, 0]``
-    while heads are streaming. See the module docs."""
+    while heads are streaming; a batch: ``[n_prompts, ...]``. See the module docs."""
 
     causal = view_data(traitlets.Bool(True))
     """Whether ``patterns`` (and ``value_patterns``) hold only the lower triangle."""
 
-    value_patterns = view_data(NDArrayTrait(dtype="uint8", ndim=(3, 4), allow_none=True))
+    value_patterns = view_data(NDArrayTrait(dtype="uint8", ndim=(3, 4, 5), allow_none=True))
     """Value-weighted patterns ``A_ij ‖v_j W_O‖``, normalised per row, quantised and laid out like
     ``patterns``; ``None`` when unknown (built from arrays without ``value_norms``)."""
 
-    value_norms = view_data(NDArrayTrait(dtype="float32", ndim=3, allow_none=True))
+    value_norms = view_data(NDArrayTrait(dtype="float32", ndim=(3, 4), allow_none=True))
     """``‖v_j W_O‖`` per layer, head and source position, float32 ``[n_layers, n_heads, n]``, or ``None``."""
 
-    logit_effect = view_data(NDArrayTrait(dtype="float32", ndim=3, allow_none=True))
+    logit_effect = view_data(NDArrayTrait(dtype="float32", ndim=(3, 4), allow_none=True))
     """Each head's direct effect on the next token's logit, ``(r_i W_O W_U)[t_{i+1}]``, float32
     ``[n_layers, n_heads, n]`` (NaN at the last position), or ``None``."""
+
+    windows = view_data(traitlets.Dict())
+    """A text analysed in windows: ``{"size": W, "stride": S, "starts": [a_k, ...]}`` (each window's
+    first text position after its BOS); ``{}`` otherwise."""
 
     pattern_kind = view_setting(Choice(_KINDS, default_value="raw", requires=_value_patterns_present))
     """Pattern drawn: ``"raw"`` or ``"value"`` (value-weighted; needs ``value_patterns``)."""
@@ -200,45 +211,62 @@ class AttentionPatterns(CircuitWidget):
     selected_head = head_selection(SelectionIndex("n_heads"))
     """Head shown large, ``0..n_heads-1``."""
 
+    selected_prompt = view_setting(SelectionIndex("n_prompts"))
+    """Prompt shown, ``0..n_prompts-1`` (0 for one text); choosing a shorter prompt clears
+    ``selected_dest`` / ``selected_src`` beyond its end."""
+
     selected_dest = view_setting(SelectionIndex("n_tokens", optional=True))
-    """Selected destination (query) position, or -1 for none."""
+    """Selected destination (query) position in the shown prompt, or -1 for none."""
 
     selected_src = view_setting(SelectionIndex("n_tokens", optional=True))
-    """Selected source (key) position, or -1 for none."""
+    """Selected source (key) position in the shown prompt, or -1 for none."""
 
     def __init__(
         self,
         model: CircuitModel | None = None,
-        text_or_tokens: str | Sequence[int] | torch.Tensor | None = None,
+        text_or_tokens: TextOrTokens | None = None,
         *,
+        window: int | None = None,
+        stride: int | None = None,
         stream: bool | None = None,
         long: bool | None = None,
-        _source: Source | None = None,
+        progress_bar: bool | None = None,
+        _source: Any = None,
         _qk: tuple[list[str], QKPatterns] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._stream: Stream | None = None
-        self._tiles: TileSource | None = None
+        self._stream = None
+        self._tiles = None
         self._opened = False
         if "tokens" in kwargs and not {"patterns", "attention"} & kwargs.keys() and _source is None and model is None:
             # CircuitsVis' spelling would otherwise build a widget with tokens and no patterns
             raise TypeError(f"AttentionPatterns() got tokens= without patterns: {self._spellings['tokens']}")
         if model is not None:
-            ids = token_ids(model, text_or_tokens)
-            if long or (long is None and int(ids.shape[0]) > LONG_TOKENS):
-                _qk = qk_from_model(model, ids)
+            built = model_data(
+                model, text_or_tokens, window=window, stride=stride, long=long, progress_bar=progress_bar
+            )
+            if isinstance(built, tuple):
+                _qk = built
             else:
-                _source = from_model_source(model, ids)
-        elif text_or_tokens is not None:
-            raise ArgumentTypeError("model: expected a CircuitModel when text_or_tokens is given, got None")
+                _source = built
+        elif text_or_tokens is not None or window is not None:
+            given = "text_or_tokens" if text_or_tokens is not None else "window"
+            raise ArgumentTypeError(f"model: expected a CircuitModel when {given} is given, got None")
         loop = running_loop()
         if _source is not None:
-            data, self._stream = _source.prepare(self, stream, loop is not None)
+            # (a stream returns at once, before the bar's delay: the bar shows only slow encoding here)
+            total = getattr(_source, "encoded_heads", 0)  # (0: encoded already, with its own bar)
+            bar = build_bar(total, "AttentionPatterns", progress_bar if total else False)
+            try:
+                data, self._stream = _source.prepare(self, stream, loop is not None, done=bar.update)
+            finally:
+                bar.close()
             kwargs = {**data, **kwargs}
         if _qk is not None:
             self._tiles = TileSource(_qk[1], lambda content, buffers: self.send(content, buffers))
             kwargs = {**self._tiles.initial_traits(_qk[0]), **kwargs}
         super().__init__(**kwargs)
+        self._follow_prompt()
         self._opened = True
         self.on_msg(self._on_custom)
         if self._tiles is not None:
@@ -252,177 +280,25 @@ class AttentionPatterns(CircuitWidget):
     # ------------------------------------------------------------ constructors
 
     @classmethod
-    def from_model(
-        cls,
-        model: CircuitModel,
-        text_or_tokens: str | Sequence[int] | torch.Tensor,
-        *,
-        stream: bool | None = None,
-        long: bool | None = None,
-        **kwargs: Any,
-    ) -> AttentionPatterns:
-        """Same as ``AttentionPatterns(model, text_or_tokens)``.
-
-        ``long``: compute patterns on demand from the queries and keys (as :meth:`from_qk`);
-        ``None``: when there are more than :data:`LONG_TOKENS` tokens.
-        """
-        return cls(model, text_or_tokens, stream=stream, long=long, **kwargs)
+    def from_model(cls, model: CircuitModel, text_or_tokens: TextOrTokens, **kwargs: Any) -> AttentionPatterns:
+        """Same as ``AttentionPatterns(model, text_or_tokens, ...)`` (one text, a batch, ``window=``, ``long=``)."""
+        return cls(model, text_or_tokens, **kwargs)
 
     @classmethod
     def initial(cls, model: CircuitModel, text_or_tokens: str | Sequence[int] | torch.Tensor) -> dict[str, Any]:
-        """Initial data traits for ``model`` on a text or token ids, encoded at once (no streaming)."""
+        """Initial data traits for ``model`` on one text or token ids, encoded at once (no streaming)."""
         state, _ = from_model_source(model, token_ids(model, text_or_tokens)).prepare(
             None, stream=False, loop_running=False
         )
         return state
 
-    @classmethod
-    def from_arrays(
-        cls,
-        tokens: Sequence[str],
-        attention: ArrayLike,
-        *,
-        causal: bool | None = None,
-        value_norms: ArrayLike | None = None,
-        logit_effect: ArrayLike | None = None,
-        stream: bool | None = None,
-        **kwargs: Any,
-    ) -> AttentionPatterns:
-        """A widget for patterns computed anywhere (TransformerLens, Hugging Face, your own code).
-
-        Parameters
-        ----------
-        tokens
-            The ``n`` token strings.
-        attention
-            Weights in [0, 1], ``[n_heads, n, n]`` or ``[n_layers, n_heads, n, n]``
-            (``[..., dest, src]``, rows summing to 1), numpy or torch.
-        causal
-            Send only the lower triangle: ``None`` detects it; ``True`` is checked.
-        value_norms
-            Optional ``‖v_j W_O‖``, ``[n_heads, n]`` or ``[n_layers, n_heads, n]``: enables
-            value-weighted patterns.
-        logit_effect
-            Optional per-position logit effects, shaped like ``value_norms`` (NaN allowed).
-        stream
-            See the class docs.
-        **kwargs
-            Initial traits, for example ``selected_head=3``.
-
-        Raises
-        ------
-        ArgumentTypeError, ShapeError, NonFiniteError, ArgumentError
-            Naming the argument, what was expected and what was received.
-        """
-        token_list = check_tokens(tokens)
-        heads = Heads(attention, len(token_list))
-        check_state_bytes(heads.n_layers, heads.n_heads, heads.n, value_weighted=value_norms is not None)
-        norms = per_position(value_norms, "value_norms", heads, nan_ok=False)
-        if norms is not None and (norms < 0).any():
-            raise ArgumentError(f"value_norms: expected norms ≥ 0, got minimum {float(norms.min()):.4g}")
-        effect = per_position(logit_effect, "logit_effect", heads, nan_ok=True)
-        return cls(
-            stream=stream, _source=Source(token_list, heads, causal, norms, effect, known_causal=False), **kwargs
-        )
-
-    @classmethod
-    def from_qk(
-        cls,
-        tokens: Sequence[str],
-        q: Any,
-        k: Any,
-        *,
-        causal: bool = True,
-        scale: float | None = None,
-        sliding_window: int | Sequence[int | None] | None = None,
-        softcap: float | None = None,
-        **kwargs: Any,
-    ) -> AttentionPatterns:
-        """A widget for long contexts: patterns computed exactly, on demand, from queries and keys.
-
-        Parameters
-        ----------
-        tokens
-            The ``N`` token strings.
-        q
-            Post-rotary queries ``[n_layers, n_heads, N, d_head]`` (numpy or torch).
-        k
-            Post-rotary keys ``[n_layers, n_kv_heads, N, d_head]``; ``n_heads`` a multiple of
-            ``n_kv_heads`` (grouped-query attention).
-        causal, scale, sliding_window, softcap
-            As in :class:`~circuitwidgets.circuits.tiles.QKPatterns`: scores ``softcap(q · k / scale)``
-            (``scale`` defaults to ``sqrt(d_head)``), masked causally and to the window.
-        **kwargs
-            Initial traits, for example ``selected_head=3``.
-
-        Notes
-        -----
-        The kernel holds ``q`` and ``k`` (float32) and each head's row log-sum-exp, never an
-        ``N × N`` array. The view shows an overview (block max) of every head, then asks for
-        finer tiles as it zooms, down to single weights. Exported pages carry the overview
-        and each row's top-``k`` sources within :data:`EXPORT_BUDGET_BYTES`; finer zoom there
-        needs a live kernel. Value-weighted patterns and logit effects are not computed here.
-
-        Raises
-        ------
-        ArgumentTypeError, ShapeError, NonFiniteError, ArgumentError, MemoryBudgetError
-            Naming the argument.
-        """
-        token_list = check_tokens(tokens)
-        engine = QKPatterns(q, k, causal=causal, scale=scale, sliding_window=sliding_window, softcap=softcap)
-        if engine.n_tokens != len(token_list):
-            raise ShapeError(f"q: expected {len(token_list)} positions (one per token), got {engine.n_tokens}")
-        return cls(_qk=(token_list, engine), **kwargs)
-
-    # ------------------------------------------------------------ streaming
-
-    @property
-    def streaming(self) -> bool:
-        """Whether heads are still being encoded (or, for long contexts, summarised) and sent."""
-        return self._stream is not None or (self._tiles is not None and not self._tiles.done)
-
-    @property
-    def qk(self) -> QKPatterns | None:
-        """The engine of a long-context widget (:meth:`from_qk`), or ``None``."""
-        return None if self._tiles is None else self._tiles.engine
-
-    def finish(self) -> None:
-        """Encode (or summarise) the heads still streaming now (blocking), so the traits hold everything."""
-        if self._stream is not None:
-            self._stream.finish()
-        if self._tiles is not None:
-            self._tiles.finish()
-
-    def _on_custom(self, widget: Any, content: Any, buffers: Any) -> None:
-        on_custom(self, self._stream, self._tiles, content)
-
-    def get_state(self, key: str | Sequence[str] | None = None, drop_defaults: bool = False) -> dict[str, Any]:
-        """The synced state; finishes a stream first when the data traits are asked for."""
-        if self.streaming and self._opened:
-            keys = {key} if isinstance(key, str) else (set(key) if key is not None else set(_DATA_TRAITS))
-            if keys & set(_DATA_TRAITS):
-                self.finish()
-        state: dict[str, Any] = super().get_state(key=key, drop_defaults=drop_defaults)
-        return state
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """The widget's mime bundle; while streaming without the ``text/html`` fallback.
-
-        Building the fallback reads the whole state, which would end the stream
-        in the kernel; a streamed state is larger than the fallback's limit
-        (:data:`circuitwidgets.export.FALLBACK_STATE_LIMIT`) in any case.
-        """
-        if not self.streaming:
-            return super()._repr_mimebundle_(**kwargs)
-        bundle: tuple[dict[str, Any], dict[str, Any]] | None = anywidget.AnyWidget._repr_mimebundle_(self, **kwargs)
-        return bundle
-
-    @traitlets.observe("selected_layer", "selected_head")
-    def _on_selected_head(self, change: traitlets.Bunch) -> None:
-        if self._stream is not None:
-            self._stream.prioritise(self.selected_layer, self.selected_head)
-        if getattr(self, "_tiles", None) is not None:
-            self._tiles.prioritise(self.selected_layer, self.selected_head)  # type: ignore[union-attr]
+    from_arrays = classmethod(_attention_arrays.from_arrays)
+    from_cache = classmethod(_attention_arrays.from_cache)
+    from_qk = classmethod(_attention_arrays.from_qk)
+    # (defined with the kernel's side of the data; bound here so the API reference lists them)
+    streaming = LiveData.streaming
+    qk = LiveData.qk
+    finish = LiveData.finish
 
     # ------------------------------------------------------------ validation
 
@@ -443,59 +319,66 @@ class AttentionPatterns(CircuitWidget):
     def _validate_diagonals(self, proposal: traitlets.Bunch) -> list[dict[str, Any]]:
         return check_diagonals(self, proposal["value"])
 
+    @traitlets.observe("selected_prompt")
+    def _on_selected_prompt(self, change: traitlets.Bunch) -> None:
+        self._follow_prompt()
+
+    def _follow_prompt(self) -> None:
+        """``tokens`` become the shown prompt's; position selections beyond its end are cleared."""
+        if not self.prompts:
+            return
+        tokens = self.prompts[self.selected_prompt]
+        with self.hold_sync():
+            if self.tokens != tokens:
+                self.tokens = tokens
+            if self.selected_dest >= len(tokens):
+                self.selected_dest = NONE
+            if self.selected_src >= len(tokens):
+                self.selected_src = NONE
+
     # ------------------------------------------------------------ data
 
-    def set_data(self, tokens: Sequence[str], attention: ArrayLike, *, causal: bool | None = None) -> None:
-        """Replace tokens and patterns (raw only); selections that no longer fit are reset."""
-        token_list = check_tokens(tokens)
-        heads = Heads(attention, len(token_list))
-        check_state_bytes(heads.n_layers, heads.n_heads, heads.n, value_weighted=False)
-        is_causal = validate(heads, causal, row_stochastic=True)
-        patterns = encode_all(heads, is_causal)
-        n_layers, n_heads, n = heads.n_layers, heads.n_heads, len(token_list)
-        self._stream = None
-        self._tiles = None
-        with self.hold_trait_notifications():
-            self.overview = None  # type: ignore[assignment]
-            self.top_sources = None  # type: ignore[assignment]
-            self.top_weights = None  # type: ignore[assignment]
-            self.tile_block = self.tile_size = 0
-            self.pattern_kind = "raw"
-            # (the traits allow None; NDArrayTrait's static type does not say so)
-            self.value_patterns = None  # type: ignore[assignment]
-            self.value_norms = None  # type: ignore[assignment]
-            self.logit_effect = None  # type: ignore[assignment]
-            self.tokens = token_list
-            self.causal = is_causal
-            self.patterns = patterns
-            self.diagonals = default_diagonals(token_list)
-            if self.selected_layer >= n_layers:
-                self.selected_layer = 0
-            if self.selected_head >= n_heads:
-                self.selected_head = 0
-            if self.selected_dest >= n:
-                self.selected_dest = NONE
-            if self.selected_src >= n:
-                self.selected_src = NONE
+    set_data = _attention_arrays.set_data
+
+    @property
+    def n_prompts(self) -> int:
+        """Number of prompts (1 for one text)."""
+        return len(getattr(self, "prompts", None) or []) or 1
+
+    @property
+    def prompt_lengths(self) -> list[int]:
+        """Tokens of each prompt (one entry for one text)."""
+        prompts = getattr(self, "prompts", None) or []
+        return [len(t) for t in prompts] if prompts else [len(self.tokens)]
 
     @property
     def n_layers(self) -> int:
         """Number of layers."""
-        return int(self.patterns.shape[0])
+        return int(self.patterns.shape[1 if getattr(self, "prompts", None) else 0])
 
     @property
     def n_heads(self) -> int:
         """Heads per layer."""
-        return int(self.patterns.shape[1])
+        return int(self.patterns.shape[2 if getattr(self, "prompts", None) else 1])
 
     @property
     def n_tokens(self) -> int:
-        """Number of tokens."""
+        """Number of tokens of the shown prompt."""
+        prompts = getattr(self, "prompts", None) or []
+        if prompts:
+            return len(prompts[min(max(0, int(self.selected_prompt)), len(prompts) - 1)])
         return len(self.tokens)
+
+    def _shown(self, array: NDArray[np.uint8]) -> NDArray[np.float32]:
+        """The shown prompt's weights of ``patterns`` or ``value_patterns``, ``[n_layers, n_heads, dest, src]``."""
+        n = self.n_tokens
+        if self.prompts:
+            array = prompt_slice(array, self.selected_prompt, n, "causal" if self.causal else "full")
+        return decode_patterns(array, n, self.causal)
 
     @property
     def attention(self) -> NDArray[np.float32]:
-        """The weights as the view sees them, ``[n_layers, n_heads, dest, src]`` in [0, 1].
+        """The weights as the view sees them, ``[n_layers, n_heads, dest, src]`` in [0, 1] (a batch: the shown prompt's).
 
         A long-context widget (:meth:`from_qk`) holds no dense weights: use ``qk.dense(layer, head)``.
         """
@@ -504,11 +387,11 @@ class AttentionPatterns(CircuitWidget):
                 "attention: a long-context widget holds no dense patterns; use .qk.weights(...) or .qk.dense(...)"
             )
         self.finish()
-        return decode_patterns(self.patterns, self.n_tokens, self.causal)
+        return self._shown(self.patterns)
 
     @property
     def value_attention(self) -> NDArray[np.float32] | None:
-        """The value-weighted patterns as the view sees them (rows normalised), or ``None``."""
+        """The value-weighted patterns as the view sees them (rows normalised; a batch: the shown prompt's), or ``None``."""
         self.finish()
         vp = self.value_patterns
-        return None if vp is None else decode_patterns(vp, self.n_tokens, self.causal)
+        return None if vp is None else self._shown(vp)
