@@ -4,7 +4,7 @@
 // the width its container gives. No DOM.
 
 import type { CellSource } from "./heatmap";
-import { headOffset, type Patterns, triangleSize } from "./patterns";
+import { headOffset, type Patterns, storedSide, triangleSize } from "./patterns";
 import { clampView, isFull, type Viewport } from "./viewport";
 
 /**
@@ -54,7 +54,7 @@ export function rowMaxima(p: Patterns, layer: number, head: number, r0: number, 
   for (let r = 0; r < rows; r++) {
     const dest = r0 + r;
     if (dest < 0 || dest >= n) continue;
-    const start = p.causal ? base + triangleSize(dest) : base + dest * n;
+    const start = p.causal ? base + triangleSize(dest) : base + dest * storedSide(p);
     const len = p.causal ? dest + 1 : n;
     let best = 0;
     for (let s = 0; s < len; s++) {

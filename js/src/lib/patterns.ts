@@ -8,6 +8,10 @@
 //   causal:     [n_layers, n_heads, n * (n + 1) / 2]
 //   not causal: [n_layers, n_heads, n, n]
 //   streaming:  [n_layers, n_heads, 0]  (heads arrive in custom messages)
+//   a batch:    [n_prompts, ...] padded on the right to the longest prompt's
+//               `width` tokens; prompt p of n_p tokens is read in place
+//               (`promptPatterns`): its causal rows are the first n_p(n_p+1)/2
+//               bytes of each head, its full rows the first n_p of each row.
 // `value_patterns` (value-weighted, rows normalised) has the same layout.
 
 import type { NDArray } from "./arrays";
@@ -20,6 +24,8 @@ export interface Patterns {
   causal: boolean;
   /** Quantised weights, layout described above. */
   data: Uint8Array;
+  /** Tokens each head is stored for (a padded batch: the longest prompt's); `nTokens` when absent. */
+  width?: number;
   /** Per head (`layer * nHeads + head`), 1 once its weights are in `data`; null when all are. */
   ready: Uint8Array | null;
 }
@@ -81,9 +87,34 @@ export function readyCount(p: Patterns): number {
   return k;
 }
 
+/**
+ * Prompt `prompt` (of `nTokens` tokens) of a batch `[n_prompts, n_layers, n_heads, ...]`
+ * padded to `width` tokens, read in place (no copy); throws when the shape does not fit.
+ */
+export function promptPatterns(array: NDArray, prompt: number, nTokens: number, width: number, causal: boolean): Patterns {
+  if (!(array.data instanceof Uint8Array)) throw new Error("circuitwidgets: attention patterns must be uint8");
+  const [nPrompts = 0, nLayers = 0, nHeads = 0, ...tail] = array.shape;
+  const per = headSize(width, causal);
+  const expected = causal ? [per] : [width, width];
+  const size = nLayers * nHeads * per;
+  if (
+    tail.join() !== expected.join() ||
+    array.data.length !== nPrompts * size ||
+    !(prompt >= 0 && prompt < nPrompts && nTokens >= 1 && nTokens <= width)
+  ) {
+    throw new Error(`circuitwidgets: batch patterns of shape [${array.shape.join(", ")}] have no prompt ${prompt} of ${nTokens} tokens padded to ${width}`);
+  }
+  return { nLayers, nHeads, nTokens, causal, data: array.data.subarray(prompt * size, (prompt + 1) * size), ready: null, width };
+}
+
+/** Tokens each head of `p` is stored for. */
+export function storedSide(p: Patterns): number {
+  return p.width ?? p.nTokens;
+}
+
 /** Copy one streamed head's bytes into `p` (throws when the length is wrong or the head is out of range). */
 export function fillHead(p: Patterns, layer: number, head: number, bytes: Uint8Array): void {
-  const per = headSize(p.nTokens, p.causal);
+  const per = headSize(storedSide(p), p.causal);
   if (!(layer >= 0 && layer < p.nLayers && head >= 0 && head < p.nHeads) || bytes.length !== per) {
     throw new Error(`circuitwidgets: streamed head [${layer}, ${head}] of ${bytes.length} bytes does not fit (${per} per head)`);
   }
@@ -96,21 +127,21 @@ export function fillHead(p: Patterns, layer: number, head: number, bytes: Uint8A
 
 /** Offset of the first weight of head `[layer, head]`. */
 export function headOffset(p: Patterns, layer: number, head: number): number {
-  return (layer * p.nHeads + head) * headSize(p.nTokens, p.causal);
+  return (layer * p.nHeads + head) * headSize(storedSide(p), p.causal);
 }
 
 /** Quantised weight 0–255 of dest → src, or -1 above the diagonal of a causal pattern. */
 export function weightAt(p: Patterns, layer: number, head: number, dest: number, src: number): number {
   const base = headOffset(p, layer, head);
   if (p.causal) return src > dest ? -1 : (p.data[base + triangleSize(dest) + src] as number);
-  return p.data[base + dest * p.nTokens + src] as number;
+  return p.data[base + dest * storedSide(p) + src] as number;
 }
 
 /** Weights (0–1) of destination `dest` over all sources; zero above the causal diagonal. */
 export function rowWeights(p: Patterns, layer: number, head: number, dest: number): Float32Array {
   const out = new Float32Array(p.nTokens);
   const base = headOffset(p, layer, head);
-  const start = p.causal ? base + triangleSize(dest) : base + dest * p.nTokens;
+  const start = p.causal ? base + triangleSize(dest) : base + dest * storedSide(p);
   const len = p.causal ? dest + 1 : p.nTokens;
   for (let s = 0; s < len; s++) out[s] = (p.data[start + s] as number) / 255;
   return out;
@@ -121,10 +152,11 @@ export function columnWeights(p: Patterns, layer: number, head: number, src: num
   const out = new Float32Array(p.nTokens);
   const base = headOffset(p, layer, head);
   const n = p.nTokens;
+  const w = storedSide(p);
   if (p.causal) {
     for (let d = src; d < n; d++) out[d] = (p.data[base + (d * (d + 1)) / 2 + src] as number) / 255;
   } else {
-    for (let d = 0; d < n; d++) out[d] = (p.data[base + d * n + src] as number) / 255;
+    for (let d = 0; d < n; d++) out[d] = (p.data[base + d * w + src] as number) / 255;
   }
   return out;
 }
@@ -132,11 +164,12 @@ export function columnWeights(p: Patterns, layer: number, head: number, src: num
 /** One head as heatmap cells (LUT index = quantised weight; -1 above the causal diagonal). */
 export function headCells(p: Patterns, layer: number, head: number): CellSource {
   const n = p.nTokens;
+  const w = storedSide(p);
   const base = headOffset(p, layer, head);
   const data = p.data;
   return p.causal
     ? { rows: n, cols: n, index: (r, c) => (c > r ? -1 : (data[base + (r * (r + 1)) / 2 + c] as number)) }
-    : { rows: n, cols: n, index: (r, c) => data[base + r * n + c] as number };
+    : { rows: n, cols: n, index: (r, c) => data[base + r * w + c] as number };
 }
 
 /**
@@ -163,7 +196,7 @@ export function regionCells(p: Patterns, layer: number, head: number, region: Re
   for (let r = 0; r < rows; r++) {
     const dest = r0 + r;
     const rowOut = Math.floor((r * m) / rows) * k;
-    const start = p.causal ? base + (dest * (dest + 1)) / 2 : base + dest * n;
+    const start = p.causal ? base + (dest * (dest + 1)) / 2 : base + dest * storedSide(p);
     const last = p.causal ? Math.min(cols, dest - c0 + 1) : cols; // columns with a value in this row
     for (let c = 0; c < last; c++) {
       const cell = rowOut + (colBlock[c] as number);

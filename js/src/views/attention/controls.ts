@@ -1,9 +1,11 @@
-// The attention view's controls: pattern kind, colour scale, what the tokens
-// show, how a hovered token is read, offset diagonals, reset zoom.
+// The attention view's controls (pattern kind, colour scale, what the tokens
+// show, how a hovered token is read, offset diagonals, reset zoom) and the
+// elements around them: thumbnails, main canvas, legend, token strip.
 
 import { COLOUR_SCALES, type ColourScale } from "../../lib/attentionui";
 import { el } from "../../lib/dom";
-import { segmented } from "../../lib/panel";
+import { noExport } from "../../lib/export";
+import { type Panel, segmented } from "../../lib/panel";
 
 export interface ControlHandlers {
   kind(value: string): void;
@@ -75,4 +77,35 @@ export function makeControls(doc: Document, on: ControlHandlers): Controls {
     zoomText,
     elements: [kindControl.element, scaleControl.element, tokenControl.element, hoverControl.element, diagLabel, resetButton, zoomText],
   };
+}
+
+export interface Elements {
+  thumbBox: HTMLDivElement;
+  main: HTMLDivElement;
+  caption: HTMLDivElement;
+  canvas: HTMLCanvasElement;
+  legend: HTMLDivElement;
+  hoverLine: HTMLDivElement;
+  tokensHead: HTMLDivElement;
+  tokenBox: HTMLDivElement;
+}
+
+/** The thumbnails and the main column in the panel's body; the token strip after it, before the status line. */
+export function makeElements(doc: Document, panel: Panel): Elements {
+  const thumbBox = el(doc, "div", "cw-thumbs");
+  const main = el(doc, "div", "cw-main");
+  const caption = el(doc, "div", "cw-caption");
+  const canvas = el(doc, "canvas");
+  canvas.tabIndex = 0;
+  canvas.setAttribute("role", "img");
+  const legend = el(doc, "div", "cw-legend");
+  const hoverLine = noExport(el(doc, "div", "cw-hover"));
+  main.append(caption, canvas, legend, hoverLine);
+  panel.body.append(thumbBox, main);
+  const tokensHead = noExport(el(doc, "div", "cw-tokens-head"));
+  const tokenBox = el(doc, "div", "cw-tokens");
+  // the status line (selection in words) stays last
+  panel.root.insertBefore(tokensHead, panel.status);
+  panel.root.insertBefore(tokenBox, panel.status);
+  return { thumbBox, main, caption, canvas, legend, hoverLine, tokensHead, tokenBox };
 }

@@ -1,11 +1,13 @@
 // The attention view's traits and the data read from them: dense patterns
-// (./source.ts) or a long context's overview and tiles (./long.ts).
+// (./source.ts), one prompt of a batch (read in place from the padded
+// arrays, lib/patterns.ts), or a long context's overview and tiles (./long.ts).
 
 import type { AnyModel } from "@anywidget/types";
 import { decodeArray, decodeOptional, type WireArray } from "../../lib/arrays";
-import { type Patterns, toPatterns } from "../../lib/patterns";
+import { type Patterns, promptPatterns, toPatterns } from "../../lib/patterns";
+import { indexOr } from "../../lib/selection";
 import { LongSource } from "./long";
-import { denseSource, type PatternSource, perPosition } from "./source";
+import { denseSource, type PatternSource, perPosition, promptPositions } from "./source";
 
 export interface Diagonal {
   offset: number;
@@ -14,6 +16,9 @@ export interface Diagonal {
 
 export interface AttentionTraits {
   [key: string]: unknown;
+  prompts?: string[][];
+  selected_prompt?: number;
+  windows?: { size?: number; stride?: number; starts?: number[] };
   tokens: string[];
   patterns: WireArray;
   causal: boolean;
@@ -45,6 +50,17 @@ export interface Data {
   long: LongSource | null;
   norms: Float32Array | null;
   effect: Float32Array | null;
+  /** A batch of prompts (null for one text): the shown one is `index`. */
+  batch: Batch | null;
+}
+
+export interface Batch {
+  index: number;
+  prompts: string[][];
+  /** Tokens the arrays are padded to (the longest prompt's). */
+  width: number;
+  /** Prompt `prompt`'s pattern of a kind, read in place (null when there is none of that kind). */
+  source(prompt: number, kind: "raw" | "value"): PatternSource | null;
 }
 
 /** Read the traits into the view's data (throws on data that does not fit). */
@@ -64,8 +80,10 @@ export function loadData(model: Model, offline: boolean, previous: Data | null =
       offline,
       previous?.long ?? null,
     );
-    return { tokens, raw: long, value: null, dense: null, long, norms: null, effect: null };
+    return { tokens, raw: long, value: null, dense: null, long, norms: null, effect: null, batch: null };
   }
+  const prompts = model.get("prompts") ?? [];
+  if (prompts.length > 0) return loadBatch(model, prompts, causal);
   const raw = toPatterns(decodeArray(model.get("patterns")), tokens.length, causal);
   const valueWire = decodeOptional(model.get("value_patterns"));
   let value = valueWire === null ? null : toPatterns(valueWire, tokens.length, causal);
@@ -79,6 +97,56 @@ export function loadData(model: Model, offline: boolean, previous: Data | null =
     long: null,
     norms: per("value_norms"),
     effect: per("logit_effect"),
+    batch: null,
   };
 }
 
+/** The shown prompt of a batch (traits laid out as in `circuitwidgets.widgets._attention_batch`). */
+function loadBatch(model: Model, prompts: string[][], causal: boolean): Data {
+  const index = indexOr(model.get("selected_prompt"), prompts.length, 0);
+  const width = Math.max(...prompts.map((t) => t.length));
+  const wires = { raw: decodeArray(model.get("patterns")), value: decodeOptional(model.get("value_patterns")) };
+  const cache = new Map<string, { patterns: Patterns; source: PatternSource }>();
+  const read = (prompt: number, kind: "raw" | "value") => {
+    const wire = wires[kind];
+    const tokens = prompts[prompt];
+    if (wire === null || tokens === undefined) return null;
+    const key = `${kind}|${prompt}`;
+    let hit = cache.get(key);
+    if (hit === undefined) {
+      const patterns = promptPatterns(wire, prompt, tokens.length, width, causal);
+      hit = { patterns, source: denseSource(patterns) };
+      cache.set(key, hit);
+    }
+    return hit;
+  };
+  const raw = read(index, "raw");
+  if (raw === null) throw new Error("circuitwidgets: a batch without patterns");
+  let value = read(index, "value");
+  if (value !== null && (value.patterns.nLayers !== raw.patterns.nLayers || value.patterns.nHeads !== raw.patterns.nHeads)) value = null;
+  const { nLayers, nHeads, nTokens } = raw.patterns;
+  const per = (name: "value_norms" | "logit_effect") => promptPositions(model.get(name), index, nLayers, nHeads, nTokens, width);
+  return {
+    tokens: prompts[index] ?? [],
+    raw: raw.source,
+    value: value?.source ?? null,
+    dense: { raw: raw.patterns, value: value?.patterns ?? null },
+    long: null,
+    norms: per("value_norms"),
+    effect: per("logit_effect"),
+    batch: { index, prompts, width, source: (prompt, kind) => read(prompt, kind)?.source ?? null },
+  };
+}
+
+
+/** The title's subtitle: tokens and heads, and how they were computed (a prompt of a batch, windows, on demand). */
+export function subtitleWords(d: Data, windows: AttentionTraits["windows"]): string {
+  const parts = [`${d.tokens.length} tokens`, `${d.raw.nLayers} × ${d.raw.nHeads} heads`];
+  if (d.batch !== null) parts.unshift(`prompt ${d.batch.index + 1} of ${d.batch.prompts.length}`);
+  if (d.long !== null) parts.push("computed on demand");
+  const starts = windows?.starts;
+  if (Array.isArray(starts) && starts.length > 1) {
+    parts.push(`${starts.length} windows of ${windows?.size} tokens, stride ${windows?.stride}; each row from the window that gives it the most left context`);
+  }
+  return parts.join(" · ");
+}

@@ -7,16 +7,17 @@
 // lib/patterns.ts; while the kernel streams, `[L, H, 0]` placeholders whose
 // heads arrive as custom messages), value_norms, logit_effect, diagonals; for
 // long contexts (tile_block > 0) an overview per head and tiles on request
-// (./long.ts, lib/tiles.ts). View ↔ kernel: selected_layer / selected_head,
-// selected_dest, selected_src, pattern_kind, show_diagonals. Hover is
-// front-end only. The pieces: ./layout.ts (geometry), ./source.ts and
-// ./long.ts (data), ./thumbs.ts, ./canvas.ts (main canvas), ./tokens.ts
-// (token strip), ./words.ts (legend, status), ./interaction.ts (events).
+// (./long.ts, lib/tiles.ts); for a batch, `prompts` and arrays padded per
+// prompt (./data.ts). View ↔ kernel: selected_layer / selected_head,
+// selected_prompt, selected_dest, selected_src, pattern_kind, show_diagonals.
+// Hover is front-end only. The pieces: ./layout.ts (geometry), ./source.ts,
+// ./data.ts and ./long.ts (data), ./thumbs.ts, ./prompts.ts (prompt picker),
+// ./canvas.ts (main canvas), ./tokens.ts (token strip), ./words.ts (legend,
+// status), ./interaction.ts (events), ./visible.ts (painting what is on screen).
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
-import { type ColourScale, followSelection, scaleWeights, WHEEL_HINT } from "../../lib/attentionui";
-import { el, listen } from "../../lib/dom";
-import { noExport } from "../../lib/export";
+import { type ColourScale, followSelection, scaleWeights } from "../../lib/attentionui";
+import { listen } from "../../lib/dom";
 import { cellImage, sizeCanvas } from "../../lib/heatmap";
 import { absMax } from "../../lib/patterns";
 import { makePanel, setTitle } from "../../lib/panel";
@@ -25,14 +26,15 @@ import { ATTENTION } from "../../lib/shading";
 import { headName } from "../../lib/svg";
 import { clampView, fullView, isFull, type Viewport } from "../../lib/viewport";
 import { drawScene } from "./canvas";
-import { makeControls } from "./controls";
+import { makeControls, makeElements } from "./controls";
 import { bindEvents } from "./interaction";
-import { type AttentionTraits, type Data, loadData } from "./data";
+import { type AttentionTraits, type Data, loadData, subtitleWords } from "./data";
 import { EMPTY_RGBA, HOVER, type Hover, type Layout, mainLayout, SELECT, type Sel } from "./layout";
+import { PromptPicker } from "./prompts";
 import { fillStreamedHeads, type PatternSource } from "./source";
 import { Thumbs } from "./thumbs";
 import { TokenStrip } from "./tokens";
-import { type Kind, legendItems, statusText, type Subject, hoverText as wordsHover } from "./words";
+import { type Kind, legendItems, statusText, type Subject, tokenHint, hoverText as wordsHover, zoomWords } from "./words";
 import "../../styles/attention.css";
 
 export type { AttentionTraits, Diagonal } from "./data";
@@ -70,21 +72,19 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   const { kindControl, tokenControl, hoverControl, scaleControl, diagBox, resetButton, zoomText } = controls;
   panel.controls.append(...controls.elements);
 
-  const thumbBox = el(doc, "div", "cw-thumbs");
-  const main = el(doc, "div", "cw-main");
-  const caption = el(doc, "div", "cw-caption");
-  const canvas = el(doc, "canvas");
-  canvas.tabIndex = 0;
-  canvas.setAttribute("role", "img");
-  const legend = el(doc, "div", "cw-legend");
-  const hoverLine = noExport(el(doc, "div", "cw-hover"));
-  main.append(caption, canvas, legend, hoverLine);
-  panel.body.append(thumbBox, main);
-  const tokensHead = noExport(el(doc, "div", "cw-tokens-head"));
-  const tokenBox = el(doc, "div", "cw-tokens");
-  // the status line (selection in words) stays last
-  root.insertBefore(tokensHead, panel.status);
-  root.insertBefore(tokenBox, panel.status);
+  const picker = new PromptPicker(doc, {
+    choose(p) {
+      // positions past the chosen prompt's end are cleared in the same update (the kernel checks them against it)
+      const n = (model.get("prompts") ?? [])[p]?.length ?? 0;
+      const clear = (v: unknown) => (typeof v === "number" && v < n ? v : NONE);
+      setTraits(model, { selected_prompt: p, selected_dest: clear(model.get("selected_dest")), selected_src: clear(model.get("selected_src")) });
+    },
+    source: (p) => (kind() === "value" ? data?.batch?.source(p, "value") : data?.batch?.source(p, "raw")) ?? null,
+    head: () => sel() ?? { layer: 0, head: 0 },
+    scale: () => colourScale,
+  });
+  panel.root.insertBefore(picker.element, panel.body);
+  const { thumbBox, main, caption, canvas, legend, hoverLine, tokensHead, tokenBox } = makeElements(doc, panel);
 
   // ---- state
   let data: Data | null = null;
@@ -98,6 +98,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   let version = 0;
   let painted = false;
   let requested = false;
+  let shownTokens: string[] | null = null;
   const strip = new TokenStrip(doc, tokenBox);
   const thumbs = new Thumbs(doc, thumbBox, () => shown(), () => colourScale);
 
@@ -152,11 +153,16 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     panel.status.classList.remove("cw-error");
     version++;
     const n = data.tokens.length;
+    if (data.tokens !== shownTokens) {
+      shownTokens = data.tokens;
+      strip.load(data.tokens);
+    }
     if (view.size !== n) view = fullView(n);
     // long texts: weights are small; each row scaled by its max shows where every row attends most
     if (data.long !== null && !wasLong) colourScale = "row";
-    setTitle(panel, "Attention patterns", `${n} tokens · ${data.raw.nLayers} × ${data.raw.nHeads} heads${data.long ? " · computed on demand" : ""}`);
+    setTitle(panel, "Attention patterns", subtitleWords(data, model.get("windows")));
     thumbs.build(data.raw, selectedIndex());
+    picker.load(data.batch?.prompts ?? [], data.batch?.index ?? 0);
     const streaming = data.raw.readyCount() < data.raw.nLayers * data.raw.nHeads;
     if (streaming && !requested && !offline) {
       requested = true;
@@ -237,17 +243,6 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     if (node.textContent !== text) node.textContent = text;
   }
 
-  function zoomWords(p: PatternSource, d: Data): string {
-    const n = p.nTokens;
-    if (isFull(view, n)) return n > 16 ? WHEEL_HINT : "";
-    const where = `rows ${view.r0}–${view.r0 + view.size - 1}, columns ${view.c0}–${view.c0 + view.size - 1} of ${n}`;
-    const dpr = globalThis.devicePixelRatio || 1;
-    if (d.long?.finerThanExport(view, layout().size * dpr)) {
-      return `${where} · exported page: each row's top ${d.long.topK} sources at full resolution; finer zoom needs a live kernel`;
-    }
-    return where;
-  }
-
   let chromeKey = "";
   /** Controls, caption, legend: only when something they show changed, not on every hover. */
   function drawChrome(s: Sel, p: PatternSource, d: Data): void {
@@ -255,6 +250,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     if (key === chromeKey) return;
     chromeKey = key;
     thumbs.select(s.layer * p.nHeads + s.head);
+    if (d.batch !== null) picker.redraw();
     kindControl.update(kind());
     tokenControl.update(tokenMode);
     hoverControl.update(hoverMode);
@@ -265,18 +261,11 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     if (logitButton) logitButton.disabled = d.effect === null;
     diagBox.checked = Boolean(model.get("show_diagonals"));
     resetButton.disabled = isFull(view, p.nTokens);
-    setText(zoomText, zoomWords(p, d));
+    setText(zoomText, zoomWords(view, p.nTokens, d.long, layout().size * (globalThis.devicePixelRatio || 1)));
     setText(caption, `${headName(s.layer, s.head)}: rows are destinations (queries), columns sources (keys)`);
     canvas.setAttribute("aria-label", `Attention pattern of layer ${s.layer}, head ${s.head}`);
     legend.replaceChildren(...legendItems(doc, s, subject(d, p), model.get("show_diagonals") ? (model.get("diagonals") ?? []) : null));
-    setText(
-      tokensHead,
-      tokenMode === "logit" && d.effect !== null
-        ? "Tokens shaded by this head's direct effect on the logit of the next token (blue lowers, red raises)."
-        : hoverMode === "dest"
-          ? "Hover a token to shade where it attends; click to select it as destination."
-          : "Hover a token to shade which tokens attend to it; click to select it as source.",
-    );
+    setText(tokensHead, tokenHint(tokenMode === "logit" && d.effect !== null ? "logit" : hoverMode));
   }
 
   function draw(): void {
@@ -290,7 +279,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     shadeTokens(s, p, d);
     strip.mark(s, hover);
     setText(hoverLine, wordsHover(s, hover, subject(d, p)));
-    setText(panel.status, statusText(s, subject(d, p)));
+    setText(panel.status, (d.batch ? `Prompt ${d.batch.index + 1} of ${d.batch.prompts.length} · ` : "") + statusText(s, subject(d, p)));
     root.dataset.cwDrawMs = (performance.now() - started).toFixed(2);
     if (!painted && p.ready(s.layer, s.head)) {
       painted = true;
@@ -337,15 +326,14 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       scrollToToken: (i) => strip.scrollTo(i),
       redraw: frame.schedule,
     }),
-    onTraits(model, ["tokens"], () => {
-      strip.load(model.get("tokens") ?? []);
-      loadArrays();
-      frame.schedule();
-    }),
-    onTraits(model, ["patterns", "value_patterns", "causal", "value_norms", "logit_effect", "overview", "top_sources", "tile_block"], () => {
-      loadArrays();
-      frame.schedule();
-    }),
+    onTraits(
+      model,
+      ["tokens", "prompts", "selected_prompt", "patterns", "value_patterns", "causal", "value_norms", "logit_effect", "overview", "top_sources", "tile_block"],
+      () => {
+        loadArrays();
+        frame.schedule();
+      },
+    ),
     onTraits(model, ["pattern_kind"], () => {
       version++;
       thumbs.queueAll(selectedIndex());
@@ -386,13 +374,13 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   model.on("msg:custom", customHandler);
   cleanups.push(() => model.off("msg:custom", customHandler));
 
-  strip.load(model.get("tokens") ?? []);
   loadArrays();
   draw();
 
   return () => {
     frame.cancel();
     thumbs.cancel();
+    picker.cleanup();
     for (const cleanup of cleanups) cleanup();
     tokensHead.remove();
     tokenBox.remove();

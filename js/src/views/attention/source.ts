@@ -70,6 +70,27 @@ export function denseSource(p: Patterns): PatternSource {
   };
 }
 
+/** Prompt `prompt`'s part `[L, H, n]` of a batch's per-position array `[P, L, H, width]` (a copy; null when absent or mis-shaped). */
+export function promptPositions(
+  wire: WireArray | null | undefined,
+  prompt: number,
+  nLayers: number,
+  nHeads: number,
+  nTokens: number,
+  width: number,
+): Float32Array | null {
+  const a = decodeOptional(wire);
+  if (a === null || !(a.data instanceof Float32Array) || a.shape.length !== 4 || a.shape[3] !== width) return null;
+  const rows = nLayers * nHeads;
+  if (a.data.length !== (a.shape[0] ?? 0) * rows * width || prompt < 0 || prompt >= (a.shape[0] ?? 0) || nTokens > width) return null;
+  const out = new Float32Array(rows * nTokens);
+  for (let r = 0; r < rows; r++) {
+    const from = (prompt * rows + r) * width;
+    out.set(a.data.subarray(from, from + nTokens), r * nTokens);
+  }
+  return out;
+}
+
 /** Read the per-position array `[L, H, n]` (or null when absent or mis-shaped). */
 export function perPosition(wire: WireArray | null | undefined, nLayers: number, nHeads: number, nTokens: number): Float32Array | null {
   const a = decodeOptional(wire);

@@ -1,28 +1,31 @@
-// The layers × heads grid of thumbnails: one button (with a canvas) per head,
-// drawn a few per animation frame (the selected head first) so that many
-// heads never block the page.
+// The layers × heads grid of thumbnails: one button (with a canvas) per head.
+// Only the thumbnails on screen are drawn (./visible.ts), a few per animation
+// frame, the selected head first: a 32 × 32-head model paints the few dozen
+// in view, and the rest as they are scrolled to. The grid scrolls within a
+// bounded height; its head and layer labels stay in view (sticky).
 
 import type { ColourScale } from "../../lib/attentionui";
 import { el } from "../../lib/dom";
 import { blit, cellImage, sizeCanvas } from "../../lib/heatmap";
-import { perFrame } from "../../lib/selection";
 import { ATTENTION } from "../../lib/shading";
 import { fullView } from "../../lib/viewport";
 import { EMPTY_RGBA } from "./layout";
 import type { PatternSource } from "./source";
-
-const THUMB_BUDGET_MS = 8;
+import { LazyPainter } from "./visible";
 
 export class Thumbs {
   private buttons: HTMLButtonElement[] = [];
   private canvases: HTMLCanvasElement[] = [];
-  private queue: number[] = [];
   private px = 40;
-  private readonly frame = perFrame(() => {
-    const start = performance.now();
-    while (this.queue.length > 0 && performance.now() - start < THUMB_BUDGET_MS) this.draw(this.queue.shift() as number);
-    if (this.queue.length > 0) this.frame.schedule();
-  });
+  private shape = "";
+  private readonly painter = new LazyPainter(
+    (i) => this.draw(i),
+    (stats) => {
+      // counters for the browser tests (thumbnails painted, time spent painting)
+      this.box.dataset.cwThumbsPainted = String(stats.painted);
+      this.box.dataset.cwThumbsMs = stats.ms.toFixed(1);
+    },
+  );
 
   /**
    * @param box the grid's element
@@ -39,17 +42,24 @@ export class Thumbs {
     box.setAttribute("aria-label", "Heads");
   }
 
-  /** Rebuild the grid for `p`'s heads and queue every thumbnail (`first` first). */
+  /** The grid for `p`'s heads (rebuilt only when the number of layers or heads changes); every thumbnail queued, `first` first. */
   build(p: PatternSource, first: number): void {
+    const shape = `${p.nLayers}x${p.nHeads}`;
+    if (shape === this.shape) {
+      for (const [i, button] of this.buttons.entries()) button.classList.toggle("cw-pending", !p.ready(Math.floor(i / p.nHeads), i % p.nHeads));
+      this.queueAll(first);
+      return;
+    }
+    this.shape = shape;
     const doc = this.doc;
     this.px = Math.max(22, Math.min(48, Math.floor(380 / Math.max(1, p.nHeads))));
     this.box.style.gridTemplateColumns = `auto repeat(${p.nHeads}, auto)`;
-    const cells: HTMLElement[] = [el(doc, "span")];
-    for (let head = 0; head < p.nHeads; head++) cells.push(el(doc, "span", "cw-axis", `H${head}`));
+    const cells: HTMLElement[] = [el(doc, "span", "cw-axis cw-corner")];
+    for (let head = 0; head < p.nHeads; head++) cells.push(el(doc, "span", "cw-axis cw-col-axis", `H${head}`));
     this.buttons = [];
     this.canvases = [];
     for (let layer = 0; layer < p.nLayers; layer++) {
-      cells.push(el(doc, "span", "cw-axis", `L${layer}`));
+      cells.push(el(doc, "span", "cw-axis cw-row-axis", `L${layer}`));
       for (let head = 0; head < p.nHeads; head++) {
         const button = el(doc, "button", "cw-thumb");
         button.type = "button";
@@ -58,7 +68,10 @@ export class Thumbs {
         button.setAttribute("aria-label", `Layer ${layer}, head ${head}`);
         button.classList.toggle("cw-pending", !p.ready(layer, head));
         const c = el(doc, "canvas");
-        sizeCanvas(c, this.px, this.px);
+        // laid out at its size, with no pixels until it is drawn
+        c.width = 0;
+        c.height = 0;
+        c.style.width = c.style.height = `${this.px}px`;
         button.append(c);
         this.buttons.push(button);
         this.canvases.push(c);
@@ -66,23 +79,20 @@ export class Thumbs {
       }
     }
     this.box.replaceChildren(...cells);
-    this.queueAll(first);
+    this.box.dataset.cwThumbs = String(this.buttons.length);
+    this.painter.observe(this.buttons, first);
   }
 
-  /** Redraw every thumbnail, `first` first. */
+  /** Redraw every thumbnail: those on screen now (`first` first), the others when scrolled to. */
   queueAll(first: number): void {
-    this.queue = [first];
-    for (let i = 0; i < this.buttons.length; i++) if (i !== first) this.queue.push(i);
-    this.frame.schedule();
+    this.painter.invalidate(first);
   }
 
-  /** Redraw thumbnail `i` (`layer * nHeads + head`), soon when `front`. */
+  /** Redraw thumbnail `i` (`layer * nHeads + head`), soon when `front` (now marked ready or pending, drawn or not). */
   queueOne(i: number, front = false): void {
-    if (!this.queue.includes(i)) {
-      if (front) this.queue.unshift(i);
-      else this.queue.push(i);
-    }
-    this.frame.schedule();
+    const p = this.source();
+    if (p !== null) this.buttons[i]?.classList.toggle("cw-pending", !p.ready(Math.floor(i / p.nHeads), i % p.nHeads));
+    this.painter.invalidateOne(i, front);
   }
 
   /** Mark the selected head's button. */
@@ -121,6 +131,6 @@ export class Thumbs {
 
   /** Stop drawing. */
   cancel(): void {
-    this.frame.cancel();
+    this.painter.cancel();
   }
 }

@@ -1,7 +1,7 @@
 // The attention view in words: the legend, the status line (the selection
-// described) and the hover line.
+// described), the hover line, the zoom line and the token strip's hint.
 
-import type { ColourScale } from "../../lib/attentionui";
+import { type ColourScale, WHEEL_HINT } from "../../lib/attentionui";
 import { DIVERGING, type Lut } from "../../lib/colour";
 import { el } from "../../lib/dom";
 import { absMax } from "../../lib/patterns";
@@ -9,6 +9,7 @@ import { NONE } from "../../lib/selection";
 import { ATTENTION, lutGradient } from "../../lib/shading";
 import { fmt } from "../../lib/svg";
 import { tokenLabel } from "../../lib/tokens";
+import { isFull, type Viewport } from "../../lib/viewport";
 import { DIAGONAL_COLOURS, type Hover, type Sel } from "./layout";
 import type { LongSource } from "./long";
 import type { PatternSource, Weight } from "./source";
@@ -153,4 +154,22 @@ export function hoverText(s: Sel, hover: Hover, d: Subject): string {
     return text;
   }
   return `source ${say(src)}: shading shows how much each destination attends to it`;
+}
+
+/** What the zoom line says: the wheel hint, the rows and columns in view, and what an exported page can show there. */
+export function zoomWords(view: Viewport, n: number, long: LongSource | null, sidePx: number): string {
+  if (isFull(view, n)) return n > 16 ? WHEEL_HINT : "";
+  const where = `rows ${view.r0}–${view.r0 + view.size - 1}, columns ${view.c0}–${view.c0 + view.size - 1} of ${n}`;
+  if (long?.finerThanExport(view, sidePx)) {
+    return `${where} · exported page: each row's top ${long.topK} sources at full resolution; finer zoom needs a live kernel`;
+  }
+  return where;
+}
+
+/** The token strip's hint for what it shows (a head's logit effects) or how hovering reads. */
+export function tokenHint(mode: "logit" | "dest" | "src"): string {
+  if (mode === "logit") return "Tokens shaded by this head's direct effect on the logit of the next token (blue lowers, red raises).";
+  return mode === "dest"
+    ? "Hover a token to shade where it attends; click to select it as destination."
+    : "Hover a token to shade which tokens attend to it; click to select it as source.";
 }
