@@ -18,9 +18,9 @@ from circuitwidgets.circuits._cache import cached_matmul
 from circuitwidgets.circuits._checks import check_budget
 from circuitwidgets.circuits._precision import compute_dtype, lift
 from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET
-from circuitwidgets.errors import ShapeError
+from circuitwidgets.errors import ArgumentError, ShapeError
 
-_Block = tuple[slice, torch.Tensor, torch.Tensor | None, torch.Tensor]
+_Block = tuple[tuple[slice, ...], torch.Tensor, torch.Tensor | None, torch.Tensor]
 
 
 def _psd_sqrt(gram: torch.Tensor) -> torch.Tensor:
@@ -110,18 +110,37 @@ class StackFactors:
 
     # ------------------------------------------------------------- batching
     def _blocks(self, per_item_bytes: int, memory_budget: int) -> Iterator[_Block]:
-        """``(slice, A, C, B)`` along the first batch dimension, lifted to the compute dtype."""
+        """``(index, A, C, B)`` blocks of matrices, lifted to the compute dtype; ``out[index]`` is the block's place.
+
+        Blocks run along the first batch dimension (layers), ``per_item_bytes``
+        each, as many as fit ``memory_budget``; when one layer alone does not fit,
+        along the second (key/value groups) within it.
+        """
         if not self._inner:
-            yield slice(None), lift(self._A), None if self._C is None else lift(self._C), lift(self._B)
+            yield (), lift(self._A), None if self._C is None else lift(self._C), lift(self._B)
             return
         first = self._inner[0]
-        step = max(1, min(first, memory_budget // max(1, per_item_bytes)))
-        for start in range(0, first, step):
-            part = slice(start, min(start + step, first))
+        if per_item_bytes <= memory_budget or len(self._inner) < 2:
+            step = max(1, min(first, memory_budget // max(1, per_item_bytes)))
+            for start in range(0, first, step):
+                yield self._block((slice(start, min(start + step, first)),))
+            return
+        second = self._inner[1]
+        step = max(1, min(second, memory_budget * second // per_item_bytes))
+        for layer in range(first):
+            for start in range(0, second, step):
+                yield self._block((slice(layer, layer + 1), slice(start, min(start + step, second))))
 
-            A, B = (lift(f if f.shape[0] == 1 else f[part]) for f in (self._A, self._B))
-            C = None if self._C is None else lift(self._C if self._C.shape[0] == 1 else self._C[part])
-            yield part, A, C, B
+    def _block(self, index: tuple[slice, ...]) -> _Block:
+        def take(f: torch.Tensor) -> torch.Tensor:
+            return lift(f[tuple(part if size > 1 else slice(None) for part, size in zip(index, f.shape, strict=False))])
+
+        return index, take(self._A), None if self._C is None else take(self._C), take(self._B)
+
+    def _block_items(self, index: tuple[slice, ...]) -> int:
+        """Matrices in the block at ``index``."""
+        sizes = [len(range(*part.indices(size))) for part, size in zip(index, self._inner, strict=False)]
+        return numel(tuple(sizes)) * numel(self._inner[len(index) :])
 
     def _item_bytes(self, *extra: int) -> int:
         """Compute-dtype bytes per index of the first batch dimension of the factors and ``extra`` entries per matrix."""
@@ -171,8 +190,8 @@ class StackFactors:
         r1 = int(self._A.shape[-1])
         out = torch.empty(*self._inner, r1, r1, dtype=compute_dtype(self.dtype), device=self.device)
         m0 = int(self._A.shape[-2])
-        for part, A, C, B in self._blocks(self._item_bytes(2 * m0 * r1), budget):
-            out[part] = self._small(A, C, B)
+        for index, A, C, B in self._blocks(self._item_bytes(2 * m0 * r1), budget):
+            out[index] = self._small(A, C, B)
         return self._public(torch.linalg.eigvals(out.double()))
 
     def trace(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
@@ -180,8 +199,8 @@ class StackFactors:
         self._require_square("trace")
         budget = check_budget("memory_budget", memory_budget, self.device)
         out = torch.empty(self._inner, dtype=torch.float64, device=self.device)
-        for part, A, C, B in self._blocks(self._item_bytes(int(self._A.shape[-2] * self._A.shape[-1])), budget):
-            out[part] = self._small(A, C, B).double().diagonal(dim1=-2, dim2=-1).sum(-1)
+        for index, A, C, B in self._blocks(self._item_bytes(int(self._A.shape[-2] * self._A.shape[-1])), budget):
+            out[index] = self._small(A, C, B).double().diagonal(dim1=-2, dim2=-1).sum(-1)
         return self._public(out)
 
     def _grams(self, A: torch.Tensor, C: torch.Tensor | None, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,9 +219,9 @@ class StackFactors:
         """
         budget = check_budget("memory_budget", memory_budget, self.device)
         out = torch.empty(self._inner, dtype=torch.float64, device=self.device)
-        for part, A, C, B in self._blocks(self._item_bytes(), budget):
+        for index, A, C, B in self._blocks(self._item_bytes(), budget):
             gram_a, gram_b = self._grams(A, C, B)
-            out[part] = (gram_a.double() * gram_b.double()).sum((-1, -2)).clamp_min(0).sqrt()
+            out[index] = (gram_a.double() * gram_b.double()).sum((-1, -2)).clamp_min(0).sqrt()
         return self._public(out)
 
     def norm(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
@@ -219,33 +238,22 @@ class StackFactors:
         budget = check_budget("memory_budget", memory_budget, self.device)
         r1 = int(self._A.shape[-1])
         out = torch.empty(*self._inner, r1, dtype=torch.float64, device=self.device)
-        for part, A, C, B in self._blocks(self._item_bytes(), budget):
+        for index, A, C, B in self._blocks(self._item_bytes(), budget):
             gram_a, gram_b = self._grams(A, C, B)
-            out[part] = torch.linalg.svdvals(_psd_sqrt(gram_a.double()) @ _psd_sqrt(gram_b.double()))
+            out[index] = torch.linalg.svdvals(_psd_sqrt(gram_a.double()) @ _psd_sqrt(gram_b.double()))
         return self._public(out)
 
     def diagonal(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
         """``diag(M)`` of every matrix, ``[*batch_shape, min(m, n)]`` in the compute dtype.
 
-        Row blocks of ``left A C`` against column blocks of ``B right``, row-wise dot
-        products; cost ``O(N min(m, n) d r)``, memory ``memory_budget`` bytes of blocks.
+        Row blocks of ``left A C`` against columns of ``B right``, row-wise dot
+        products; cost ``O(N min(m, n) d r)``, memory about ``memory_budget`` bytes.
         """
         budget = check_budget("memory_budget", memory_budget, self.device)
-        size = min(self.matrix_shape)
-        r2 = int(self._B.shape[-2])
-        dtype = compute_dtype(self.dtype)
-        out = torch.empty(*self._inner, size, dtype=dtype, device=self.device)
-        rest = numel(self._inner[1:]) if self._inner else 1
-        step = max(1, min(size, budget // max(1, 3 * rest * r2 * torch.empty((), dtype=dtype).element_size())))
-        for part, A, C, B in self._blocks(self._item_bytes(), budget):
-            for start in range(0, size, step):
-                rows = slice(start, min(start + step, size))
-                left = A[..., rows, :] if self._left is None else lift(self._left[rows]) @ A
-                if C is not None:
-                    left = left @ C
-                right = B[..., :, rows] if self._right is None else B @ lift(self._right[:, rows])
-                out[part, ..., rows] = (left * right.mT).sum(-1)
-        return self._public(out)
+        tokens = torch.arange(min(self.matrix_shape), device=self.device)
+        diagonal, _ = self._row_reductions(tokens, None, None, budget)
+        assert diagonal is not None
+        return diagonal
 
     def rank_in_rows(self, cols: torch.Tensor, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
         """For each matrix and row ``i``, how many entries of row ``i`` are strictly greater than ``M[i, cols[i]]``.
@@ -260,32 +268,75 @@ class StackFactors:
             raise ShapeError(
                 f"cols: expected [{m}] integer column indices, got {getattr(cols, 'shape', type(cols).__name__)}"
             )
+        if m and (int(cols.min()) < 0 or int(cols.max()) >= n):
+            raise ArgumentError(f"cols: expected indices in [0, {n}), got range [{int(cols.min())}, {int(cols.max())}]")
         budget = check_budget("memory_budget", memory_budget, self.device)
-        cols = cols.to(self.device).long()
-        counts = torch.zeros(*self._inner, m, dtype=torch.long, device=self.device)
-        rest = numel(self._inner[1:]) if self._inner else 1
-        size = torch.empty((), dtype=compute_dtype(self.dtype)).element_size()
+        rows = torch.arange(m, device=self.device)
+        _, ranks = self._row_reductions(None, rows, cols.to(self.device).long(), budget)
+        assert ranks is not None
+        return ranks
+
+    def _row_reductions(
+        self,
+        diagonal: torch.Tensor | None,
+        rank_rows: torch.Tensor | None,
+        rank_cols: torch.Tensor | None,
+        memory_budget: int,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Diagonal entries ``M[t, t]`` for ``t`` in ``diagonal`` and in-row ranks of ``M[rank_rows[i], rank_cols[i]]``.
+
+        One pass: each block's ``B right`` (every column) serves both. Returns
+        ``([*batch, |diagonal|] or None, long [*batch, |rank_rows|] or None)``.
+        """
+        n = self.matrix_shape[1]
         r2 = int(self._B.shape[-2])
-        for part, A, C, B in self._blocks(self._item_bytes(m * r2 + n * r2), budget):
-            left = A if self._left is None else lift(self._left) @ A
-            if C is not None:
-                left = left @ C
-            right = B if self._right is None else B @ lift(self._right)
-            own = (left * right[..., cols].mT).sum(-1)[..., None]
-            block_items = max(1, rest * (part.stop - part.start if self._inner else 1))
-            step = max(1, min(n, budget // max(1, block_items * m * size)))
-            total = torch.zeros(
-                (*broadcast(left.shape[:-2], right.shape[:-2]), m), dtype=torch.long, device=self.device
-            )
-            for start in range(0, n, step):
-                tile = left @ right[..., start : start + step]
-                inside = (cols >= start) & (cols < start + tile.shape[-1])
-                reference = own
-                if bool(inside.any()):
-                    local = (cols - start).clamp(0, tile.shape[-1] - 1)
-                    # compare with the tile's own copy of the entry, so rounding cannot count it above itself
-                    mine = tile.gather(-1, local.expand(*tile.shape[:-1])[..., None])
-                    reference = torch.where(inside[:, None], mine, own)
-                total += (tile > reference).sum(-1)
-            counts[part] = total
-        return self._public(counts)
+        size = torch.empty((), dtype=compute_dtype(self.dtype)).element_size()
+        n_diag = 0 if diagonal is None else int(diagonal.numel())
+        n_rank = 0 if rank_rows is None else int(rank_rows.numel())
+        dtype = compute_dtype(self.dtype)
+        diag_out = None if diagonal is None else torch.empty(*self._inner, n_diag, dtype=dtype, device=self.device)
+        rank_out = (
+            None if rank_rows is None else torch.zeros(*self._inner, n_rank, dtype=torch.long, device=self.device)
+        )
+        per_item = self._item_bytes(r2 * n + 2 * r2 * n_rank)
+        for index, A, C, B in self._blocks(per_item, memory_budget):
+            items = self._block_items(index)
+            right = B if self._right is None else B @ lift(self._right)  # [..., r2, n]
+            rows_step = max(1, memory_budget // max(1, 2 * items * r2 * size))
+            if diagonal is not None and diag_out is not None:
+                for start in range(0, n_diag, rows_step):
+                    tokens = diagonal[start : start + rows_step]
+                    left = self._rows(A, C, tokens)
+                    diag_out[index][..., start : start + tokens.numel()] = (left * right[..., tokens].mT).sum(-1)
+            if rank_rows is not None and rank_cols is not None and rank_out is not None:
+                left = self._rows(A, C, rank_rows)
+                cols_step = max(1, min(n, memory_budget // max(1, items * n_rank * size)))
+                rank_out[index] = _count_above(left, right, rank_cols, cols_step)
+        return (
+            None if diag_out is None else self._public(diag_out),
+            None if rank_out is None else self._public(rank_out),
+        )
+
+    def _rows(self, A: torch.Tensor, C: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
+        """Rows ``rows`` of ``left A C`` ``[..., |rows|, r₂]`` for a block's factors."""
+        left = A[..., rows, :] if self._left is None else lift(self._left[rows]) @ A
+        return left if C is None else left @ C
+
+
+def _count_above(left: torch.Tensor, right: torch.Tensor, cols: torch.Tensor, step: int) -> torch.Tensor:
+    """Per row ``i`` of ``left @ right``, entries strictly above its entry in column ``cols[i]`` (column tiles of ``step``)."""
+    own = (left * right[..., cols].mT).sum(-1)[..., None]
+    total = torch.zeros(
+        (*broadcast(left.shape[:-2], right.shape[:-2]), left.shape[-2]), dtype=torch.long, device=left.device
+    )
+    for start in range(0, right.shape[-1], step):
+        tile = left @ right[..., start : start + step]
+        inside = (cols >= start) & (cols < start + tile.shape[-1])
+        reference = own
+        if bool(inside.any()):
+            # compare with the tile's own copy of the entry, so rounding cannot count it above itself
+            local = (cols - start).clamp(0, tile.shape[-1] - 1)
+            mine = tile.gather(-1, local.expand(*tile.shape[:-1])[..., None])
+            reference = torch.where(inside[:, None], mine, own)
+        total += (tile > reference).sum(-1)
+    return total

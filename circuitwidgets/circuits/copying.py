@@ -129,18 +129,40 @@ def matrix_copying_score(
     return float((ranks < k).double().mean())
 
 
+def stack_copying_summaries(
+    stack: LowRankStack,
+    methods: Sequence[str],
+    k: int,
+    diagonal_tokens: torch.Tensor | None,
+    topk_tokens: torch.Tensor | None,
+    memory_budget: int,
+) -> dict[str, np.ndarray]:
+    """:func:`matrix_copying_score` of every matrix of a square stack, per method: float64 ``[*batch_shape]`` each.
+
+    ``"diagonal"`` averages over ``diagonal_tokens`` and ``"topk"`` over ``topk_tokens``
+    (``None``: every token); both come from one pass over the stack (each block's
+    ``B · right`` serves both).
+    """
+    out: dict[str, np.ndarray] = {}
+    if "eigen" in methods:
+        out["eigen"] = eigen_score(stack.eigenvalues(memory_budget).cpu().numpy())
+    every = torch.arange(stack.matrix_shape[0], device=stack.device)
+    diagonal = (every if diagonal_tokens is None else diagonal_tokens) if "diagonal" in methods else None
+    ranked = (every if topk_tokens is None else topk_tokens) if "topk" in methods else None
+    if diagonal is not None or ranked is not None:
+        entries, ranks = stack._row_reductions(diagonal, ranked, ranked, memory_budget)
+        if entries is not None:
+            out["diagonal"] = (entries > 0).double().mean(-1).cpu().numpy()
+        if ranks is not None:
+            out["topk"] = (ranks < k).double().mean(-1).cpu().numpy()
+    return out
+
+
 def stack_copying_scores(
     stack: LowRankStack, method: str, k: int, tokens: torch.Tensor | None, memory_budget: int
 ) -> np.ndarray:
-    """:func:`matrix_copying_score` of every matrix of a square stack at once, float64 ``[*batch_shape]``."""
-    if method == "eigen":
-        return eigen_score(stack.eigenvalues(memory_budget).cpu().numpy())
-    if method == "diagonal":
-        own = stack if tokens is None else stack._select(tokens, tokens)
-        return (own.diagonal(memory_budget) > 0).double().mean(-1).cpu().numpy()
-    ids = torch.arange(stack.matrix_shape[0], device=stack.device) if tokens is None else tokens
-    rows = stack if tokens is None else stack._select(tokens, None)
-    return (rows.rank_in_rows(ids, memory_budget) < k).double().mean(-1).cpu().numpy()
+    """One summary (:func:`stack_copying_summaries`) of every matrix of a square stack, float64 ``[*batch_shape]``."""
+    return stack_copying_summaries(stack, (method,), k, tokens, tokens, memory_budget)[method]
 
 
 def copying_scores(

@@ -29,6 +29,7 @@ __all__ = [
     "ORIGIN_QK",
     "PER_HEAD",
     "TrigramSource",
+    "build_skip_trigrams",
     "listing",
     "profile_order",
     "skip_trigram_data",
@@ -53,6 +54,7 @@ HEAD_KEYS = (
     "profile_values",
     "ready",
 )
+
 
 def skip_trigram_data(
     model: CircuitModel,
@@ -87,14 +89,40 @@ def skip_trigram_data(
         are read (default 0, shown in the view; :mod:`circuitwidgets.widgets._offset`).
     """
     model = check_model(model, "skip_trigram_data")
+    return build_skip_trigrams(
+        model,
+        k=k,
+        profile_k=profile_k,
+        heads=heads,
+        sources=sources,
+        memory_budget=memory_budget,
+        progress_bar=progress_bar,
+        offset=offset,
+    )
+
+
+def build_skip_trigrams(
+    model: CircuitModel,
+    *,
+    k: int = 20,
+    profile_k: int = 8,
+    heads: Iterable[tuple[int, int]] | None = None,
+    sources: Sequence[int | str] = (),
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    progress_bar: bool | None = None,
+    offset: int | None = None,
+) -> dict[str, Any]:
+    """:func:`skip_trigram_data` of a model already checked (the widget's builder: no warning, no re-check)."""
     for name, value in (("k", k), ("profile_k", profile_k)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= model.cfg.d_vocab:
             raise ArgumentError(f"{name}: expected an int in [1, {model.cfg.d_vocab}], got {value!r}")
-    check_budget("memory_budget", memory_budget)
+    check_budget("memory_budget", memory_budget, model.device)
     qk_offset = resolve_offset(model, offset)
     store = TrigramSource(model, k, profile_k, memory_budget, engine_offset(qk_offset))
     if isinstance(sources, (str, bytes)) or not isinstance(sources, Iterable):
-        raise ArgumentTypeError(f"sources: expected a list of token ids or one-token strings, got {type(sources).__name__}")
+        raise ArgumentTypeError(
+            f"sources: expected a list of token ids or one-token strings, got {type(sources).__name__}"
+        )
     extra: list[int] = []
     for s in sources:
         token, reason = store.resolve(s) if isinstance(s, str) else (s, "")
@@ -106,9 +134,16 @@ def skip_trigram_data(
             )
         extra.append(token)
     cfg = model.cfg
-    chosen = [(lay, hd) for lay in range(cfg.n_layers) for hd in range(cfg.n_heads)] if heads is None else _check_heads(model, heads)
+    chosen = (
+        [(lay, hd) for lay in range(cfg.n_layers) for hd in range(cfg.n_heads)]
+        if heads is None
+        else _check_heads(model, heads)
+    )
     _check_state_size(model, k, profile_k, len(set(extra)))
-    return {**store.compute_heads(store.empty(list(dict.fromkeys(extra))), chosen, progress_bar), "qk_offset": qk_offset}
+    return {
+        **store.compute_heads(store.empty(list(dict.fromkeys(extra))), chosen, progress_bar),
+        "qk_offset": qk_offset,
+    }
 
 
 #: Largest widget state (bytes of the arrays) :func:`skip_trigram_data` builds; beyond it, a :class:`MemoryBudgetError`.
@@ -136,7 +171,11 @@ def _check_heads(model: CircuitModel, heads: object) -> list[tuple[int, int]]:
         raise ArgumentTypeError(f"heads: expected (layer, head) pairs, got {type(heads).__name__}")
     chosen = []
     for pair in heads:
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int) for v in pair):
+        if (
+            not isinstance(pair, (tuple, list))
+            or len(pair) != 2
+            or any(isinstance(v, bool) or not isinstance(v, int) for v in pair)
+        ):
             raise ArgumentTypeError(f"heads: expected (layer, head) pairs of ints, got {pair!r:.80}")
         lay, hd = int(pair[0]), int(pair[1])
         if not (0 <= lay < cfg.n_layers and 0 <= hd < cfg.n_heads):

@@ -23,8 +23,9 @@ import numpy as np
 import traitlets
 from numpy.typing import ArrayLike, NDArray
 
-from circuitwidgets.circuits import composition_baseline, composition_scores
+from circuitwidgets.circuits import composition_baseline
 from circuitwidgets.circuits._checks import check_model
+from circuitwidgets.circuits.composition import COMPOSITION_MEMORY_BUDGET, _raw_composition_scores
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
@@ -46,13 +47,26 @@ def composition_map_data(
 
     ``offset``: rotary models read Q and K composition through the QK circuit at
     this offset (default 0, shown in the view; :mod:`circuitwidgets.widgets._offset`).
-    Cost: three :func:`~circuitwidgets.circuits.composition_scores` calls
-    (``O(L H d_model² d_head)`` each) and one Monte-Carlo baseline.
+    Cost: the three kinds of :func:`~circuitwidgets.circuits.composition_scores`
+    in one pass (``O(L H d_model² d_head + P d_model²)`` for ``P`` pairs) and one
+    Monte-Carlo baseline.
     """
-    model = check_model(model, "composition_map_data")
+    return build_composition_map(
+        check_model(model, "composition_map_data"), n_samples=n_samples, seed=seed, offset=offset
+    )
+
+
+def build_composition_map(
+    model: CircuitModel, *, n_samples: int = 100, seed: int = 0, offset: int | None = None
+) -> dict[str, Any]:
+    """:func:`composition_map_data` of a model already checked (the widget's builder: no warning, no re-check).
+
+    The three kinds in one pass over the Gram-matrix tiles (the earlier heads'
+    tiles shared, :func:`~circuitwidgets.circuits.all_composition_scores`).
+    """
     qk_offset = resolve_offset(model, offset)
     at = engine_offset(qk_offset)
-    scores = np.stack([composition_scores(model, kind, offset=at) for kind in KINDS])  # type: ignore[arg-type]
+    scores = _raw_composition_scores(model, KINDS, COMPOSITION_MEMORY_BUDGET, at)
     return {
         "scores": scores.astype(np.float32),
         "baseline_value": float(composition_baseline(model.cfg.d_model, model.cfg.d_head, n_samples, seed)),
@@ -65,12 +79,16 @@ def _pair_scores(name: str, values: ArrayLike) -> NDArray[np.float64]:
     """``values`` as float ``[L, H, L, H]`` (NaN allowed only where ignored), or a typed error naming ``name``."""
     arr = user_array(name, values, "float64", "scores [n_layers, n_heads, n_layers, n_heads]")
     if arr.ndim != 4 or arr.shape[:2] != arr.shape[2:] or 0 in arr.shape:
-        raise ShapeError(f"{name}: expected scores [n_layers, n_heads, n_layers, n_heads], got shape {tuple(arr.shape)}")
+        raise ShapeError(
+            f"{name}: expected scores [n_layers, n_heads, n_layers, n_heads], got shape {tuple(arr.shape)}"
+        )
     L = arr.shape[0]
     earlier = np.arange(L)[:, None, None, None] < np.arange(L)[None, None, :, None]
     bad = earlier & ~np.isfinite(np.broadcast_to(arr, arr.shape))
     if bad.any():
-        raise NonFiniteError(f"{name}: expected finite scores where the first head is earlier, got {int(bad.sum())} NaN or infinite")
+        raise NonFiniteError(
+            f"{name}: expected finite scores where the first head is earlier, got {int(bad.sum())} NaN or infinite"
+        )
     return arr
 
 
@@ -158,7 +176,7 @@ class CompositionMap(ReadsQKAtOffset, CircuitWidget):
         if model is not None:
             # (checked here, one frame below the caller, so a model with MLPs warns in this widget's name)
             model = check_model(model, type(self).__name__)
-            kwargs = {**self.initial(model, n_samples=n_samples, seed=seed, offset=offset), **kwargs}
+            kwargs = {**build_composition_map(model, n_samples=n_samples, seed=seed, offset=offset), **kwargs}
         super().__init__(**kwargs)
         self._model = model  # (after the initial traits: setting qk_offset there must not recompute)
 
@@ -167,7 +185,7 @@ class CompositionMap(ReadsQKAtOffset, CircuitWidget):
         cls, model: CircuitModel, *, n_samples: int = 100, seed: int = 0, offset: int | None = None
     ) -> dict[str, Any]:
         """Initial traits for ``model`` (:func:`composition_map_data`)."""
-        return composition_map_data(check_model(model, cls.__name__), n_samples=n_samples, seed=seed, offset=offset)
+        return build_composition_map(check_model(model), n_samples=n_samples, seed=seed, offset=offset)
 
     @classmethod
     def from_model(
@@ -179,7 +197,7 @@ class CompositionMap(ReadsQKAtOffset, CircuitWidget):
 
     def _recompute_at_offset(self, model: CircuitModel, offset: int | None) -> None:
         n_samples, seed = self._options
-        self.scores = composition_map_data(model, n_samples=n_samples, seed=seed, offset=offset)["scores"]
+        self.scores = build_composition_map(model, n_samples=n_samples, seed=seed, offset=offset)["scores"]
 
     @classmethod
     def from_scores(
