@@ -16,8 +16,10 @@ import torch
 from numpy.typing import NDArray
 
 from circuitwidgets._text import from_visible
-from circuitwidgets.circuits import SkipTrigram, full_ov, full_qk, skip_trigrams
+from circuitwidgets.circuits import SkipTrigram
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET, LowRankMatrix
+from circuitwidgets.circuits.ov_qk import _full_ov, _full_qk
+from circuitwidgets.circuits.skip_trigrams import _skip_trigrams
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._spec import NONE
 
@@ -91,8 +93,8 @@ def _profiles(
         empty_f = np.zeros((0, k), dtype=np.float32)
         return _Profiles([], empty_i, empty_f, empty_i, empty_f)
     ids = torch.as_tensor(sources, dtype=torch.long, device=model.device)
-    qk_cols = full_qk(model, layer, head, offset=offset)[:, ids]
-    ov_rows = full_ov(model, layer, head)[ids, :]
+    qk_cols = _full_qk(model, layer, head, offset)[:, ids]
+    ov_rows = _full_ov(model, layer, head)[ids, :]
     assert isinstance(qk_cols, LowRankMatrix) and isinstance(ov_rows, LowRankMatrix)
     dest = qk_cols.topk_cols(k, memory_budget=memory_budget, progress_bar=False)
     outs = ov_rows.topk_rows(k, memory_budget=memory_budget, progress_bar=False)
@@ -169,14 +171,10 @@ class TrigramSource:
 
             heads = list(tqdm(heads, desc="skip-trigrams", leave=False))
         for layer, head in heads:
-            ov_rows = skip_trigrams(
-                self.model, layer, head, self.k, by="ov", memory_budget=self.memory_budget, progress_bar=False,
-                offset=self.offset,
-            )
-            qk_rows = skip_trigrams(
-                self.model, layer, head, self.k, by="qk", memory_budget=self.memory_budget, progress_bar=False,
-                offset=self.offset,
-            )
+            # the engine's private entry points: the model was checked where this view was built
+            model, k, budget, offset = self.model, self.k, self.memory_budget, self.offset
+            ov_rows = _skip_trigrams(model, layer, head, k, None, "ov", budget, False, offset)
+            qk_rows = _skip_trigrams(model, layer, head, k, None, "qk", budget, False, offset)
             merged = _merge_rows(ov_rows, qk_rows)
             rows = out["rows"][layer, head]
             values = out["row_values"][layer, head]

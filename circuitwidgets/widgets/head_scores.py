@@ -94,7 +94,7 @@ def head_scores_data(
     runs once and every kind reads that run's patterns. Kinds, the context
     length of ``tokens`` and the model are checked before any forward pass.
     """
-    model = check_model(model, "HeadScores")
+    model = check_model(model)  # a forward-pass analysis: nothing of the MLPs is excluded, so no warning
     kinds = _kinds(kind)
     if tokens is not None:
         tokens = _tokens_for_context(model, tokens)

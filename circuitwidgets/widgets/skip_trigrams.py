@@ -60,6 +60,7 @@ from circuitwidgets.widgets._trigram_data import (
     ORIGIN_QK,
     PER_HEAD,
     TrigramSource,
+    build_skip_trigrams,
     listing,
     profile_order,
     skip_trigram_data,
@@ -200,7 +201,7 @@ class SkipTrigramTable(CircuitWidget):
     @classmethod
     def initial(cls, model: CircuitModel, **options: Any) -> dict[str, Any]:
         """Initial traits for ``model`` (:func:`skip_trigram_data` with ``options``)."""
-        return skip_trigram_data(model, **options)
+        return build_skip_trigrams(check_model(model), **options)
 
     @classmethod
     def from_model(cls, model: CircuitModel, **kwargs: Any) -> SkipTrigramTable:
