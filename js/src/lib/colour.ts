@@ -8,6 +8,8 @@
 // Scales are 256-entry RGBA lookup tables (`Uint8ClampedArray(1024)`), built
 // by interpolating anchor colours in OKLab so steps stay perceptually even.
 
+import { layerColour } from "./svg";
+
 export type RGB = readonly [number, number, number];
 export type Lut = Uint8ClampedArray;
 
@@ -102,4 +104,29 @@ export function lutCss(lut: Lut, i: number): string {
 export function lutLuminance(lut: Lut, i: number): number {
   const j = Math.max(0, Math.min(255, Math.round(i))) * 4;
   return 0.2126 * toLinear(lut[j] as number) + 0.7152 * toLinear(lut[j + 1] as number) + 0.0722 * toLinear(lut[j + 2] as number);
+}
+
+/**
+ * Layer colours beyond a categorical palette: viridis up to its green (its
+ * last yellows are too pale on white), so 32 layers get 32 colours that run
+ * in order from dark purple to green and layer 0 never looks like layer 8.
+ */
+export const LAYER_RAMP = makeLut(["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962", "#addc30"]);
+
+/** Layers up to which the categorical palette (Okabe–Ito, eight colours) names each layer with its own colour. */
+export const CATEGORICAL_LAYERS = 8;
+
+/** LUT index (0–255) of layer `layer` of `nLayers` on `LAYER_RAMP`: the first layer 0, the last 255. */
+export function layerRampIndex(layer: number, nLayers: number): number {
+  return nLayers > 1 ? Math.round((255 * Math.max(0, Math.min(nLayers - 1, layer))) / (nLayers - 1)) : 0;
+}
+
+/**
+ * Colour of each layer of an `nLayers`-layer model: its own Okabe–Ito colour
+ * up to eight layers, else its place on `LAYER_RAMP` (pair it with a colour
+ * bar labelled by layer).
+ */
+export function layerPalette(nLayers: number): (layer: number) => string {
+  if (nLayers <= CATEGORICAL_LAYERS) return layerColour;
+  return (layer) => lutCss(LAYER_RAMP, layerRampIndex(layer, nLayers));
 }

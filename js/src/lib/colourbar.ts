@@ -14,9 +14,10 @@ export function barTicks(lo: number, hi: number): number[] {
 
 /**
  * A horizontal colour bar for a LUT spanning values `lo`..`hi` (LUT index 0 at
- * `lo`, 255 at `hi`), `width` px wide, labelled `label`.
+ * `lo`, 255 at `hi`), `width` px wide, labelled `label`; ticks written with
+ * `digits` decimals (by default as many as they need, two or three).
  */
-export function colourBar(doc: Document, lut: Lut, lo: number, hi: number, label: string, width = 220): SVGSVGElement {
+export function colourBar(doc: Document, lut: Lut, lo: number, hi: number, label: string, width = 220, digits?: number): SVGSVGElement {
   const height = 42;
   const pad = 22; // room for the end labels, centred on the ends
   const barTop = 16;
@@ -31,10 +32,10 @@ export function colourBar(doc: Document, lut: Lut, lo: number, hi: number, label
   }
   svg.append(svgEl(doc, "rect", { x: pad, y: barTop, width: width - 2 * pad, height: barHeight, fill: "none", stroke: "#999", "stroke-width": 0.6 }));
   const ticks = barTicks(lo, hi);
-  const digits = Math.max(2, Math.min(3, tickDigits(ticks)));
+  const places = digits ?? Math.max(2, Math.min(3, tickDigits(ticks)));
   for (const t of ticks) {
     svg.append(svgEl(doc, "line", { x1: x(t), x2: x(t), y1: barTop + barHeight, y2: barTop + barHeight + 3, stroke: "#666" }));
-    svg.append(svgEl(doc, "text", { class: "cw-colourbar-tick", x: x(t), y: barTop + barHeight + 14, "text-anchor": "middle", "font-size": 10, fill: "#444", "font-variant-numeric": "tabular-nums" }, fmt(t, digits)));
+    svg.append(svgEl(doc, "text", { class: "cw-colourbar-tick", x: x(t), y: barTop + barHeight + 14, "text-anchor": "middle", "font-size": 10, fill: "#444", "font-variant-numeric": "tabular-nums" }, fmt(t, places)));
   }
   return svg;
 }

@@ -130,11 +130,19 @@ function circleHits(c: Obstacle, b: LabelBox): boolean {
   return (nx - c.x) ** 2 + (ny - c.y) ** 2 < c.r * c.r;
 }
 
-/** Candidate boxes around a point, nearest first: right, left, above, below, diagonals; then the same farther out. */
+/** Extra distances (px, beyond `clear`) tried for a label: the first two for every label, all for a required one. */
+const RINGS = [0, 8, 20, 34, 50];
+
+/**
+ * Candidate boxes around a point, nearest first: right, left, above, below,
+ * diagonals; then the same farther out (a required label looks farther, for a
+ * spot clear of a crowd, and is joined to its point by a leader line).
+ */
 function spots(p: LabelWish): LabelBox[] {
   const out: LabelBox[] = [];
   const { width: w, height: h } = p;
-  for (const g of [p.clear ?? 7, (p.clear ?? 7) + 8]) {
+  for (const extra of p.required ? RINGS : RINGS.slice(0, 2)) {
+    const g = (p.clear ?? 7) + extra;
     const d = g * Math.SQRT1_2;
     out.push(
       { x: p.x + d, y: p.y - d - h, width: w, height: h }, // right-above
@@ -207,4 +215,23 @@ export function stripRows(xs: readonly number[], gap: number): number[] {
     rows[i] = k;
   }
   return rows;
+}
+
+/** A head named by the user: "L3H7", "l3 h7", "3.7", "3,7" or "3 7". */
+export type HeadQuery = { layer: number; head: number } | { error: string };
+
+/** Read a head's name typed into a search box, checked against the model's `nLayers` × `nHeads`. */
+export function parseHeadName(text: string, nLayers: number, nHeads: number): HeadQuery {
+  const m = /^\s*(?:l(?:ayer)?\s*)?(\d+)\s*(?:[.,:\s]\s*|\s*h(?:ead)?\s*)(?:h(?:ead)?\s*)?(\d+)\s*$/i.exec(text);
+  if (!m) return { error: `“${text.trim().slice(0, 24)}” is not a head name; type it as L3H7 (layer 3, head 7)` };
+  const layer = Number(m[1]);
+  const head = Number(m[2]);
+  if (layer >= nLayers) return { error: `L${layer}H${head}: this model has layers 0–${nLayers - 1}` };
+  if (head >= nHeads) return { error: `L${layer}H${head}: this model has heads 0–${nHeads - 1} in each layer` };
+  return { layer, head };
+}
+
+/** Point radius for `count` points: smaller as the plot fills, so a crowd stays readable as a cloud. */
+export function pointRadius(count: number): number {
+  return count > 256 ? 3.5 : count > 64 ? 4.5 : 5.5;
 }
