@@ -1,4 +1,4 @@
-"""Every view on Llama-, Gemma-2- and Qwen3-shaped models, and the rotary offset they read QK circuits at."""
+"""Every view on Llama-, Gemma-2-, Qwen3- and Gemma-4-shaped models, and the rotary offset they read QK circuits at."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from circuitwidgets.sources.huggingface import from_hf
 
 pytestmark = pytest.mark.filterwarnings("ignore::circuitwidgets.circuits._checks.MLPPathsExcludedWarning")
 
-FAMILY_CASES = ["llama-gqa2-biases-llama3rope", "gemma2-softcaps-window", "qwen3-qknorm-wide-heads"]
+FAMILY_CASES = ["llama-gqa2-biases-llama3rope", "gemma2-softcaps-window", "qwen3-qknorm-wide-heads", "gemma4-e2b-shaped"]
 TOKENS = [1, 5, 9, 12, 5, 9, 30, 2]
 
 
@@ -99,14 +99,15 @@ def _word_tokenizer() -> Any:
     return transformers.PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", unk_token="<unk>")
 
 
-def test_the_report_reads_a_save_pretrained_directory(tmp_path: Any) -> None:
+@pytest.mark.parametrize(("case_id", "folder_name"), [("qwen3-qknorm-wide-heads", "qwen3"), ("gemma4-e2b-shaped", "gemma4")])
+def test_the_report_reads_a_save_pretrained_directory(tmp_path: Any, case_id: str, folder_name: str) -> None:
     from circuitwidgets.cli import main
 
-    folder = tmp_path / "qwen3"
-    CASES_BY_ID["qwen3-qknorm-wide-heads"].build().save_pretrained(folder)
+    folder = tmp_path / folder_name
+    CASES_BY_ID[case_id].build().save_pretrained(folder)
     _word_tokenizer().save_pretrained(folder)
     out = tmp_path / "report.html"
     assert main(["report", "--model", str(folder), "--text", "def f ( x ) : return x", "-o", str(out)]) == 0
     page = out.read_text()
-    assert '"model_name":"qwen3"' in page
+    assert f'"model_name":"{folder_name}"' in page
     assert page.count('"qk_offset":0') == 3  # the scatter, the table and the composition map say which offset

@@ -16,8 +16,12 @@ class ActivationCache:
     ``attn_scores, pattern [batch, head, dest, src]``; ``result [batch, pos, head,
     d_model]`` (each head's output ``z W_O`` as computed); ``attn_out, mlp_out,
     resid_pre, resid_mid, resid_post [batch, pos, d_model]``; ``scale [batch, pos,
-    1]`` (layer-norm divisor of the attention input, when normalised); and,
-    without a layer, ``embed``, ``pos_embed``, ``resid_final``.
+    1]`` (layer-norm divisor of the attention input, when normalised); Gemma 4's
+    ``per_layer_input [batch, pos, d_per_layer]`` (the layer's per-layer input)
+    and ``per_layer_out [batch, pos, d_model]`` (what it writes into the
+    residual stream); and, without a layer, ``embed``, ``pos_embed``,
+    ``resid_final``. A layer that shares an earlier layer's keys and values
+    records that layer's ``k`` and ``v``.
     """
 
     def __init__(self, store: dict[str, torch.Tensor]) -> None:

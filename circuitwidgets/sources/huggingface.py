@@ -7,7 +7,10 @@ Supported architectures (:data:`SUPPORTED_ARCHITECTURES`):
 - Llama, Mistral, Qwen 2/3, Gemma 1/2/3, Phi-3, OLMo 2/3 and SmolLM 3 (RMS
   norms, grouped-query attention, rotary with scaling, QK-norm, soft-caps,
   sliding windows, gated MLPs): :mod:`circuitwidgets.sources.hf_decoders`,
-  whose docstring says what is folded and what is left out.
+  whose docstring says what is folded and what is left out;
+- Gemma 4 text (per-layer head widths, shared keys and values, value norm,
+  per-layer input embeddings, layer scalars):
+  :mod:`circuitwidgets.sources.hf_gemma4`.
 
 A model is given in memory, or as a local directory written by
 ``save_pretrained`` (weights read from safetensors only; a directory holding
