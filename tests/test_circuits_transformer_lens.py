@@ -110,3 +110,19 @@ def test_head_detectors_agree_with_detect_head(pair: tuple[Any, CircuitModel], k
                 )
                 theirs[l, h] += score * seq_len / scored / n_seqs
     np.testing.assert_allclose(head_scores(ours, kind, seq_len=n, n_seqs=n_seqs, seed=2), theirs, rtol=1e-8)  # type: ignore[arg-type]
+
+
+def test_stacks_of_every_head_agree_with_factored_matrix_batched(pair: tuple[Any, CircuitModel]) -> None:
+    """``W_E @ OV(model) @ W_U`` is TransformerLens's ``W_E @ model.OV @ W_U``: norms and spectra, all heads at once."""
+    from circuitwidgets.circuits import OV, QK
+
+    bridge, ours = pair
+    W_E, W_U = bridge.W_E.detach(), bridge.W_U.detach()
+    for theirs, mine in (
+        (W_E @ bridge.OV @ W_U, ours.W_E @ OV(ours) @ ours.W_U),
+        (W_E @ bridge.QK @ W_E.T, ours.W_E @ QK(ours) @ ours.W_E.T),
+    ):
+        assert mine.shape == tuple(theirs.shape)
+        np.testing.assert_allclose(mine.frobenius_norm().numpy(), theirs.norm().detach().numpy(), rtol=1e-9)
+        their_eigs = np.sort_complex(theirs.eigenvalues.detach().numpy())
+        np.testing.assert_allclose(np.sort_complex(mine.eigenvalues().numpy()), their_eigs, rtol=1e-7, atol=1e-9)
