@@ -130,3 +130,12 @@ export function layerPalette(nLayers: number): (layer: number) => string {
   if (nLayers <= CATEGORICAL_LAYERS) return layerColour;
   return (layer) => lutCss(LAYER_RAMP, layerRampIndex(layer, nLayers));
 }
+
+/** Text colour readable on a CSS colour given as `#rrggbb` or `rgb(r, g, b)`: near-black on light colours, white on dark. */
+export function textOn(css: string): string {
+  const hex = /^#([0-9a-f]{6})$/i.exec(css);
+  const rgb = /^rgb\((\d+),\s*(\d+),\s*(\d+)\)$/.exec(css);
+  const [r, g, b] = hex ? hexToRgb(css) : rgb ? [Number(rgb[1]), Number(rgb[2]), Number(rgb[3])] : [0, 0, 0];
+  const luminance = 0.2126 * toLinear(r) + 0.7152 * toLinear(g) + 0.0722 * toLinear(b);
+  return luminance > 0.3 ? "#111" : "#fff";
+}
