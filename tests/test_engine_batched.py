@@ -51,7 +51,11 @@ def gqa_model(
 def dense_qk(model: CircuitModel, layer: int, head: int, offset: int) -> torch.Tensor:
     """``W_Q R(Δ) W_Kᵀ`` from the definition (DESIGN.md §3a), the key head ``h // (H / G)``."""
     freq = model.rotary_freq(layer)
-    R = torch.eye(model.cfg.d_head, dtype=torch.float64) if freq is None else rotation_matrix(freq, offset, model.cfg.d_head)
+    R = (
+        torch.eye(model.cfg.d_head, dtype=torch.float64)
+        if freq is None
+        else rotation_matrix(freq, offset, model.cfg.d_head)
+    )
     return model.W_Q[layer, head] @ R @ model.W_K[layer, model.cfg.kv_head(head)].T
 
 
@@ -98,10 +102,14 @@ def test_batched_spectra_norms_and_traces_equal_each_matrix_and_the_dense_defini
             matrix = stack[layer, head]
             assert isinstance(matrix, LowRankMatrix)
             dense = matrix.dense()
-            np.testing.assert_allclose(np.sort_complex(eigs[layer, head].numpy()), np.sort_complex(matrix.eigenvalues().numpy()), atol=1e-9)
+            np.testing.assert_allclose(
+                np.sort_complex(eigs[layer, head].numpy()), np.sort_complex(matrix.eigenvalues().numpy()), atol=1e-9
+            )
             assert float(norms[layer, head]) == pytest.approx(float(dense.norm()), rel=1e-10)
             assert float(traces[layer, head]) == pytest.approx(float(torch.trace(dense)), abs=1e-9)
-            np.testing.assert_allclose(singular[layer, head].numpy(), torch.linalg.svdvals(dense)[:4].numpy(), rtol=1e-6, atol=1e-9)
+            np.testing.assert_allclose(
+                singular[layer, head].numpy(), torch.linalg.svdvals(dense)[:4].numpy(), rtol=1e-6, atol=1e-9
+            )
 
 
 def test_batched_diagonal_and_in_row_ranks_equal_the_dense_matrices() -> None:
@@ -163,7 +171,9 @@ def test_a_user_stack_checks_its_factors_naming_them() -> None:
         LowRankStack(A, torch.randn(3, 3, 4))
     with pytest.raises(NonFiniteError, match="A: expected finite values, got 1 NaN/Inf"):
         LowRankStack(torch.where(A == A[0, 0, 0], torch.inf, A), B)
-    with pytest.raises(ArgumentTypeError, match="B: expected dtype torch.float32 on cpu like A, got torch.float32 on meta"):
+    with pytest.raises(
+        ArgumentTypeError, match=r"B: expected dtype torch\.float32 on cpu like A, got torch\.float32 on meta"
+    ):
         LowRankStack(A, B.to("meta"))
     with pytest.raises(ShapeError, match="one matrix is a LowRankMatrix"):
         LowRankStack(A[0], B[0])
@@ -206,7 +216,11 @@ def test_composition_of_all_kinds_equals_the_dense_definition_under_gqa_and_rota
                             assert np.isnan(scores[k, l1, h1, l2, h2])
                             continue
                         W_A = dense_ov(model, l1, h1)
-                        W_B = {"Q": dense_qk(model, l2, h2, 2), "K": dense_qk(model, l2, h2, 2).T, "V": dense_ov(model, l2, h2)}[kind]
+                        W_B = {
+                            "Q": dense_qk(model, l2, h2, 2),
+                            "K": dense_qk(model, l2, h2, 2).T,
+                            "V": dense_ov(model, l2, h2),
+                        }[kind]
                         expected = float((W_A @ W_B).norm() / (W_A.norm() * W_B.norm()))
                         assert scores[k, l1, h1, l2, h2] == pytest.approx(expected, rel=1e-9)
 
@@ -221,7 +235,9 @@ def test_same_matching_eigenvalues_of_the_strongest_source_equal_the_all_pairs_o
     for layer in range(1, 3):
         for head in range(4):
             l1, h1 = sources[layer, head]
-            np.testing.assert_allclose(np.sort_complex(chosen[layer - 1, head]), np.sort_complex(every[l1, h1, layer, head]), atol=1e-9)
+            np.testing.assert_allclose(
+                np.sort_complex(chosen[layer - 1, head]), np.sort_complex(every[l1, h1, layer, head]), atol=1e-9
+            )
 
 
 def test_the_baseline_is_the_same_however_its_draws_are_grouped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,7 +277,9 @@ def test_weights_that_overflow_in_a_cast_are_refused_naming_the_tensor() -> None
     weights["W_U"] = weights["W_U"].clone()
     weights["W_U"][0, 0] = 1e6  # beyond float16's 65,504
     narrow = CircuitModel(model.cfg, weights).to(torch.float16)
-    with pytest.raises(NonFiniteError, match=r"model\.W_U: expected finite values, got 1 NaN/Inf entries in torch.float16"):
+    with pytest.raises(
+        NonFiniteError, match=r"model\.W_U: expected finite values, got 1 NaN/Inf entries in torch.float16"
+    ):
         cw.eigenvalues(narrow)
 
 
@@ -281,7 +299,9 @@ def test_computations_run_on_the_gpu_where_the_weights_are() -> None:
     eigs = (on_gpu.W_E @ cw.OV(on_gpu) @ on_gpu.W_U).eigenvalues()
     assert eigs.device.type == "cuda"
     np.testing.assert_allclose(cw.eigenvalues(on_gpu), cw.eigenvalues(model), atol=1e-9)
-    np.testing.assert_allclose(cw.all_composition_scores(on_gpu, offset=1), cw.all_composition_scores(model, offset=1), rtol=1e-9)
+    np.testing.assert_allclose(
+        cw.all_composition_scores(on_gpu, offset=1), cw.all_composition_scores(model, offset=1), rtol=1e-9
+    )
 
 
 # --- validation once, at the public edge ----------------------------------------------
@@ -323,7 +343,9 @@ def test_each_weight_is_scanned_for_nan_once_per_version(monkeypatch: pytest.Mon
 def test_an_over_large_top_k_or_budget_is_refused_before_any_work() -> None:
     model = make_random_model(d_vocab=50)
     matrix = cw.full_qk(model, 0, 0)
-    with pytest.raises(MemoryBudgetError, match=r"memory_budget: expected at most the [\d,]+ bytes of memory on cpu, got"):
+    with pytest.raises(
+        MemoryBudgetError, match=r"memory_budget: expected at most the [\d,]+ bytes of memory on cpu, got"
+    ):
         matrix.topk(5, memory_budget=2**60)
     with pytest.raises(ArgumentError, match=r"k: expected an int in \[1, 2501\), got 2501"):
         matrix.topk(2501)
