@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { decodeArray } from "../src/lib/arrays";
 import { toCompData } from "../src/lib/composition";
-import { allEdges, strongestEdges } from "../src/lib/graph";
+import { allEdges, edgePoints, polylineDistance, strongestEdges } from "../src/lib/graph";
 import { compactLayout, fitsFull, fullLayout, graphLayout } from "../src/lib/graphlayout";
 import { headAxis, labelStep, spaceLabels } from "../src/lib/heataxis";
 import { BIG_H, BIG_L, bigCompositionState } from "./scale-fixtures";
@@ -90,6 +90,28 @@ describe("graph layout", () => {
     expect(circlesApart(layout.nodes, layout.radius)).toBe(true);
     expect(layout.node(31, 30)).toBeNull();
     for (const n of layout.nodes) expect(n.x + layout.radius <= layout.width && n.y + layout.radius <= layout.height).toBe(true);
+  });
+
+  it("routes no edge behind a head it does not join (the default 12 edges; at 48, few) within a bounded height", () => {
+    const d = toCompData(decodeArray(bigCompositionState().scores), 0.12);
+    for (const n of [12, 48]) {
+      const edges = strongestEdges(d, ["Q", "K", "V"], n, true);
+      const layout = graphLayout(32, 32, edges, { layer: 9, head: 2 });
+      let passes = 0;
+      for (const e of edges) {
+        const a = layout.node(e.l1, e.h1)!;
+        const b = layout.node(e.l2, e.h2)!;
+        const curve = edgePoints(a, b, layout.radius, 0);
+        for (const m of layout.nodes) {
+          if ((m.layer === e.l1 && m.head === e.h1) || (m.layer === e.l2 && m.head === e.h2)) continue;
+          if (polylineDistance(m, curve) < layout.radius + 1) passes++;
+        }
+      }
+      // laid out naively (each column's heads top down), 12 edges pass behind 36 heads
+      expect(passes).toBeLessThanOrEqual(n === 12 ? 0 : 6);
+      expect(layout.height).toBeLessThan(n === 12 ? 400 : 1200);
+      expect(circlesApart(layout.nodes, layout.radius)).toBe(true);
+    }
   });
 
   it("keeps 200 edges' heads apart too", () => {
