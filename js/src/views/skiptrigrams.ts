@@ -12,7 +12,6 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
-import { DIVERGING, divergingIndex, lutCss, lutLuminance } from "../lib/colour";
 import { el, listen } from "../lib/dom";
 import { noExport } from "../lib/export";
 import { offsetControl } from "../lib/offset";
@@ -20,15 +19,13 @@ import { clearError, makePanel, runView, setTitle, showError } from "../lib/pane
 import { indexOr, NONE, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName } from "../lib/svg";
 import { type Direction, pageCount, pageOf, pageSlice } from "../lib/table";
-import { setTokenText, tokenLabel } from "../lib/tokens";
+import { tokenLabel } from "../lib/tokens";
 import {
   currentListing,
   emptyUpdates,
   findToken,
   type LiveProfile,
   localIndex,
-  ORIGIN_OV,
-  ORIGIN_QK,
   precomputedSources,
   type SortKey,
   sortListing,
@@ -38,6 +35,7 @@ import {
   toTrigramData,
   withUpdates,
 } from "../lib/trigrams";
+import { bodyRows, describeRow, headerRow } from "./skiptrigrams/table";
 import "../styles/skiptrigrams.css";
 
 export interface TrigramTraits {
@@ -130,18 +128,6 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
   const legend = el(doc, "div", "cw-note");
   panel.body.append(message, caption, table, pager, legend);
 
-  const COLUMNS: { key: SortKey | null; label: string; title: string; num?: boolean }[] = [
-    { key: "rank", label: "#", title: "canonical order" },
-    { key: "source", label: "source", title: "the token attended to" },
-    { key: null, label: "", title: "" },
-    { key: "dest", label: "destination", title: "the token attending (the query)" },
-    { key: null, label: "", title: "" },
-    { key: "out", label: "out", title: "the token whose logit rises" },
-    { key: "qk", label: "QK", title: "attention score of destination on source (W_E W_QK W_Eᵀ / scale)", num: true },
-    { key: "ov", label: "OV", title: "direct logit effect on out of attending to source (W_E W_OV W_U)", num: true },
-    { key: null, label: "", title: "" },
-  ];
-
   function selection(d: TrigramData): { layer: number; head: number; source: number; row: number } {
     return {
       layer: indexOr(m.get("selected_layer"), d.nLayers, 0),
@@ -185,39 +171,6 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
         options.push(o);
       }
     headSelect.replaceChildren(...options);
-  }
-
-  function tokenCell(i: number, className = "cw-tok"): HTMLSpanElement {
-    const span = el(doc, "span", className);
-    setTokenText(span, data?.tokenStrs[i] ?? "", 28);
-    return span;
-  }
-
-  function buildHead(): void {
-    const tr = el(doc, "tr");
-    for (const c of COLUMNS) {
-      const th = el(doc, "th", c.num ? "cw-num" : undefined, c.label);
-      if (c.title) th.title = c.title;
-      if (c.key) {
-        th.dataset.sort = c.key;
-        if (c.key === sortKey) th.textContent = `${c.label} ${sortDir === "asc" ? "▲" : "▼"}`;
-      }
-      tr.append(th);
-    }
-    thead.replaceChildren(tr);
-  }
-
-  function valueCell(v: number, limit: number): HTMLTableCellElement {
-    const td = el(doc, "td", "cw-num", fmt(v, 2));
-    const idx = divergingIndex(v, limit);
-    td.style.backgroundColor = lutCss(DIVERGING, idx);
-    td.style.color = lutLuminance(DIVERGING, idx) > 0.3 ? "#111" : "#fff";
-    return td;
-  }
-
-  function describeRow(t: Trigram): string {
-    const s = (i: number) => `“${tokenLabel(data?.tokenStrs[i] ?? "", 20).text}”`;
-    return `${s(t.source)} … ${s(t.dest)} → ${s(t.out)}`;
   }
 
   function draw(): void {
@@ -267,7 +220,7 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
         : `The top destinations × top outs of source ${srcText}, best rank-sum first.`;
 
     // table
-    buildHead();
+    thead.replaceChildren(headerRow(doc, sortKey, sortDir));
     const order = sortListing(rows, d.tokenStrs, sortKey, sortDir);
     if (sel.row >= 0 && sel.row < rows.length) {
       const position = order.indexOf(sel.row);
@@ -279,48 +232,7 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
     }
     const slice = pageSlice(order, page, pageSize);
     page = slice.page;
-    let qkLimit = 0;
-    let ovLimit = 0;
-    for (const r of rows) {
-      qkLimit = Math.max(qkLimit, Math.abs(r.qk));
-      ovLimit = Math.max(ovLimit, Math.abs(r.ov));
-    }
-    const trs = slice.rows.map((i) => {
-      const t = rows[i] as Trigram;
-      const tr = el(doc, "tr");
-      tr.dataset.cwRow = String(i);
-      if (i === sel.row) tr.classList.add("cw-selected");
-      const src = el(doc, "td");
-      const srcTok = tokenCell(t.source, "cw-tok cw-src");
-      srcTok.dataset.cwSource = String(d.tokenIds[t.source]);
-      srcTok.title = `${srcTok.title ? `${srcTok.title}\n` : ""}show the skip-trigrams of this source`;
-      src.append(srcTok);
-      const dest = el(doc, "td");
-      dest.append(tokenCell(t.dest));
-      const out = el(doc, "td");
-      out.append(tokenCell(t.out));
-      const flags = el(doc, "td");
-      if (t.out === t.source) {
-        const b = el(doc, "span", "cw-badge cw-copy", "copy");
-        b.title = "copying: the out token is the source token";
-        flags.append(b);
-      }
-      if (t.origin & ORIGIN_OV) flags.append(el(doc, "span", "cw-badge", "OV top"));
-      if (t.origin & ORIGIN_QK) flags.append(el(doc, "span", "cw-badge", "QK top"));
-      tr.append(
-        el(doc, "td", "cw-rank", String(i + 1)),
-        src,
-        el(doc, "td", "cw-sep", "…"),
-        dest,
-        el(doc, "td", "cw-sep", "→"),
-        out,
-        valueCell(t.qk, qkLimit),
-        valueCell(t.ov, ovLimit),
-        flags,
-      );
-      return tr;
-    });
-    tbody.replaceChildren(...trs);
+    tbody.replaceChildren(...bodyRows(doc, d, rows, slice.rows, sel.row));
     pageText.textContent = rows.length ? `rows ${slice.first}–${slice.last} of ${rows.length} · page ${slice.page + 1} of ${pageCount(rows.length, pageSize)}` : "no rows";
     prev.disabled = slice.page <= 0;
     next.disabled = slice.page >= pageCount(rows.length, pageSize) - 1;
@@ -330,7 +242,7 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
     const head = headName(sel.layer, sel.head);
     const selected = sel.row >= 0 && sel.row < rows.length ? (rows[sel.row] as Trigram) : null;
     panel.status.textContent = selected
-      ? `${head} selected; row ${sel.row + 1}: ${describeRow(selected)} (QK ${fmt(selected.qk)}, OV ${fmt(selected.ov)})`
+      ? `${head} selected; row ${sel.row + 1}: ${describeRow(d, selected)} (QK ${fmt(selected.qk)}, OV ${fmt(selected.ov)})`
       : `${head} selected${sel.source === NONE ? "" : `, source ${srcText}`}`;
   }
 
