@@ -32,8 +32,15 @@ class Case:
         torch.manual_seed(seed)
         config_cls = getattr(transformers, self.config)
         base = dict(
-            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=48, num_hidden_layers=LAYERS,
-            num_attention_heads=HEADS, max_position_embeddings=N_CTX, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            intermediate_size=48,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            max_position_embeddings=N_CTX,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
         )
         cfg = config_cls(**{**base, **self.kwargs})
         cfg._attn_implementation = "eager"
@@ -56,49 +63,128 @@ def randomise_norms_and_biases(model: Any) -> None:
                 buffer.uniform_(0.5, 1.5)
 
 
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10_000.0, "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10_000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
 YARN_ROPE = {"rope_type": "yarn", "rope_theta": 10_000.0, "factor": 4.0, "original_max_position_embeddings": 16}
 
 CASES = [
-    Case("llama-gqa2-biases-llama3rope", "LlamaConfig", "LlamaForCausalLM",
-         dict(num_key_value_heads=2, attention_bias=True, mlp_bias=True, rope_parameters=LLAMA3_ROPE)),
+    Case(
+        "llama-gqa2-biases-llama3rope",
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(num_key_value_heads=2, attention_bias=True, mlp_bias=True, rope_parameters=LLAMA3_ROPE),
+    ),
     Case("llama-mha-tied", "LlamaConfig", "LlamaForCausalLM", dict(num_key_value_heads=4, tie_word_embeddings=True)),
-    Case("llama-mqa-linear-rope", "LlamaConfig", "LlamaForCausalLM",
-         dict(num_key_value_heads=1, rope_parameters={"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0})),
+    Case(
+        "llama-mqa-linear-rope",
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(num_key_value_heads=1, rope_parameters={"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0}),
+    ),
     Case("mistral-window", "MistralConfig", "MistralForCausalLM", dict(num_key_value_heads=2, sliding_window=4)),
-    Case("qwen2-biases-window", "Qwen2Config", "Qwen2ForCausalLM",
-         dict(num_key_value_heads=2, use_sliding_window=True, sliding_window=4, max_window_layers=1)),
-    Case("qwen2-yarn-tied", "Qwen2Config", "Qwen2ForCausalLM",
-         dict(num_key_value_heads=1, tie_word_embeddings=True, rope_parameters=YARN_ROPE)),
+    Case(
+        "qwen2-biases-window",
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        dict(num_key_value_heads=2, use_sliding_window=True, sliding_window=4, max_window_layers=1),
+    ),
+    Case(
+        "qwen2-yarn-tied",
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        dict(num_key_value_heads=1, tie_word_embeddings=True, rope_parameters=YARN_ROPE),
+    ),
     Case("qwen3-qknorm-wide-heads", "Qwen3Config", "Qwen3ForCausalLM", dict(num_key_value_heads=2, head_dim=16)),
     Case("gemma", "GemmaConfig", "GemmaForCausalLM", dict(num_key_value_heads=1, head_dim=16)),
-    Case("gemma2-softcaps-window", "Gemma2Config", "Gemma2ForCausalLM",
-         dict(num_key_value_heads=2, head_dim=16, sliding_window=4, query_pre_attn_scalar=12,
-              attn_logit_softcapping=5.0, final_logit_softcapping=3.0)),
-    Case("gemma3-local-global", "Gemma3TextConfig", "Gemma3ForCausalLM",
-         dict(num_key_value_heads=2, head_dim=16, sliding_window=4, sliding_window_pattern=2, query_pre_attn_scalar=12)),
-    Case("phi3-partial-rotary", "Phi3Config", "Phi3ForCausalLM", dict(num_key_value_heads=2, partial_rotary_factor=0.5)),
+    Case(
+        "gemma2-softcaps-window",
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        dict(
+            num_key_value_heads=2,
+            head_dim=16,
+            sliding_window=4,
+            query_pre_attn_scalar=12,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=3.0,
+        ),
+    ),
+    Case(
+        "gemma3-local-global",
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        dict(num_key_value_heads=2, head_dim=16, sliding_window=4, sliding_window_pattern=2, query_pre_attn_scalar=12),
+    ),
+    Case(
+        "phi3-partial-rotary", "Phi3Config", "Phi3ForCausalLM", dict(num_key_value_heads=2, partial_rotary_factor=0.5)
+    ),
     Case("phi3-mha", "Phi3Config", "Phi3ForCausalLM", dict(num_key_value_heads=4)),
     Case("olmo2-postnorm", "Olmo2Config", "Olmo2ForCausalLM", dict(num_key_value_heads=2)),
     Case("olmo3-window", "Olmo3Config", "Olmo3ForCausalLM", dict(num_key_value_heads=4, sliding_window=4)),
-    Case("smollm3-nope", "SmolLM3Config", "SmolLM3ForCausalLM",
-         dict(num_key_value_heads=2, no_rope_layer_interval=2, tie_word_embeddings=True)),
+    Case(
+        "smollm3-nope",
+        "SmolLM3Config",
+        "SmolLM3ForCausalLM",
+        dict(num_key_value_heads=2, no_rope_layer_interval=2, tie_word_embeddings=True),
+    ),
     # Gemma 4: the per-layer input table is [vocab_size_per_layer_input, layers · hidden_size_per_layer_input],
     # 262144 × 512 by default, so every case sets both.
-    Case("gemma4-local-global", "Gemma4TextConfig", "Gemma4ForCausalLM",
-         dict(num_key_value_heads=2, head_dim=16, global_head_dim=16, sliding_window=4, hidden_size_per_layer_input=0,
-              layer_types=["sliding_attention", "full_attention"],
-              vocab_size_per_layer_input=VOCAB, tie_word_embeddings=False)),
-    Case("gemma4-e2b-shaped", "Gemma4TextConfig", "Gemma4ForCausalLM", GEMMA4_E2B_SHAPED := dict(
-         num_hidden_layers=4, layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=4,
-         num_key_value_heads=2, head_dim=8, global_head_dim=16, num_global_key_value_heads=1, attention_k_eq_v=True,
-         num_kv_shared_layers=2, use_double_wide_mlp=True, hidden_size_per_layer_input=8,
-         vocab_size_per_layer_input=VOCAB, final_logit_softcapping=30.0)),
-    Case("gemma4-mha-biases", "Gemma4TextConfig", "Gemma4ForCausalLM",
-         dict(num_key_value_heads=4, head_dim=8, global_head_dim=16, attention_bias=True, sliding_window=4,
-              layer_types=["sliding_attention", "full_attention"],
-              hidden_size_per_layer_input=4, vocab_size_per_layer_input=VOCAB)),
+    Case(
+        "gemma4-local-global",
+        "Gemma4TextConfig",
+        "Gemma4ForCausalLM",
+        dict(
+            num_key_value_heads=2,
+            head_dim=16,
+            global_head_dim=16,
+            sliding_window=4,
+            hidden_size_per_layer_input=0,
+            layer_types=["sliding_attention", "full_attention"],
+            vocab_size_per_layer_input=VOCAB,
+            tie_word_embeddings=False,
+        ),
+    ),
+    Case(
+        "gemma4-e2b-shaped",
+        "Gemma4TextConfig",
+        "Gemma4ForCausalLM",
+        GEMMA4_E2B_SHAPED := dict(
+            num_hidden_layers=4,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            sliding_window=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            global_head_dim=16,
+            num_global_key_value_heads=1,
+            attention_k_eq_v=True,
+            num_kv_shared_layers=2,
+            use_double_wide_mlp=True,
+            hidden_size_per_layer_input=8,
+            vocab_size_per_layer_input=VOCAB,
+            final_logit_softcapping=30.0,
+        ),
+    ),
+    Case(
+        "gemma4-mha-biases",
+        "Gemma4TextConfig",
+        "Gemma4ForCausalLM",
+        dict(
+            num_key_value_heads=4,
+            head_dim=8,
+            global_head_dim=16,
+            attention_bias=True,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+            hidden_size_per_layer_input=4,
+            vocab_size_per_layer_input=VOCAB,
+        ),
+    ),
 ]
 CASES_BY_ID = {case.id: case for case in CASES}
 
@@ -120,7 +206,9 @@ def captured_scores(hf: Any, tokens: torch.Tensor) -> list[torch.Tensor]:
 
     scores: list[torch.Tensor] = []
 
-    def capture(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Any, **kwargs: Any) -> Any:
+    def capture(
+        module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Any, **kwargs: Any
+    ) -> Any:
         groups = query.shape[1] // key.shape[1]
         s = query @ repeat_kv(key, groups).transpose(-1, -2) * kwargs["scaling"]
         scores.append(s)

@@ -66,13 +66,28 @@ def test_every_supported_family_has_a_case() -> None:
         ("mistral-window", {"sliding_windows": (4, 4)}),
         ("qwen2-biases-window", {"sliding_windows": (None, 4)}),
         ("qwen3-qknorm-wide-heads", {"qk_norm": "head", "d_head": 16}),
-        ("gemma2-softcaps-window", {"attn_softcap": 5.0, "final_softcap": 3.0, "post_norm": True, "act_fn": "gelu_tanh"}),
+        (
+            "gemma2-softcaps-window",
+            {"attn_softcap": 5.0, "final_softcap": 3.0, "post_norm": True, "act_fn": "gelu_tanh"},
+        ),
         ("gemma3-local-global", {"qk_norm": "head", "post_norm": True, "sliding_windows": (4, None)}),
         ("phi3-partial-rotary", {"rotary_dim": 4}),
         ("olmo2-postnorm", {"normalization": "rms_post", "qk_norm": "all"}),
-        ("gemma4-e2b-shaped", {"head_dims": (8, 16, 8, 16), "d_head": 16, "n_kv_heads": 2, "v_norm": True,
-                               "kv_sources": (0, 1, 0, 1), "d_per_layer": 8, "qk_norm": "head", "attn_scale": 1.0,
-                               "sliding_windows": (4, None, 4, None), "final_softcap": 30.0}),
+        (
+            "gemma4-e2b-shaped",
+            {
+                "head_dims": (8, 16, 8, 16),
+                "d_head": 16,
+                "n_kv_heads": 2,
+                "v_norm": True,
+                "kv_sources": (0, 1, 0, 1),
+                "d_per_layer": 8,
+                "qk_norm": "head",
+                "attn_scale": 1.0,
+                "sliding_windows": (4, None, 4, None),
+                "final_softcap": 30.0,
+            },
+        ),
         ("gemma4-mha-biases", {"head_dims": (8, 16), "n_kv_heads": None, "kv_sources": None, "d_per_layer": 4}),
     ],
 )
@@ -138,22 +153,35 @@ def test_pickled_weights_are_refused_unopened(tmp_path: Path) -> None:
 
 
 def test_a_directory_of_an_unsupported_family_is_refused_before_loading(tmp_path: Path) -> None:
-    cfg = transformers.MixtralConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                     num_attention_heads=2, num_key_value_heads=1, num_local_experts=2)
+    cfg = transformers.MixtralConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_local_experts=2,
+    )
     transformers.MixtralForCausalLM(cfg).save_pretrained(tmp_path)
     with pytest.raises(UnsupportedArchitectureError, match="MixtralForCausalLM"):
         from_hf(tmp_path)
 
 
 def test_dynamic_rotary_is_refused_with_the_supported_types() -> None:
-    case = Case("llama-dynamic", "LlamaConfig", "LlamaForCausalLM",
-                dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 10_000.0, "factor": 2.0}))
+    case = Case(
+        "llama-dynamic",
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 10_000.0, "factor": 2.0}),
+    )
     with pytest.raises(UnsupportedArchitectureError, match="dynamic"):
         from_hf(case.build())
 
 
 # ------------------------------------------------------------------ the rotary QK circuit
-@pytest.mark.parametrize("case_id", ["llama-gqa2-biases-llama3rope", "phi3-partial-rotary", "smollm3-nope", "qwen2-yarn-tied"])
+@pytest.mark.parametrize(
+    "case_id", ["llama-gqa2-biases-llama3rope", "phi3-partial-rotary", "smollm3-nope", "qwen2-yarn-tied"]
+)
 def test_source_score_is_the_qk_circuit_at_the_offset(case_id: str) -> None:
     case = CASES_BY_ID[case_id]
     hf = case.build()
@@ -214,7 +242,9 @@ def test_a_nope_layer_needs_no_offset() -> None:
 
 
 # ------------------------------------------------------------------ weight-space analyses
-@pytest.mark.parametrize("case_id", ["llama-gqa2-biases-llama3rope", "gemma2-softcaps-window", "qwen3-qknorm-wide-heads"])
+@pytest.mark.parametrize(
+    "case_id", ["llama-gqa2-biases-llama3rope", "gemma2-softcaps-window", "qwen3-qknorm-wide-heads"]
+)
 def test_analyses_equal_their_dense_definitions(case_id: str) -> None:
     ours = from_hf(CASES_BY_ID[case_id].build(), dtype=torch.float64)
     offset = 2
@@ -262,7 +292,9 @@ def _bridge(hf: Any, architecture: str) -> Any:
     return tl_builder.build_bridge_from_module(hf, architecture, hf_config=hf.config)
 
 
-@pytest.mark.parametrize("case_id", ["llama-gqa2-biases-llama3rope", "gemma2-softcaps-window", "qwen3-qknorm-wide-heads"])
+@pytest.mark.parametrize(
+    "case_id", ["llama-gqa2-biases-llama3rope", "gemma2-softcaps-window", "qwen3-qknorm-wide-heads"]
+)
 def test_a_transformer_lens_bridge_loads_and_matches_its_logits(case_id: str) -> None:
     from circuitwidgets import from_transformer_lens
 
@@ -285,8 +317,14 @@ def test_engine_agrees_with_transformer_lens_on_a_gqa_llama() -> None:
     case = CASES_BY_ID["llama-gqa2-biases-llama3rope"]
     torch.manual_seed(0)
     cfg = getattr(transformers, case.config)(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
     )
     cfg._attn_implementation = "eager"
     hf = transformers.LlamaForCausalLM(cfg).eval()
@@ -313,9 +351,12 @@ def test_every_analysis_runs_on_a_bfloat16_model() -> None:
     assert ours.dtype == torch.bfloat16
     tokens = _tokens(seed=11, batch=1)
     results = [
-        circuits.copying_scores(ours), circuits.copying_scores(ours, circuit="qk", offset=0),
-        circuits.copying_scores(ours, circuit="qk_kcomp", offset=0), circuits.composition_scores(ours, "K", offset=1),
-        circuits.head_scores(ours, "induction"), circuits.path_expansion(ours, tokens[0]).heads,
+        circuits.copying_scores(ours),
+        circuits.copying_scores(ours, circuit="qk", offset=0),
+        circuits.copying_scores(ours, circuit="qk_kcomp", offset=0),
+        circuits.composition_scores(ours, "K", offset=1),
+        circuits.head_scores(ours, "induction"),
+        circuits.path_expansion(ours, tokens[0]).heads,
         circuits.term_importance(ours, tokens).losses,
     ]
     for result in results:

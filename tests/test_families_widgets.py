@@ -15,7 +15,12 @@ from circuitwidgets.sources.huggingface import from_hf
 
 pytestmark = pytest.mark.filterwarnings("ignore::circuitwidgets.circuits._checks.MLPPathsExcludedWarning")
 
-FAMILY_CASES = ["llama-gqa2-biases-llama3rope", "gemma2-softcaps-window", "qwen3-qknorm-wide-heads", "gemma4-e2b-shaped"]
+FAMILY_CASES = [
+    "llama-gqa2-biases-llama3rope",
+    "gemma2-softcaps-window",
+    "qwen3-qknorm-wide-heads",
+    "gemma4-e2b-shaped",
+]
 TOKENS = [1, 5, 9, 12, 5, 9, 30, 2]
 
 
@@ -41,9 +46,7 @@ def test_every_view_builds_and_says_which_offset_it_reads(model: Any) -> None:
 
 def test_changing_the_offset_recomputes_what_depends_on_it(model: Any) -> None:
     eigen = cw.EigenScatter(model, offset=1)
-    np.testing.assert_allclose(
-        eigen.scores[0, 1], circuits.copying_scores(model, circuit="qk", offset=1), atol=1e-5
-    )
+    np.testing.assert_allclose(eigen.scores[0, 1], circuits.copying_scores(model, circuit="qk", offset=1), atol=1e-5)
     ov_before = eigen.scores[0, 0].copy()
     eigen.qk_offset = 3
     np.testing.assert_allclose(eigen.scores[0, 1], circuits.copying_scores(model, circuit="qk", offset=3), atol=1e-5)
@@ -99,7 +102,9 @@ def _word_tokenizer() -> Any:
     return transformers.PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", unk_token="<unk>")
 
 
-@pytest.mark.parametrize(("case_id", "folder_name"), [("qwen3-qknorm-wide-heads", "qwen3"), ("gemma4-e2b-shaped", "gemma4")])
+@pytest.mark.parametrize(
+    ("case_id", "folder_name"), [("qwen3-qknorm-wide-heads", "qwen3"), ("gemma4-e2b-shaped", "gemma4")]
+)
 def test_the_report_reads_a_save_pretrained_directory(tmp_path: Any, case_id: str, folder_name: str) -> None:
     from circuitwidgets.cli import main
 

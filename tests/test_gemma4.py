@@ -63,7 +63,11 @@ def _source_circuits(hf: Any, layer: int, head: int, offset: int) -> tuple[torch
     w = attn.head_dim
     first_shared = hf.config.num_hidden_layers - hf.config.num_kv_shared_layers
     kind = hf.config.layer_types[layer]
-    source = layer if not attn.is_kv_shared_layer else max(j for j in range(first_shared) if hf.config.layer_types[j] == kind)
+    source = (
+        layer
+        if not attn.is_kv_shared_layer
+        else max(j for j in range(first_shared) if hf.config.layer_types[j] == kind)
+    )
     kv = layers[source].self_attn
     group = head // (hf.config.num_attention_heads // (kv.k_proj.weight.shape[0] // w))
     cols = slice(head * w, (head + 1) * w)
@@ -81,7 +85,9 @@ def _source_circuits(hf: Any, layer: int, head: int, offset: int) -> tuple[torch
 
 @pytest.mark.parametrize(("layer", "head"), [(0, 1), (1, 3), (2, 2), (3, 0)])
 @pytest.mark.parametrize("offset", [0, 3])
-def test_padded_heads_give_the_circuits_of_the_source_weights(hf: Any, ours: CircuitModel, layer: int, head: int, offset: int) -> None:
+def test_padded_heads_give_the_circuits_of_the_source_weights(
+    hf: Any, ours: CircuitModel, layer: int, head: int, offset: int
+) -> None:
     """Narrow (8) and wide (16) heads, the global layer's one key/value head, keys as values, shared keys and values."""
     qk, ov = _source_circuits(hf, layer, head, offset)
     with torch.no_grad():
@@ -165,9 +171,12 @@ def test_composition_into_a_shared_layer_from_before_its_source_is_the_definitio
 def test_every_analysis_runs_or_names_what_it_cannot_do(ours: CircuitModel) -> None:
     tokens = _tokens(seed=11, batch=2)
     results = [
-        circuits.copying_scores(ours), circuits.copying_scores(ours, circuit="qk", offset=1),
-        circuits.composition_scores(ours, "Q", offset=0), circuits.composition_scores(ours, "V"),
-        circuits.head_scores(ours, "previous_token"), circuits.term_importance(ours, tokens).losses,
+        circuits.copying_scores(ours),
+        circuits.copying_scores(ours, circuit="qk", offset=1),
+        circuits.composition_scores(ours, "Q", offset=0),
+        circuits.composition_scores(ours, "V"),
+        circuits.head_scores(ours, "previous_token"),
+        circuits.term_importance(ours, tokens).losses,
     ]
     for result in results:
         values = torch.as_tensor(result)
@@ -199,7 +208,9 @@ def test_config_refuses_bad_head_widths_and_kv_sources() -> None:
     shape = dict(n_layers=3, n_heads=2, d_model=8, d_head=8, d_vocab=10, n_ctx=16)
     with pytest.raises(ArgumentError, match=r"cfg\.head_dims\[1\]: expected an even int in \[2, d_head=8\], got 3"):
         ModelConfig(**shape, head_dims=(8, 3, 8))
-    with pytest.raises(ArgumentError, match=r"cfg\.kv_sources\[2\]: expected the index of a layer ≤ 2 that computes its own"):
+    with pytest.raises(
+        ArgumentError, match=r"cfg\.kv_sources\[2\]: expected the index of a layer ≤ 2 that computes its own"
+    ):
         ModelConfig(**shape, kv_sources=(0, 0, 1))  # layer 1 reuses layer 0's, so layer 2 cannot read layer 1's
     with pytest.raises(ArgumentError, match=r"cfg\.head_dims: expected 3 entries"):
         ModelConfig(**shape, head_dims=(8, 8))
@@ -208,7 +219,9 @@ def test_config_refuses_bad_head_widths_and_kv_sources() -> None:
 def test_weights_outside_a_narrow_head_or_unlike_the_shared_source_are_refused(ours: CircuitModel) -> None:
     weights = {k: v.clone() for k, v in ours.weights().items()}
     weights["W_Q"][0, 1, :, 5] = 1.0  # a column between the narrow head's two halves (its width is 8 of 16)
-    with pytest.raises(ArgumentError, match=r"weights\['W_Q'\]\[0\]: a head of width 8 .* zero outside columns \[0, 4\) and \[8, 12\)"):
+    with pytest.raises(
+        ArgumentError, match=r"weights\['W_Q'\]\[0\]: a head of width 8 .* zero outside columns \[0, 4\) and \[8, 12\)"
+    ):
         CircuitModel(ours.cfg, weights)
     weights = {k: v.clone() for k, v in ours.weights().items()}
     weights["W_V"][3] += 1.0

@@ -52,7 +52,9 @@ def _positive_number(name: str, value: object, optional: bool) -> None:
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ArgumentError(f"cfg.{name}: expected a positive finite number{' or None' if optional else ''}, got {value!r}")
+        raise ArgumentError(
+            f"cfg.{name}: expected a positive finite number{' or None' if optional else ''}, got {value!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -119,14 +121,20 @@ class ModelConfig:
         if self.rotary_dim is not None and (
             not is_int(self.rotary_dim) or not 2 <= self.rotary_dim <= self.d_head or self.rotary_dim % 2
         ):
-            raise ArgumentError(f"cfg.rotary_dim: expected None or an even int in [2, d_head={self.d_head}], got {self.rotary_dim!r}")
+            raise ArgumentError(
+                f"cfg.rotary_dim: expected None or an even int in [2, d_head={self.d_head}], got {self.rotary_dim!r}"
+            )
         _positive_number("rotary_base", self.rotary_base, False)
         _positive_number("attn_scale", self.attn_scale, True)
         _positive_number("ln_eps", self.ln_eps, False)
         _positive_number("attn_softcap", self.attn_softcap, True)
         _positive_number("final_softcap", self.final_softcap, True)
-        if self.bos_token_id is not None and (not is_int(self.bos_token_id) or not 0 <= self.bos_token_id < self.d_vocab):
-            raise ArgumentError(f"cfg.bos_token_id: expected None or an int in [0, {self.d_vocab}), got {self.bos_token_id!r}")
+        if self.bos_token_id is not None and (
+            not is_int(self.bos_token_id) or not 0 <= self.bos_token_id < self.d_vocab
+        ):
+            raise ArgumentError(
+                f"cfg.bos_token_id: expected None or an int in [0, {self.d_vocab}), got {self.bos_token_id!r}"
+            )
         if not isinstance(self.architecture, str):
             raise ArgumentError(f"cfg.architecture: expected a str, got {self.architecture!r}")
         if self.n_kv_heads is not None and (
@@ -161,7 +169,9 @@ class ModelConfig:
     def _check_per_layer_features(self) -> None:
         for layer, w in enumerate(self._per_layer("head_dims", "head width (int)") or ()):
             if not is_int(w) or not 2 <= w <= self.d_head or w % 2:
-                raise ArgumentError(f"cfg.head_dims[{layer}]: expected an even int in [2, d_head={self.d_head}], got {w!r}")
+                raise ArgumentError(
+                    f"cfg.head_dims[{layer}]: expected an even int in [2, d_head={self.d_head}], got {w!r}"
+                )
         sources = self._per_layer("kv_sources", "layer index (int)") or ()
         for layer, source in enumerate(sources):
             if not is_int(source) or not 0 <= source <= layer or sources[source] != source:
@@ -169,7 +179,9 @@ class ModelConfig:
                     f"cfg.kv_sources[{layer}]: expected the index of a layer ≤ {layer} that computes its own keys "
                     f"and values, got {source!r}"
                 )
-        if self.d_per_layer is not None and (not is_int(self.d_per_layer) or self.d_per_layer < 1 or self.act_fn not in ACTIVATIONS):
+        if self.d_per_layer is not None and (
+            not is_int(self.d_per_layer) or self.d_per_layer < 1 or self.act_fn not in ACTIVATIONS
+        ):
             raise ArgumentError(
                 f"cfg.d_per_layer: expected None or a positive int with act_fn in {ACTIVATIONS} (the gate of the "
                 f"per-layer input), got d_per_layer={self.d_per_layer!r}, act_fn={self.act_fn!r}"
@@ -214,10 +226,15 @@ class ModelConfig:
         """
         out = []
         if self.normalization != "none" or self.qk_norm is not None or self.v_norm:
-            norms = ["input" if self.normalization != "none" else "",
-                     "output" if self.post_norm or self.normalization == "rms_post" else "",
-                     "query/key" if self.qk_norm is not None else "", "value" if self.v_norm else ""]
-            out.append(f"the per-token scalars of the {', '.join(n for n in norms if n)} norms (their multipliers are folded in)")
+            norms = [
+                "input" if self.normalization != "none" else "",
+                "output" if self.post_norm or self.normalization == "rms_post" else "",
+                "query/key" if self.qk_norm is not None else "",
+                "value" if self.v_norm else "",
+            ]
+            out.append(
+                f"the per-token scalars of the {', '.join(n for n in norms if n)} norms (their multipliers are folded in)"
+            )
         if self.has_mlp:
             out.append("every path through an MLP")
         if self.d_per_layer is not None:

@@ -233,7 +233,9 @@ class CircuitModel(Sublayers, nn.Module):
         if prepend_bos and bos is not None:
             rows = [[bos, *r] for r in rows]
         if len({len(r) for r in rows}) != 1:
-            raise ShapeError(f"text: texts tokenise to different lengths {[len(r) for r in rows]}; pass them one at a time")
+            raise ShapeError(
+                f"text: texts tokenise to different lengths {[len(r) for r in rows]}; pass them one at a time"
+            )
         if not rows[0]:
             raise ArgumentError("text: expected at least one token, got an empty text")
         return torch.tensor(rows, dtype=torch.long, device=self.device)
@@ -270,7 +272,9 @@ class CircuitModel(Sublayers, nn.Module):
         if t.shape[1] > self.cfg.n_ctx and self.cfg.positional_embedding_type in ("shortformer", "standard"):
             raise ShapeError(f"tokens: expected at most n_ctx={self.cfg.n_ctx} positions, got {t.shape[1]}")
         if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.cfg.d_vocab):
-            raise ArgumentError(f"tokens: expected ids in [0, {self.cfg.d_vocab}), got range [{int(t.min())}, {int(t.max())}]")
+            raise ArgumentError(
+                f"tokens: expected ids in [0, {self.cfg.d_vocab}), got range [{int(t.min())}, {int(t.max())}]"
+            )
         return t.long()
 
     # ---------------------------------------------------------------- forward
@@ -337,8 +341,8 @@ class CircuitModel(Sublayers, nn.Module):
             if cache and (keep is None or name in keep):
                 store[ActivationCache.key(name, layer)] = value
 
-        self._check_overrides("patterns", patterns, (batch, cfg.n_heads, n_pos, n_pos))
-        self._check_overrides("head_results", head_results, (batch, n_pos, cfg.n_heads, cfg.d_model))
+        check_overrides("patterns", patterns, (batch, cfg.n_heads, n_pos, n_pos), cfg.n_layers)
+        check_overrides("head_results", head_results, (batch, n_pos, cfg.n_heads, cfg.d_model), cfg.n_layers)
 
         resid = self.W_E[t]
         record("embed", None, resid)
@@ -370,9 +374,6 @@ class CircuitModel(Sublayers, nn.Module):
         """
         return forward_bytes(self.cfg, batch, n_pos, names, self.W_E.element_size())
 
-    def _check_overrides(self, arg: str, values: Sequence[torch.Tensor | None] | None, shape: tuple[int, ...]) -> None:
-        check_overrides(arg, values, shape, self.cfg.n_layers)
-
     # -------------------------------------------------------------- save/load
     def save(self, path: str | Path) -> None:
         """Write ``model.safetensors``, ``config.json`` and (when it has one) ``tokenizer.json`` into a directory."""
@@ -381,7 +382,9 @@ class CircuitModel(Sublayers, nn.Module):
         save_model(self, path)
 
     @classmethod
-    def load(cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> CircuitModel:
+    def load(
+        cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    ) -> CircuitModel:
         """Read a directory written by :meth:`save` (safetensors only; nothing is unpickled)."""
         from circuitwidgets.model.io import load_model
 

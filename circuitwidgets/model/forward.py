@@ -47,7 +47,11 @@ def rms_scale(x: torch.Tensor, eps: float, width: int | None = None) -> tuple[to
     """
     work = x if x.dtype == torch.float64 else x.float()
     squares = work.pow(2)
-    mean = squares.mean(-1, keepdim=True) if width is None or width == x.shape[-1] else squares.sum(-1, keepdim=True) / width
+    mean = (
+        squares.mean(-1, keepdim=True)
+        if width is None or width == x.shape[-1]
+        else squares.sum(-1, keepdim=True) / width
+    )
     scale = (mean + eps).sqrt()
     return (work / scale).to(x.dtype), scale.to(x.dtype)
 
@@ -101,11 +105,21 @@ def forward_bytes(cfg: ModelConfig, batch: int, n_pos: int, names: set[str] | No
     b, p, H, dh, d = batch, n_pos, cfg.n_heads, cfg.d_head, cfg.d_model
     P = cfg.d_per_layer or 0
     per_layer = {
-        "q": b * p * H * dh, "k": b * p * H * dh, "v": b * p * H * dh, "z": b * p * H * dh,
-        "attn_scores": b * H * p * p, "pattern": b * H * p * p, "result": b * p * H * d,
-        "scale": b * p, "attn_out": b * p * d, "resid_pre": b * p * d, "resid_post": b * p * d,
-        "resid_mid": b * p * d if cfg.has_mlp else 0, "mlp_out": b * p * d if cfg.has_mlp else 0,
-        "per_layer_input": b * p * P, "per_layer_out": b * p * d if P else 0,
+        "q": b * p * H * dh,
+        "k": b * p * H * dh,
+        "v": b * p * H * dh,
+        "z": b * p * H * dh,
+        "attn_scores": b * H * p * p,
+        "pattern": b * H * p * p,
+        "result": b * p * H * d,
+        "scale": b * p,
+        "attn_out": b * p * d,
+        "resid_pre": b * p * d,
+        "resid_post": b * p * d,
+        "resid_mid": b * p * d if cfg.has_mlp else 0,
+        "mlp_out": b * p * d if cfg.has_mlp else 0,
+        "per_layer_input": b * p * P,
+        "per_layer_out": b * p * d if P else 0,
     }
     once = {"embed": b * p * d, "pos_embed": b * p * d, "resid_final": b * p * d}
     kept = sum(v * cfg.n_layers for k, v in per_layer.items() if names is None or k in names)
@@ -117,19 +131,25 @@ def forward_bytes(cfg: ModelConfig, batch: int, n_pos: int, names: set[str] | No
     return int((kept + working + logits) * element_size)
 
 
-def check_overrides(arg: str, values: Sequence[torch.Tensor | None] | None, shape: tuple[int, ...], n_layers: int) -> None:
+def check_overrides(
+    arg: str, values: Sequence[torch.Tensor | None] | None, shape: tuple[int, ...], n_layers: int
+) -> None:
     """Check per-layer overrides of a forward pass (frozen patterns, head results): one finite tensor of ``shape`` or ``None`` per layer."""
     if values is None:
         return
     if isinstance(values, torch.Tensor) or not isinstance(values, Sequence):
-        raise ArgumentTypeError(f"{arg}: expected a list with one tensor (or None) per layer, got {type(values).__name__}")
+        raise ArgumentTypeError(
+            f"{arg}: expected a list with one tensor (or None) per layer, got {type(values).__name__}"
+        )
     if len(values) != n_layers:
         raise ShapeError(f"{arg}: expected one entry per layer ({n_layers}), got {len(values)}")
     for layer, value in enumerate(values):
         if value is None:
             continue
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-            raise ArgumentTypeError(f"{arg}[{layer}]: expected a floating-point torch.Tensor or None, got {type(value).__name__}")
+            raise ArgumentTypeError(
+                f"{arg}[{layer}]: expected a floating-point torch.Tensor or None, got {type(value).__name__}"
+            )
         if tuple(value.shape) != shape:
             raise ShapeError(f"{arg}[{layer}]: expected shape {shape}, got {tuple(value.shape)}")
         if not bool(torch.isfinite(value).all()):

@@ -72,7 +72,12 @@ class Sublayers:
         return out + bias[layer] if bias is not None else out
 
     def _keys_and_values(
-        self, layer: int, x: torch.Tensor, qk_in: torch.Tensor, positions: torch.Tensor, shared: dict[int, tuple[torch.Tensor, torch.Tensor]]
+        self,
+        layer: int,
+        x: torch.Tensor,
+        qk_in: torch.Tensor,
+        positions: torch.Tensor,
+        shared: dict[int, tuple[torch.Tensor, torch.Tensor]],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys (normed and rotated) and values (normed) ``[batch, pos, kv_heads, d_head]`` of ``layer``.
 
@@ -151,7 +156,11 @@ class Sublayers:
             b = self.weight(bias)
             return out + b[layer] if b is not None else out
 
-        hidden = activation(cfg.act_fn, project("W_gate", "b_gate")) * project("W_in", "b_in") if cfg.gated_mlp else activation(cfg.act_fn, project("W_in", "b_in"))
+        hidden = (
+            activation(cfg.act_fn, project("W_gate", "b_gate")) * project("W_in", "b_in")
+            if cfg.gated_mlp
+            else activation(cfg.act_fn, project("W_in", "b_in"))
+        )
         out = hidden @ self._buffers["W_out"][layer]  # type: ignore[index]
         b_out = self.weight("b_out")
         if b_out is not None:

@@ -56,23 +56,43 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Shape of every tensor a model with ``cfg`` may hold."""
     L, H, G, d, dh, V = cfg.n_layers, cfg.n_heads, cfg.kv_heads, cfg.d_model, cfg.d_head, cfg.d_vocab
     shapes: dict[str, tuple[int, ...]] = {
-        "W_E": (V, d), "W_pos": (cfg.n_ctx, d),
-        "W_Q": (L, H, d, dh), "W_K": (L, G, d, dh), "W_V": (L, G, d, dh), "W_O": (L, H, dh, d),
-        "b_Q": (L, H, dh), "b_K": (L, G, dh), "b_V": (L, G, dh), "b_O": (L, d),
-        "W_U": (d, V), "b_U": (V,),
-        "q_norm": (L, H, dh), "k_norm": (L, G, dh),
+        "W_E": (V, d),
+        "W_pos": (cfg.n_ctx, d),
+        "W_Q": (L, H, d, dh),
+        "W_K": (L, G, d, dh),
+        "W_V": (L, G, d, dh),
+        "W_O": (L, H, dh, d),
+        "b_Q": (L, H, dh),
+        "b_K": (L, G, dh),
+        "b_V": (L, G, dh),
+        "b_O": (L, d),
+        "W_U": (d, V),
+        "b_U": (V,),
+        "q_norm": (L, H, dh),
+        "k_norm": (L, G, dh),
         "post_attn_norm": (L, d),
         "rotary_freq": (L, (cfg.rotary_dim or dh) // 2),
         "layer_scalar": (L,),
     }
     if cfg.d_per_layer is not None:
         P = cfg.d_per_layer
-        shapes |= {"W_E_per_layer": (V, L, P), "W_per_layer_proj": (d, L, P), "per_layer_proj_norm": (P,),
-                   "W_per_layer_gate": (L, d, P), "W_per_layer_out": (L, P, d), "post_per_layer_norm": (L, d)}
+        shapes |= {
+            "W_E_per_layer": (V, L, P),
+            "W_per_layer_proj": (d, L, P),
+            "per_layer_proj_norm": (P,),
+            "W_per_layer_gate": (L, d, P),
+            "W_per_layer_out": (L, P, d),
+            "post_per_layer_norm": (L, d),
+        }
     if cfg.has_mlp:
         assert cfg.d_mlp is not None
-        shapes |= {"W_in": (L, d, cfg.d_mlp), "b_in": (L, cfg.d_mlp), "W_out": (L, cfg.d_mlp, d), "b_out": (L, d),
-                   "post_mlp_norm": (L, d)}
+        shapes |= {
+            "W_in": (L, d, cfg.d_mlp),
+            "b_in": (L, cfg.d_mlp),
+            "W_out": (L, cfg.d_mlp, d),
+            "b_out": (L, d),
+            "post_mlp_norm": (L, d),
+        }
         if cfg.gated_mlp:
             shapes |= {"W_gate": (L, d, cfg.d_mlp), "b_gate": (L, cfg.d_mlp)}
     return shapes
@@ -90,8 +110,14 @@ def required_names(cfg: ModelConfig) -> tuple[str, ...]:
     if cfg.normalization == "rms_post" or cfg.post_norm:
         names += ["post_attn_norm"] + (["post_mlp_norm"] if cfg.has_mlp else [])
     if cfg.d_per_layer is not None:
-        names += ["W_E_per_layer", "W_per_layer_proj", "per_layer_proj_norm", "W_per_layer_gate", "W_per_layer_out",
-                  "post_per_layer_norm"]
+        names += [
+            "W_E_per_layer",
+            "W_per_layer_proj",
+            "per_layer_proj_norm",
+            "W_per_layer_gate",
+            "W_per_layer_out",
+            "post_per_layer_norm",
+        ]
     return tuple(names)
 
 
@@ -103,7 +129,9 @@ def validate_weights(cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> None
             raise ShapeError(f"weights: missing tensor {name!r} (expected shape {shapes[name]}) for this architecture")
     reference = weights["W_E"]
     if not isinstance(reference, torch.Tensor) or not reference.is_floating_point():
-        raise ArgumentTypeError(f"weights['W_E']: expected a floating-point torch.Tensor, got {type(reference).__name__}")
+        raise ArgumentTypeError(
+            f"weights['W_E']: expected a floating-point torch.Tensor, got {type(reference).__name__}"
+        )
     for name, tensor in weights.items():
         if name not in shapes:
             raise ShapeError(f"weights: unknown tensor {name!r}; known names are {sorted(shapes)}")
@@ -153,14 +181,18 @@ def check_per_layer_layout(cfg: ModelConfig, weights: dict[str, torch.Tensor]) -
         outside = torch.ones(cfg.d_head, dtype=torch.bool)
         outside[head_columns(width, cfg.d_head)] = False
         for name, axis in _HEAD_AXES.items():
-            if name in weights and bool(weights[name][layer].movedim(axis, -1)[..., outside.to(weights[name].device)].any()):
+            if name in weights and bool(
+                weights[name][layer].movedim(axis, -1)[..., outside.to(weights[name].device)].any()
+            ):
                 raise ArgumentError(
                     f"weights[{name!r}][{layer}]: a head of width {width} (cfg.head_dims) must be zero outside columns "
                     f"[0, {width // 2}) and [{cfg.d_head // 2}, {cfg.d_head // 2 + width // 2}), got non-zero entries there"
                 )
         freq = weights.get("rotary_freq")
         if freq is not None and bool(freq[layer, width // 2 :].any()):
-            raise ArgumentError(f"weights['rotary_freq'][{layer}]: a head of width {width} has no rotary pairs beyond {width // 2}")
+            raise ArgumentError(
+                f"weights['rotary_freq'][{layer}]: a head of width {width} has no rotary pairs beyond {width // 2}"
+            )
     for layer, source in enumerate(cfg.kv_sources or ()):
         for name in _SHARED_KV:
             if source != layer and name in weights and not torch.equal(weights[name][layer], weights[name][source]):

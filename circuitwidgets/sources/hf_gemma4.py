@@ -178,7 +178,9 @@ def _per_layer_parts(block: Any, d: int, work: torch.dtype, prefix: str) -> dict
     gate = unwrap(at(block, "per_layer_input_gate")).weight.detach().to(work, copy=True)
     out = unwrap(at(block, "per_layer_projection")).weight.detach().to(work, copy=True)
     check_shape(f"{prefix}.per_layer_input_gate.weight", gate, (gate.shape[0], d))
-    norm, _ = norm_multiplier(at(block, "post_per_layer_input_norm"), f"{prefix}.post_per_layer_input_norm", GEMMA4, work)
+    norm, _ = norm_multiplier(
+        at(block, "post_per_layer_input_norm"), f"{prefix}.post_per_layer_input_norm", GEMMA4, work
+    )
     return {"W_per_layer_gate": gate.T, "W_per_layer_out": out.T, "post_per_layer_norm": norm}
 
 
@@ -201,7 +203,9 @@ def _per_layer_inputs(
     proj = unwrap(at(core, "per_layer_model_projection")).weight.detach()
     check_shape("model.model.per_layer_model_projection.weight", proj, (L * P, d))
     W = (proj.to(work).T * float(core.per_layer_model_projection_scale)).reshape(d, L, P)
-    norm, _ = norm_multiplier(at(core, "per_layer_projection_norm"), "model.model.per_layer_projection_norm", GEMMA4, work)
+    norm, _ = norm_multiplier(
+        at(core, "per_layer_projection_norm"), "model.model.per_layer_projection_norm", GEMMA4, work
+    )
     return {
         "W_E_per_layer": E,
         "W_per_layer_proj": W.to(device=device, dtype=target).contiguous(),
@@ -244,8 +248,12 @@ def read_gemma4(
     for layer, (block, attn) in enumerate(zip(blocks, attns, strict=True)):
         prefix = f"model.layers.{layer}"
         norms = {}
-        for name, attr in (("pre_attn", "input_layernorm"), ("pre_mlp", "pre_feedforward_layernorm"),
-                           ("post_attn_norm", "post_attention_layernorm"), ("post_mlp_norm", "post_feedforward_layernorm")):
+        for name, attr in (
+            ("pre_attn", "input_layernorm"),
+            ("pre_mlp", "pre_feedforward_layernorm"),
+            ("post_attn_norm", "post_attention_layernorm"),
+            ("post_mlp_norm", "post_feedforward_layernorm"),
+        ):
             norms[name], e = norm_multiplier(at(block, attr), f"{prefix}.{attr}", GEMMA4, work)
             eps.add(e)
         parts = _attention_parts(attn, H, G, widths[layer], dh, d, work, f"{prefix}.self_attn")
@@ -285,12 +293,25 @@ def read_gemma4(
         weights |= _per_layer_inputs(core, L, V, d, work, target, device, in_place=release is not None)
     attn_scale = equalise_scales(weights, scales)
     shape = {
-        "n_layers": L, "n_heads": H, "d_model": d, "d_head": dh, "d_vocab": V,
+        "n_layers": L,
+        "n_heads": H,
+        "d_model": d,
+        "d_head": dh,
+        "d_vocab": V,
         "n_ctx": int(getattr(hf, "max_position_embeddings", 4096)),
-        "positional_embedding_type": "rotary" if rotates else "none", "rotary_dim": dh if rotates else None,
-        "normalization": "rms_pre", "post_norm": True, "qk_norm": "head", "v_norm": True,
-        "has_mlp": True, "d_mlp": d_mlp, "act_fn": activation_name(hf, arch), "gated_mlp": True,
-        "parallel_attn_mlp": False, "ln_eps": next(iter(eps)), "architecture": arch,
+        "positional_embedding_type": "rotary" if rotates else "none",
+        "rotary_dim": dh if rotates else None,
+        "normalization": "rms_pre",
+        "post_norm": True,
+        "qk_norm": "head",
+        "v_norm": True,
+        "has_mlp": True,
+        "d_mlp": d_mlp,
+        "act_fn": activation_name(hf, arch),
+        "gated_mlp": True,
+        "parallel_attn_mlp": False,
+        "ln_eps": next(iter(eps)),
+        "architecture": arch,
         "n_kv_heads": G if G != H else None,
         "final_softcap": float(getattr(hf, "final_logit_softcapping", None) or 0) or None,
         "sliding_windows": tuple(windows) if any(w is not None for w in windows) else None,

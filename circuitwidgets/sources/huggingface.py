@@ -108,7 +108,9 @@ def _weight_files(root: Path) -> list[Path]:
             f"model: {root} holds pickled weights {pickles} and no *.safetensors; circuitwidgets never unpickles "
             "files (a pickle can run code). Save the model with save_pretrained(..., safe_serialization=True)"
         )
-    raise ArgumentError(f"model: expected a directory written by save_pretrained (config.json and *.safetensors), got {root}")
+    raise ArgumentError(
+        f"model: expected a directory written by save_pretrained (config.json and *.safetensors), got {root}"
+    )
 
 
 def _load_directory(root: Path) -> tuple[Any, Any]:
@@ -129,7 +131,9 @@ def _load_directory(root: Path) -> tuple[Any, Any]:
             root, local_files_only=True, use_safetensors=True, dtype="auto", attn_implementation="eager"
         )
     except Exception as exc:  # safetensors, JSON and transformers' own errors all mean a bad checkpoint
-        raise ArgumentError(f"model: {root} is not a readable save_pretrained checkpoint ({type(exc).__name__}: {exc})") from None
+        raise ArgumentError(
+            f"model: {root} is not a readable save_pretrained checkpoint ({type(exc).__name__}: {exc})"
+        ) from None
     tokenizer = None
     if (root / "tokenizer.json").is_file() or (root / "tokenizer_config.json").is_file():
         from transformers import AutoTokenizer
@@ -145,7 +149,9 @@ def _release_layer(block: Any) -> None:
     gc.collect()
 
 
-def _gpt_weights(model: Any, arch: str, dtype: torch.dtype, device: torch.device) -> tuple[dict[str, Any], dict[str, torch.Tensor], float | None]:
+def _gpt_weights(
+    model: Any, arch: str, dtype: torch.dtype, device: torch.device
+) -> tuple[dict[str, Any], dict[str, torch.Tensor], float | None]:
     """Shape, folded weights and score divisor of a GPT-2 or GPT-NeoX model."""
     shape, raw = read_hf(model, work_dtype(dtype))
     check_finite(raw.weights, f"model ({arch})")
@@ -213,14 +219,21 @@ def from_hf(
     model.eval()
     reference = None
     if verify and from_directory:  # the source is consumed by the conversion: take its logits first
-        tokens = verification_tokens(int(model.get_input_embeddings().weight.shape[0]), min(8, int(getattr(model.config, "max_position_embeddings", 8))))
+        tokens = verification_tokens(
+            int(model.get_input_embeddings().weight.shape[0]),
+            min(8, int(getattr(model.config, "max_position_embeddings", 8))),
+        )
         with torch.no_grad():
             reference = model(input_ids=tokens.to(source_device)).logits.detach()
     attn_scale: float | None
     try:
         if arch in FAMILIES:
             shape, weights, attn_scale = read_decoder(
-                model, FAMILIES[arch], work_dtype(target_dtype), target_dtype, target_device,
+                model,
+                FAMILIES[arch],
+                work_dtype(target_dtype),
+                target_dtype,
+                target_device,
                 release=_release_layer if from_directory else None,
             )
         else:
@@ -239,7 +252,12 @@ def _display_name(model: Any, arch: str) -> str:
 
 
 def _assemble(
-    model: Any, shape: dict[str, Any], weights: dict[str, torch.Tensor], attn_scale: float | None, tokenizer: Any, name: str
+    model: Any,
+    shape: dict[str, Any],
+    weights: dict[str, torch.Tensor],
+    attn_scale: float | None,
+    tokenizer: Any,
+    name: str,
 ) -> CircuitModel:
     """The :class:`CircuitModel` of converted weights, with the tokenizer checked against the vocabulary."""
     wrapped: TokenizerLike | None = HFTokenizer(tokenizer) if tokenizer is not None else None
