@@ -214,6 +214,8 @@ def test_config_refuses_bad_head_widths_and_kv_sources() -> None:
         ModelConfig(**shape, kv_sources=(0, 0, 1))  # layer 1 reuses layer 0's, so layer 2 cannot read layer 1's
     with pytest.raises(ArgumentError, match=r"cfg\.head_dims: expected 3 entries"):
         ModelConfig(**shape, head_dims=(8, 8))
+    with pytest.raises(ArgumentError, match=r"cfg\.rotary_dim: heads of several widths .* got 4"):
+        ModelConfig(**shape, head_dims=(8, 4, 8), positional_embedding_type="rotary", rotary_dim=4)
 
 
 def test_weights_outside_a_narrow_head_or_unlike_the_shared_source_are_refused(ours: CircuitModel) -> None:

@@ -167,7 +167,13 @@ class ModelConfig:
                 raise ArgumentError(f"cfg.sliding_windows[{layer}]: expected None or a positive int, got {w!r}")
 
     def _check_per_layer_features(self) -> None:
-        for layer, w in enumerate(self._per_layer("head_dims", "head width (int)") or ()):
+        widths = self._per_layer("head_dims", "head width (int)")
+        if widths is not None and self.rotary_dim not in (None, self.d_head):
+            raise ArgumentError(
+                f"cfg.rotary_dim: heads of several widths (cfg.head_dims) keep their rotate-half halves at 0 and "
+                f"d_head/2, so rotary_dim must be None or d_head={self.d_head}, got {self.rotary_dim!r}"
+            )
+        for layer, w in enumerate(widths or ()):
             if not is_int(w) or not 2 <= w <= self.d_head or w % 2:
                 raise ArgumentError(
                     f"cfg.head_dims[{layer}]: expected an even int in [2, d_head={self.d_head}], got {w!r}"
