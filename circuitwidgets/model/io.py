@@ -33,7 +33,10 @@ def save_model(model: CircuitModel, path: str | Path) -> None:
     elif isinstance(model.tokenizer, VocabTokenizer):
         (out / "vocab.json").write_text(json.dumps(model.tokenizer.vocab))
 
-def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> CircuitModel:
+
+def load_model(
+    path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> CircuitModel:
     """Read a directory written by :meth:`save` (safetensors only; nothing is unpickled)."""
     from safetensors.torch import load_file
 
@@ -44,7 +47,9 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
     try:
         device = torch.device(device)
     except (TypeError, RuntimeError, ValueError) as exc:
-        raise ArgumentError(f"device: expected a torch device such as 'cpu' or 'cuda:0', got {device!r} ({exc})") from None
+        raise ArgumentError(
+            f"device: expected a torch device such as 'cpu' or 'cuda:0', got {device!r} ({exc})"
+        ) from None
     root = Path(path)
     if not (root / "model.safetensors").is_file():
         pickles = sorted(p.name for p in root.glob("*") if p.suffix in _PICKLE_SUFFIXES) if root.is_dir() else []
@@ -72,7 +77,9 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
     except Exception as exc:  # safetensors raises its own SafetensorError (and OSError)
         raise ArgumentError(f"path: {root / 'model.safetensors'} is not a valid safetensors file ({exc})") from None
     try:
-        weights = {k: v.to(dtype=v.dtype if k in FREQUENCY_WEIGHTS else dtype, device=device) for k, v in stored.items()}
+        weights = {
+            k: v.to(dtype=v.dtype if k in FREQUENCY_WEIGHTS else dtype, device=device) for k, v in stored.items()
+        }
     except (RuntimeError, AssertionError) as exc:  # an unavailable device (no CUDA build, no such GPU)
         raise ArgumentError(f"device: cannot place the weights on {device} ({exc})") from None
     tokenizer = load_tokenizer(root, cfg)

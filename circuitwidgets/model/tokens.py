@@ -19,7 +19,9 @@ def as_ids(name: str, tokens: object, device: torch.device | None) -> torch.Tens
     try:
         t = torch.as_tensor(tokens, device=device)
     except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
-        raise ArgumentTypeError(f"{name}: expected token ids (ints) or a text, got {type(tokens).__name__} ({exc})") from None
+        raise ArgumentTypeError(
+            f"{name}: expected token ids (ints) or a text, got {type(tokens).__name__} ({exc})"
+        ) from None
     if t.numel() == 0 and not isinstance(tokens, torch.Tensor):
         t = t.long()  # an empty list has no dtype of its own
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
@@ -44,6 +46,8 @@ def load_tokenizer(root: Path, cfg: ModelConfig) -> TokenizerLike | None:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ArgumentError(f"path: {root / 'vocab.json'} is not valid JSON ({exc})") from None
         if not isinstance(vocab, list) or not all(isinstance(v, str) for v in vocab):
-            raise ArgumentError(f"path: {root / 'vocab.json'} must hold a JSON list of token strings, got {type(vocab).__name__}")
+            raise ArgumentError(
+                f"path: {root / 'vocab.json'} must hold a JSON list of token strings, got {type(vocab).__name__}"
+            )
         return VocabTokenizer(vocab, bos_token_id=cfg.bos_token_id)
     return None
