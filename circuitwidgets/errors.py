@@ -43,6 +43,10 @@ class MemoryBudgetError(ArgumentError):
     """The requested computation would materialise more memory than allowed."""
 
 
+class WeightsAbsentError(ArgumentError):
+    """The model was loaded without weights a computation needs (e.g. its MLPs, for the forward pass)."""
+
+
 def expect(condition: bool, error: type[CircuitWidgetsError], message: str) -> None:
     """Raise ``error(message)`` unless ``condition`` holds."""
     if not condition:
