@@ -171,6 +171,11 @@ describe("composition map of a 32 × 32-head model", () => {
     const texts = (JSON.parse(canvas.dataset.cwAxisLabels ?? "[]") as { text: string }[]).map((l) => l.text);
     expect(texts.filter((t) => /^\d+$/.test(t)).length).toBeGreaterThan(20); // head numbers
     expect(el.querySelector(".cw-map-window")?.textContent).toMatch(/^Zoomed: rows L\d+H\d+–L\d+H\d+, columns/);
+    expect(canvas.dataset.cwValues).toBe("hidden");
+    for (let i = 0; i < 2; i++) button("+").click(); // 8 cells a side: 37.5 px each, room for a value
+    expect(canvas.dataset.cwViewport?.split(",")[2]).toBe("8");
+    expect(canvas.dataset.cwValues).toBe("shown");
+    expect(button("+").disabled).toBe(true);
     button("Whole map").click();
     expect(canvas.dataset.cwViewport).toBe(`0,0,${31 * 32}`);
     expect(el.querySelector(".cw-map-window")?.textContent).toBe("");

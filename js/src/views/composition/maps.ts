@@ -162,6 +162,7 @@ export function compositionMaps(
     const labels = [...axisLabels(rows, "rows"), ...axisLabels(cols, "cols")];
     canvas.dataset.cwViewport = `${view.r0},${view.c0},${view.size}`;
     canvas.dataset.cwAxisLabels = JSON.stringify(labels);
+    canvas.dataset.cwValues = rows.cell >= VALUE_CELL ? "shown" : "hidden"; // (for tests: cells carry their values)
     canvas.setAttribute("aria-label", `${KINDS[k]}-composition, rows ${rangeName(d, view.r0, view.size, 0)}, columns ${rangeName(d, view.c0, view.size, 1)}`);
     if (ctx === null) return;
     if (image) {
