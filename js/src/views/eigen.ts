@@ -16,7 +16,7 @@ import { offsetControl } from "../lib/offset";
 import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName } from "../lib/svg";
-import { type EigenData, METHOD_LABELS, parseHeadName, scoreAt, toEigenData } from "../lib/eigen";
+import { type EigenData, METHOD_LABELS, scoreAt, toEigenData } from "../lib/eigen";
 import { drawScatter, showHoverLabel } from "./eigen/scatter";
 import { headFinder, layerFilter } from "./eigen/controls";
 import { drawSide } from "./eigen/side";
