@@ -331,3 +331,7 @@ def test_a_slow_build_shows_a_progress_bar(
     assert "0it" not in err, "one bar, no empty second one"
     AttentionPatterns(model, PROMPTS, progress_bar=False)
     assert "AttentionPatterns" not in capsys.readouterr().err
+    # a build under a second makes no bar at all (in a notebook: no widget models left behind)
+    monkeypatch.setattr("circuitwidgets.widgets._attention_source.BAR_DELAY_S", 60.0)
+    AttentionPatterns(model, PROMPTS, progress_bar=True)
+    assert "AttentionPatterns" not in capsys.readouterr().err

@@ -26,6 +26,7 @@ The price is one extra transfer of the data (streamed heads, then the trait).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BAR_DELAY_S",
     "STREAM_BYTES",
+    "BuildBar",
     "Source",
     "Stream",
     "build_bar",
@@ -56,17 +58,42 @@ STREAM_BYTES = 16 * 2**20
 BAR_DELAY_S = 1.0
 
 
-def build_bar(total: int, desc: str, enabled: bool | None = None) -> Any:
-    """A ``tqdm.auto`` bar over ``total`` steps (tqdm's widget in a notebook), shown after :data:`BAR_DELAY_S`.
+class BuildBar:
+    """A ``tqdm.auto`` bar over ``total`` steps (tqdm's widget in a notebook), made only once the build has
+    taken :data:`BAR_DELAY_S`: a fast build creates nothing (in a notebook, no widget models are left behind).
 
     ``enabled=None`` lets tqdm decide (shown in a notebook and a terminal, hidden
-    when stderr is not a terminal); ``False`` hides it. Close it when done.
+    when stderr is not a terminal); ``False`` hides it. :meth:`close` it when done.
     """
-    from tqdm.auto import tqdm
 
-    return tqdm(
-        total=total, desc=desc, disable=None if enabled is None else not enabled, leave=False, delay=BAR_DELAY_S
-    )
+    def __init__(self, total: int, desc: str, enabled: bool | None = None) -> None:
+        self.total, self.desc, self.enabled = total, desc, enabled
+        self.done = 0
+        self.started = time.monotonic()
+        self.bar: Any = None
+
+    def update(self, n: int = 1) -> None:
+        """``n`` more steps done."""
+        self.done += n
+        if self.bar is None and self.enabled is not False and time.monotonic() - self.started >= BAR_DELAY_S:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=self.total, initial=self.done - n, desc=self.desc, leave=False,
+                disable=None if self.enabled is None else not self.enabled,
+            )  # fmt: skip
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self) -> None:
+        """Remove the bar (if one was shown)."""
+        if self.bar is not None:
+            self.bar.close()
+
+
+def build_bar(total: int, desc: str, enabled: bool | None = None) -> BuildBar:
+    """A :class:`BuildBar` over ``total`` steps."""
+    return BuildBar(total, desc, enabled)
 
 
 def repeat_period(tokens: Sequence[Any], min_length: int = 4) -> int | None:
@@ -89,6 +116,7 @@ def repeat_period(tokens: Sequence[Any], min_length: int = 4) -> int | None:
 
 
 def default_diagonals(tokens: Sequence[str]) -> list[dict[str, Any]]:
+    """Previous-token diagonal, and the induction diagonal when the tokens repeat (:func:`repeat_period`)."""
     out: list[dict[str, Any]] = [{"offset": 1, "label": "previous token"}]
     period = repeat_period(tokens)
     if period is not None and period - 1 != 1:

@@ -1,4 +1,5 @@
-"""JupyterLab 4, live: a long-context attention widget (from_qk) paints its overview and zooms to single cells.
+"""Long texts. JupyterLab 4, live: a long-context attention widget (from_qk) paints its overview and zooms to single
+cells. Offline: a text longer than the context, in windows, says how it was computed.
 
 The kernel holds queries and keys only; the view paints each head's overview
 (block max) and, as it zooms, asks the kernel for finer tiles until single
@@ -10,12 +11,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, Page
 
 from ._hosts import JupyterServer, NotebookPage
-from ._pages import TIMEOUT_MS, wait_for, wait_status, watch
+from ._pages import TIMEOUT_MS, PageLog, open_offline, wait_for, wait_status, wait_view, watch
 
 N_TOKENS = 8192
 
@@ -78,3 +80,36 @@ def test_a_long_context_zooms_to_single_cells_with_exact_tiles_from_the_kernel(l
     assert "≤" not in status and "kernel:" not in status
     assert not lab.log.page_errors[seen:], lab.log.page_errors[seen:]
     print(f"first paint {painted_s:.1f}s after Shift+Enter (includes summarising the selected head)")
+
+
+def test_a_text_in_windows_is_saved_whole_and_says_how_it_was_computed(
+    tmp_path: Path, page: Page, page_log: PageLog
+) -> None:
+    """Offline: a 100-token text through a model of context 32, in windows; each row as its window computed it."""
+    import torch
+
+    import circuitwidgets as cw
+    from circuitwidgets.model import CircuitModel, ModelConfig
+
+    g = torch.Generator().manual_seed(0)
+    L, H, d, dh, V, n_ctx = 1, 2, 16, 4, 40, 32
+    weights = {
+        name: torch.randn(*shape, generator=g) * shape[-2] ** -0.5
+        for name, shape in {
+            "W_E": (V, d), "W_pos": (n_ctx, d), "W_Q": (L, H, d, dh), "W_K": (L, H, d, dh), "W_V": (L, H, d, dh),
+            "W_O": (L, H, dh, d), "W_U": (d, V),
+        }.items()
+    }  # fmt: skip
+    model = CircuitModel(ModelConfig(L, H, d, dh, V, n_ctx), weights, name="random-ctx32")
+    ids = torch.randint(0, V, (100,), generator=g)
+    w = cw.AttentionPatterns(model, ids, window=32, stride=16, selected_dest=99)
+    path = cw.save_html(w, tmp_path / "windows.html")
+    open_offline(page, page_log, path, ["attention"])
+    view = wait_view(page, page_log, "attention")
+    subtitle = view.locator(".cw-subtitle").first.text_content() or ""
+    assert "100 tokens" in subtitle and "6 windows of 32 tokens, stride 16" in subtitle, subtitle
+    # the status gives row 99's strongest weight as the widget holds it (the last window's row)
+    status = wait_status(view, r"destination 99 .* attends most to \d+ .*\((\d\.\d{3})\)")
+    shown = float(re.search(r"attends most to \d+ [^(]*\((\d\.\d{3})\)", status).group(1))  # type: ignore[union-attr]
+    assert abs(shown - float(w.attention[0, 0, 99].max())) <= 0.0005 + 1e-9
+    page_log.assert_offline_clean()

@@ -50,11 +50,13 @@ export class PromptPicker {
   private key = "";
   private readonly painter = new LazyPainter((i) => this.draw(i));
   private readonly cleanups: (() => void)[];
+  private readonly scratch: HTMLCanvasElement;
 
   constructor(
     private readonly doc: Document,
     private readonly host: PromptHost,
   ) {
+    this.scratch = doc.createElement("canvas");
     this.element = noExport(el(doc, "div", "cw-prompts"));
     this.element.dataset.cwPrompts = "";
     const row = el(doc, "div", "cw-prompt-row");
@@ -143,7 +145,7 @@ export class PromptPicker {
     const { layer, head } = this.host.head();
     if (!p.ready(layer, head)) return;
     const dpr = globalThis.devicePixelRatio || 1;
-    const image = cellImage(this.doc, p.cells(layer, head, fullView(p.nTokens), MINI_PX * dpr, this.host.scale()), ATTENTION, EMPTY_RGBA);
+    const image = cellImage(this.doc, p.cells(layer, head, fullView(p.nTokens), MINI_PX * dpr, this.host.scale()), ATTENTION, EMPTY_RGBA, this.scratch);
     if (image !== null) blit(ctx, image, 0, 0, MINI_PX, MINI_PX);
   }
 
