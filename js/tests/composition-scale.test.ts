@@ -86,7 +86,7 @@ describe("graph layout", () => {
     expect(layout.nodes.map((n) => `${n.layer}.${n.head}`).sort()).toEqual(["0.0", "3.1", "31.31", "5.4", "5.7", "9.2"]);
     expect(layout.columns.map((c) => c.layer)).toEqual([0, 3, 5, 9, 31]);
     const xs = layout.columns.map((c) => c.x);
-    for (let i = 1; i < xs.length; i++) expect((xs[i] as number) - (xs[i - 1] as number)).toBeGreaterThanOrEqual(56);
+    for (let i = 1; i < xs.length; i++) expect((xs[i] as number) - (xs[i - 1] as number)).toBeGreaterThanOrEqual(42); // "L31" at 11.5 px is 22 px wide
     expect(circlesApart(layout.nodes, layout.radius)).toBe(true);
     expect(layout.node(31, 30)).toBeNull();
     for (const n of layout.nodes) expect(n.x + layout.radius <= layout.width && n.y + layout.radius <= layout.height).toBe(true);

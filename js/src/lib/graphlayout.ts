@@ -30,7 +30,7 @@ export interface GraphLayout {
 
 /** Room a column needs (px): its circles, and its label ("layer 11" in the full layout, "L31" in the compact one). */
 const FULL_COLUMN = 64;
-const COMPACT_COLUMN = 56;
+const COMPACT_COLUMN = 42;
 /** Most heads the full layout draws; beyond, only the heads that edges join. */
 const FULL_MAX_HEADS = 256;
 /** Rows the compact layout may use at least, for its edges' lanes. */
