@@ -1,22 +1,28 @@
-"""AttentionPatterns over a batch of prompts, in a page saved with ``save_html`` (offline, no kernel), linked with ``cw.link``.
+"""AttentionPatterns over a batch of prompts: in a page saved with ``save_html`` (offline, no kernel), linked with
+``cw.link``, and live in JupyterLab.
 
 Choosing a prompt (in the selector or by its small pattern) redraws the view
 with that prompt's tokens and pattern; a batch linked to another follows it,
-both ways; positions past the chosen prompt's end are cleared.
+both ways; positions past the chosen prompt's end are cleared. Live, the
+choice reaches ``selected_prompt`` in the kernel and a cell's choice reaches
+the view.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import torch
-from playwright.sync_api import Page
+from playwright.sync_api import Browser, Page
 
 import circuitwidgets as cw
 from circuitwidgets.model import CircuitModel, ModelConfig
 from circuitwidgets.tokenizer import VocabTokenizer
 
-from ._pages import PageLog, open_offline, wait_for, wait_status, wait_view
+from ._hosts import JupyterServer, NotebookPage
+from ._pages import TIMEOUT_MS, PageLog, open_offline, wait_for, wait_status, wait_view, watch
 
 #: Three prompts of unequal length (padded on the wire, each shown at its own length).
 PROMPTS = ["w1 w2 w3 w4 w1 w2 w3 w4 w5", "w7 <b>w8</b> w9", "w3 w3 w6 w2 w11 w12"]
@@ -78,3 +84,45 @@ def test_a_saved_batch_switches_prompts_offline_and_a_linked_batch_follows(
     one.locator('[data-cw-head="1.2"]').click()
     wait_status(two, r"^Prompt 3 of 3 · Layer 1, head 2")
     page_log.assert_offline_clean()
+
+
+# (imports what it uses: the cell stands alone)
+BUILD = f"""\
+import sys; sys.path.insert(0, {str(Path(__file__).parent.parent.parent)!r})
+import circuitwidgets as cw
+from tests.e2e.test_e2e_attention_batch import random_model, PROMPTS
+batch_w = cw.AttentionPatterns(random_model(0), PROMPTS, progress_bar=False)
+batch_w"""
+
+
+@pytest.fixture(scope="module")
+def lab(jupyter: JupyterServer, browser: Browser) -> Iterator[NotebookPage]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        notebook = NotebookPage(context.new_page(), watch(context))
+        path = jupyter.write_notebook("batch.ipynb")
+        jupyter.start_kernel(path)
+        notebook.open(jupyter.lab_url(path))
+        yield notebook
+    finally:
+        context.close()
+
+
+def test_live_a_prompt_chosen_in_the_view_reaches_the_kernel_and_a_cells_choice_reaches_the_view(
+    lab: NotebookPage,
+) -> None:
+    seen = len(lab.log.page_errors)
+    view = lab.display(BUILD, "attention", timeout_s=120)
+    wait_status(view, r"^Prompt 1 of 3 · ", timeout_s=30)
+    view.locator('[data-cw-prompt="1"]').click()
+    wait_status(view, r"^Prompt 2 of 3 · ")
+    assert lab.value("[batch_w.selected_prompt, batch_w.tokens, batch_w.n_tokens]") == [
+        1,
+        ["<bos>", "w7", "<b>w8</b>", "w9"],
+        4,
+    ]
+    lab.run("batch_w.selected_prompt, batch_w.selected_dest = 2, 6")
+    wait_status(view, r"^Prompt 3 of 3 · .*destination 6 ", timeout_s=30)
+    assert view.locator("[data-cw-token]").count() == 7
+    assert not lab.log.page_errors[seen:], lab.log.page_errors[seen:]
