@@ -90,6 +90,7 @@ class ModelConfig:
     v_norm: bool = False
     kv_sources: tuple[int, ...] | None = None
     d_per_layer: int | None = None
+    mlp_weights_absent: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_heads", "d_model", "d_head", "d_vocab", "n_ctx"):
@@ -106,7 +107,7 @@ class ModelConfig:
             raise UnsupportedArchitectureError(
                 f"cfg.normalization: expected one of {NORMALIZATIONS}, got {self.normalization!r}"
             )
-        for name in ("has_mlp", "parallel_attn_mlp", "post_norm", "gated_mlp", "v_norm"):
+        for name in ("has_mlp", "parallel_attn_mlp", "post_norm", "gated_mlp", "v_norm", "mlp_weights_absent"):
             if not isinstance(getattr(self, name), bool):
                 raise ArgumentError(f"cfg.{name}: expected a bool, got {getattr(self, name)!r}")
         if self.post_norm and self.normalization != "rms_pre":
@@ -117,6 +118,10 @@ class ModelConfig:
             raise UnsupportedArchitectureError(
                 f"cfg: a model with MLPs needs d_mlp (a positive int) and act_fn in {ACTIVATIONS}, "
                 f"got d_mlp={self.d_mlp!r}, act_fn={self.act_fn!r}"
+            )
+        if self.mlp_weights_absent and not self.has_mlp:
+            raise ArgumentError(
+                "cfg.mlp_weights_absent: expected False for a model without MLPs (has_mlp=False), got True"
             )
         if self.rotary_dim is not None and (
             not is_int(self.rotary_dim) or not 2 <= self.rotary_dim <= self.d_head or self.rotary_dim % 2

@@ -42,7 +42,7 @@ from circuitwidgets.errors import (
 )
 from circuitwidgets.model.cache import ActivationCache
 from circuitwidgets.model.config import ModelConfig
-from circuitwidgets.model.forward import check_overrides, forward_bytes, soft_cap
+from circuitwidgets.model.forward import check_overrides, check_weights_present, forward_bytes, soft_cap
 from circuitwidgets.model.rotary import default_frequencies
 from circuitwidgets.model.sublayers import Sublayers
 from circuitwidgets.model.tokens import as_ids
@@ -320,6 +320,7 @@ class CircuitModel(Sublayers, nn.Module):
             is computed (pass fewer sequences, fewer ``names``, or a larger budget).
         """
         cfg = self.cfg
+        check_weights_present(cfg, self.name)
         t = self._check_tokens(tokens)
         batch, n_pos = t.shape
         store: dict[str, torch.Tensor] = {}
@@ -395,5 +396,5 @@ class CircuitModel(Sublayers, nn.Module):
         return (
             f"CircuitModel({self.name!r}, n_layers={c.n_layers}, n_heads={c.n_heads}, d_model={c.d_model}, "
             f"d_head={c.d_head}, d_vocab={c.d_vocab}, n_ctx={c.n_ctx}, positions={c.positional_embedding_type!r}, "
-            f"mlp={c.has_mlp})"
+            f"mlp={'absent' if c.mlp_weights_absent else c.has_mlp})"
         )

@@ -16,8 +16,24 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from circuitwidgets.errors import ArgumentTypeError, NonFiniteError, ShapeError, UnsupportedArchitectureError
+from circuitwidgets.errors import (
+    ArgumentTypeError,
+    NonFiniteError,
+    ShapeError,
+    UnsupportedArchitectureError,
+    WeightsAbsentError,
+)
 from circuitwidgets.model.config import ModelConfig
+
+
+def check_weights_present(cfg: ModelConfig, name: str) -> None:
+    """Refuse a forward pass of a model loaded without its MLP weights (``cfg.mlp_weights_absent``)."""
+    if cfg.mlp_weights_absent:
+        raise WeightsAbsentError(
+            f"model: {name!r} was loaded without its MLP weights (from_hf(path, mlp=False)), so it has no forward pass "
+            "(attention patterns, term importance and anything run on tokens need it); weight-space analyses work. "
+            "To run it, load the model whole: circuitwidgets.from_hf(path)"
+        )
 
 
 def layer_norm_scale(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
