@@ -86,15 +86,25 @@ def read_decoder(
     target: torch.dtype,
     device: torch.device,
     release: Callable[[Any], None] | None = None,
+    acquire: Callable[[Any, int], None] | None = None,
+    mlp: bool = True,
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
     """``(shape, canonical weights in ``target`` dtype, shared score divisor)`` of one decoder model.
 
     Each layer is read in ``work`` dtype, folded, and written into preallocated
     tensors; ``release(block)``, when given, is called after a layer is read
     (the directory loader frees the source's layer there, so a conversion
-    never holds two copies of the model).
+    never holds two copies of the model). ``acquire(block, layer)``, when
+    given, is called before a layer is read (the streaming loader of
+    :mod:`circuitwidgets.sources.hf_stream` gives the layer its weights there).
+    With ``mlp=False`` the MLPs are not read: the shape says their weights are
+    absent (``mlp_weights_absent``), ``d_mlp`` comes from the config.
     """
     if family is GEMMA4:  # per-layer head widths, shared keys and values, per-layer inputs
+        if acquire is not None or not mlp:
+            raise UnsupportedArchitectureError(
+                "model: Gemma 4 cannot be read layer by layer without its MLPs yet; load it whole with from_hf(path)"
+            )
         return read_gemma4(model, work, target, device, release)
     hf = model.config
     arch = type(unwrap(model)).__name__
@@ -107,13 +117,24 @@ def read_decoder(
     dh = int(getattr(hf, "head_dim", None) or d // H)
     W_E = unwrap(at(core, "embed_tokens")).weight.detach()
     V = W_E.shape[0]
+    # The unembedding first, its source released at once: the largest matrix after W_E is not held
+    # next to every layer (the streaming loader maps it from disk).
+    final, final_eps = norm_multiplier(at(core, "norm"), "model.norm", family, work)
+    head = unwrap(model.get_output_embeddings())
+    check_shape("lm_head.weight", head.weight, (V, d))
+    W_U = unembedding(head.weight.detach(), final, work, target, device)  # before W_E may be scaled in place
+    b_U = linear_bias(head, target)
+    if release is not None:
+        release(head)
     stack = Stack(L, target, device)
-    eps: set[float] = set()
+    eps: set[float] = {final_eps}
     scales: list[float] = []
     windows: list[int | None] = []
     caps: set[float | None] = set()
     rotary_dims: set[int] = set()
     for layer, block in enumerate(blocks):
+        if acquire is not None:
+            acquire(block, layer)
         prefix = f"model.layers.{layer}"
         attn = unwrap(at(block, "self_attn"))
         parts: dict[str, torch.Tensor | None] = {}
@@ -156,7 +177,7 @@ def read_decoder(
         stack.put("rotary_freq", layer, freq)
         for name, value in projections(attn, family, H, G, dh, d, work, f"{prefix}.self_attn"):
             stack.put(name, layer, fold_input_norm(name, value, pre_attn, pre_mlp))
-        for name, value in gated_mlp(block, family, d, work, prefix):
+        for name, value in gated_mlp(block, family, d, work, prefix) if mlp else ():
             stack.put(name, layer, fold_input_norm(name, value, pre_attn, pre_mlp))
         if release is not None:
             release(block)
@@ -173,14 +194,9 @@ def read_decoder(
     weights = stack.result(arch)
     if "rotary_freq" in weights and not bool((weights["rotary_freq"] != 0).any()):
         del weights["rotary_freq"]
-    final, e = norm_multiplier(at(core, "norm"), "model.norm", family, work)
-    eps.add(e)
-    head = unwrap(model.get_output_embeddings())
-    check_shape("lm_head.weight", head.weight, (V, d))
-    weights["W_U"] = unembedding(head.weight.detach(), final, work, target, device)  # before W_E may be scaled in place
+    weights["W_U"] = W_U
     embed_scale = math.sqrt(d) if family.embed_scale else None
     weights["W_E"] = embedding(W_E, embed_scale, target, device, in_place=release is not None)
-    b_U = linear_bias(head, target)
     if b_U is not None:
         weights["b_U"] = b_U.to(device)
     attn_scale = equalise_scales(weights, scales)
@@ -204,7 +220,8 @@ def read_decoder(
         "normalization": "rms_post" if family.placement == "post" else "rms_pre",
         "post_norm": family.placement == "sandwich",
         "has_mlp": True,
-        "d_mlp": int(weights["W_in"].shape[-1]),
+        "d_mlp": int(weights["W_in"].shape[-1]) if mlp else int(hf.intermediate_size),
+        "mlp_weights_absent": not mlp,
         "act_fn": activation_name(hf, arch),
         "gated_mlp": True,
         "parallel_attn_mlp": False,

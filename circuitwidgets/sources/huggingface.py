@@ -51,6 +51,7 @@ from circuitwidgets.sources._convert import (
 )
 from circuitwidgets.sources.hf_decoders import FAMILIES, read_decoder
 from circuitwidgets.sources.hf_gpt import read_gpt2, read_neox
+from circuitwidgets.sources.hf_stream import StreamingSource, meta_model, weight_map
 from circuitwidgets.tokenizer import HFTokenizer, TokenizerLike
 
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
@@ -113,9 +114,9 @@ def _weight_files(root: Path) -> list[Path]:
     )
 
 
-def _load_directory(root: Path) -> tuple[Any, Any]:
-    """``(model, tokenizer or None)`` of a local ``save_pretrained`` directory, in the stored dtype, offline."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+def _directory_config(root: Path) -> Any:
+    """The config of a local ``save_pretrained`` directory holding safetensors of a supported architecture."""
+    from transformers import AutoConfig
 
     if not (root / "config.json").is_file():
         raise ArgumentError(f"model: expected a directory written by save_pretrained (with config.json), got {root}")
@@ -126,6 +127,23 @@ def _load_directory(root: Path) -> tuple[Any, Any]:
         raise UnsupportedArchitectureError(
             f"model: {root} holds a {', '.join(declared)}, which is not supported; supported architectures are {_supported_list()}"
         )
+    return config
+
+
+def _directory_tokenizer(root: Path) -> Any:
+    """The tokenizer saved in ``root``, or ``None``."""
+    if (root / "tokenizer.json").is_file() or (root / "tokenizer_config.json").is_file():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(root, local_files_only=True)
+    return None
+
+
+def _load_directory(root: Path) -> tuple[Any, Any]:
+    """``(model, tokenizer or None)`` of a local ``save_pretrained`` directory, in the stored dtype, offline."""
+    from transformers import AutoModelForCausalLM
+
+    _directory_config(root)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             root, local_files_only=True, use_safetensors=True, dtype="auto", attn_implementation="eager"
@@ -134,12 +152,7 @@ def _load_directory(root: Path) -> tuple[Any, Any]:
         raise ArgumentError(
             f"model: {root} is not a readable save_pretrained checkpoint ({type(exc).__name__}: {exc})"
         ) from None
-    tokenizer = None
-    if (root / "tokenizer.json").is_file() or (root / "tokenizer_config.json").is_file():
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(root, local_files_only=True)
-    return model, tokenizer
+    return model, _directory_tokenizer(root)
 
 
 def _release_layer(block: Any) -> None:
@@ -168,6 +181,7 @@ def from_hf(
     device: str | torch.device | None = None,
     verify: bool = True,
     name: str | None = None,
+    mlp: bool = True,
 ) -> CircuitModel:
     """Convert a Hugging Face causal LM to a :class:`CircuitModel`.
 
@@ -191,6 +205,20 @@ def from_hf(
         their logits disagree (costs one short forward pass of each).
     name
         Display name (default: the model's ``name_or_path`` or class name).
+    mlp
+        ``False`` reads a directory without its MLP weights, one layer at a
+        time from the memory-mapped safetensors shards
+        (:mod:`circuitwidgets.sources.hf_stream`): for a model larger than
+        memory (an 8B model's attention, norms and embeddings are 4.6 GB of its
+        16 GB in bfloat16). Weight-space analyses and their widgets work, as
+        they leave MLP paths out; the forward pass (attention patterns, term
+        importance, anything run on tokens) raises
+        :class:`~circuitwidgets.errors.WeightsAbsentError`. ``verify`` cannot
+        compare logits then (the source's forward pass needs the MLPs): it
+        checks that each tensor read is finite; shapes are always checked
+        against ``config.json``. For the decoder families of
+        :mod:`~circuitwidgets.sources.hf_decoders` except Gemma 4; needs the
+        directory's path (in memory, the MLPs are loaded already).
 
     Notes
     -----
@@ -198,6 +226,10 @@ def from_hf(
     freed as they are converted, so the peak stays near one copy); folding is
     ``O(n_layers · d_model²)``.
     """
+    if not isinstance(mlp, bool):
+        raise ArgumentTypeError(f"mlp: expected a bool, got {mlp!r:.80}")
+    if not mlp:
+        return _without_mlps(model, tokenizer, dtype, device, verify, name)
     from_directory = _is_directory(model)
     if from_directory:
         root = Path(model)
@@ -206,15 +238,12 @@ def from_hf(
         name = name or root.name
     refuse_names(model, "model", "from_hf")
     refuse_names(tokenizer, "tokenizer", "from_hf")
-    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
-        raise ArgumentTypeError(f"dtype: expected a floating-point torch.dtype or None, got {dtype!r}")
     arch = _architecture(model)
-    check_finite_parameters(model, f"model ({arch})")
     params = list(model.parameters())
     source_dtype = params[0].dtype if params else torch.float32
     source_device = params[0].device if params else torch.device("cpu")
-    target_dtype = dtype or source_dtype
-    target_device = torch.device(device) if device is not None else source_device
+    target_dtype, target_device = _target(dtype, device, source_dtype, source_device)
+    check_finite_parameters(model, f"model ({arch})")
     was_training = bool(model.training)
     model.eval()
     reference = None
@@ -245,6 +274,55 @@ def from_hf(
     finally:
         model.train(was_training)
     return ours
+
+
+def _target(
+    dtype: Any, device: Any, source_dtype: torch.dtype, source_device: torch.device
+) -> tuple[torch.dtype, torch.device]:
+    """The dtype and device of the canonical weights (the source's unless given)."""
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise ArgumentTypeError(f"dtype: expected a floating-point torch.dtype or None, got {dtype!r}")
+    return dtype or source_dtype, torch.device(device) if device is not None else source_device
+
+
+def _without_mlps(path: Any, tokenizer: Any, dtype: Any, device: Any, verify: bool, name: str | None) -> CircuitModel:
+    """:func:`from_hf` of a directory read layer by layer without its MLPs (``mlp=False``)."""
+    if not _is_directory(path):
+        raise ArgumentError(
+            f"model: mlp=False reads a save_pretrained directory layer by layer, expected its path, got "
+            f"{type(path).__name__}; a model in memory has its MLPs loaded already: pass mlp=True"
+        )
+    root = Path(path)
+    config = _directory_config(root)
+    refuse_names(tokenizer, "tokenizer", "from_hf")
+    source = StreamingSource(meta_model(root, config), weight_map(root), verify=bool(verify))
+    model = source.model
+    arch = _architecture(model)
+    if arch not in FAMILIES:
+        raise UnsupportedArchitectureError(
+            f"model: mlp=False reads the decoder families {sorted(FAMILIES)} layer by layer, got {arch}; "
+            "load it whole with from_hf(path)"
+        )
+    try:
+        source.load_outside_layers()
+        target_dtype, target_device = _target(
+            dtype, device, model.get_input_embeddings().weight.dtype, torch.device("cpu")
+        )
+        shape, weights, attn_scale = read_decoder(
+            model,
+            FAMILIES[arch],
+            work_dtype(target_dtype),
+            target_dtype,
+            target_device,
+            release=source.release,
+            acquire=source.acquire,
+            mlp=False,
+        )
+    finally:
+        source.close()
+    if tokenizer is None:
+        tokenizer = _directory_tokenizer(root)
+    return _assemble(model, shape, weights, attn_scale, tokenizer, name or root.name)
 
 
 def _display_name(model: Any, arch: str) -> str:
