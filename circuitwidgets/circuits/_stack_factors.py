@@ -16,7 +16,7 @@ import torch
 
 from circuitwidgets.circuits._cache import cached_matmul
 from circuitwidgets.circuits._checks import check_budget
-from circuitwidgets.circuits._precision import compute_dtype, lift
+from circuitwidgets.circuits._precision import compute_dtype, lift, one_thread, small_eigvals
 from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET
 from circuitwidgets.errors import ArgumentError, ShapeError
 
@@ -192,7 +192,7 @@ class StackFactors:
         m0 = int(self._A.shape[-2])
         for index, A, C, B in self._blocks(self._item_bytes(2 * m0 * r1), budget):
             out[index] = self._small(A, C, B)
-        return self._public(torch.linalg.eigvals(out.double()))
+        return self._public(small_eigvals(out))
 
     def trace(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
         """``tr(M)`` of every matrix, float64 ``[*batch_shape]``; cost as :meth:`eigenvalues` without the eigenproblems."""
@@ -240,7 +240,8 @@ class StackFactors:
         out = torch.empty(*self._inner, r1, dtype=torch.float64, device=self.device)
         for index, A, C, B in self._blocks(self._item_bytes(), budget):
             gram_a, gram_b = self._grams(A, C, B)
-            out[index] = torch.linalg.svdvals(_psd_sqrt(gram_a.double()) @ _psd_sqrt(gram_b.double()))
+            with one_thread(self.device):
+                out[index] = torch.linalg.svdvals(_psd_sqrt(gram_a.double()) @ _psd_sqrt(gram_b.double()))
         return self._public(out)
 
     def diagonal(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:

@@ -38,9 +38,9 @@ import math
 
 import torch
 
-from circuitwidgets.circuits._checks import check_int
+from circuitwidgets.circuits._checks import check_int, count_non_finite
 from circuitwidgets.circuits._index import Index, index_rows
-from circuitwidgets.circuits._precision import lift
+from circuitwidgets.circuits._precision import lift, one_thread, small_eigvals
 from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET, MAX_RESULT_BYTES, TILE_BYTES, TopEntries, TopK
 from circuitwidgets.circuits._tiling_methods import TiledReductions
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
@@ -90,7 +90,7 @@ def _check_factors(A: object, B: object) -> None:
     if A.dtype != B.dtype or A.device != B.device:
         raise ArgumentTypeError(f"B: expected dtype {A.dtype} on {A.device} like A, got {B.dtype} on {B.device}")
     for name, factor in (("A", A), ("B", B)):
-        bad = int((~torch.isfinite(factor)).sum())
+        bad = count_non_finite(factor)
         if bad:
             raise NonFiniteError(f"{name}: expected finite values, got {bad} NaN/Inf entries")
 
@@ -282,8 +282,7 @@ class LowRankMatrix(TiledReductions):
         ``O(r² n + r³)``.
         """
         self._require_square("eigenvalues")
-        eigs: torch.Tensor = torch.linalg.eigvals((lift(self.B) @ lift(self.A)).double())
-        return eigs
+        return small_eigvals(lift(self.B) @ lift(self.A))
 
     def svd(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Thin SVD ``U [m, r]``, ``S [r]`` (float64, descending), ``Vh [r, n]`` with ``U diag(S) Vh = AB``.
@@ -293,14 +292,16 @@ class LowRankMatrix(TiledReductions):
         """
         Qa, Ra = torch.linalg.qr(lift(self.A))
         Qb, Rb = torch.linalg.qr(lift(self.B).T)
-        U_mid, S, Vh_mid = torch.linalg.svd(Ra.double() @ Rb.double().T)
+        with one_thread(self.device):
+            U_mid, S, Vh_mid = torch.linalg.svd(Ra.double() @ Rb.double().T)
         return (Qa @ U_mid.to(Qa.dtype)).to(self.dtype), S, (Vh_mid.to(Qb.dtype) @ Qb.T).to(self.dtype)
 
     def singular_values(self) -> torch.Tensor:
         """The ``r`` largest singular values (float64, descending); cost ``O((m + n) r²)``."""
         Ra = torch.linalg.qr(lift(self.A), mode="r")[1]
         Rb = torch.linalg.qr(lift(self.B).T, mode="r")[1]
-        values: torch.Tensor = torch.linalg.svdvals(Ra.double() @ Rb.double().T)
+        with one_thread(self.device):
+            values: torch.Tensor = torch.linalg.svdvals(Ra.double() @ Rb.double().T)
         return values
 
     def frobenius_norm(self) -> float:

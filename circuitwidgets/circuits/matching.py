@@ -25,7 +25,7 @@ import torch
 
 from circuitwidgets.circuits._cache import embed_gram
 from circuitwidgets.circuits._checks import check_choice, check_int, check_model, check_token_ids
-from circuitwidgets.circuits._precision import lift
+from circuitwidgets.circuits._precision import lift, small_eigvals
 from circuitwidgets.circuits._spectra import eigen_score, sorted_by_magnitude
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
 from circuitwidgets.circuits.ov_qk import _per_head, _rotation_core, check_offset
@@ -117,7 +117,7 @@ def _kcomp_eigenvalues(model: CircuitModel, offset: int | None) -> np.ndarray:
             reads = lift(model.W_V[l1]).mT[:, None] @ read_queries[None]  # [G1, H2, dh, dh]
             keys = lift(model.W_O[l1])[:, None] @ keys2[None]  # [H1, G2, dh, dh]
             small = keys[:, kv].mT @ reads[kv]  # [H1, H2, dh, dh]
-            out[l1, :, l2] = sorted_by_magnitude(torch.linalg.eigvals(small.double()).cpu().numpy())
+            out[l1, :, l2] = sorted_by_magnitude(small_eigvals(small).cpu().numpy())
     return out
 
 

@@ -32,13 +32,12 @@ from collections.abc import Iterator
 
 import torch
 
-from circuitwidgets.circuits._checks import check_int
+from circuitwidgets.circuits._checks import check_int, count_non_finite
 from circuitwidgets.circuits._precision import lift, matmul
 from circuitwidgets.circuits._stack_factors import StackFactors, broadcast, numel
 from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET, TopEntries
 from circuitwidgets.circuits.lowrank import DEFAULT_DENSE_LIMIT, LowRankMatrix
 from circuitwidgets.errors import ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
-from circuitwidgets.model.weights import count_non_finite
 
 BatchKey = int | slice | tuple[int | slice, ...]
 _Block = tuple[slice, torch.Tensor, torch.Tensor | None, torch.Tensor]
