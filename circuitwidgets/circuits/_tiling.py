@@ -165,3 +165,29 @@ def rank_in_rows(
             reference = torch.where(inside[:, None], tile.gather(1, local), reference)
         counts[row_start:stop] += (tile > reference).sum(dim=1)
     return counts
+
+
+def batched_topk(left: torch.Tensor, right: torch.Tensor, k: int, memory_budget: int) -> TopEntries:
+    """The ``k`` largest entries of each product ``left[i] @ right[i]`` (``[b, m, r] @ [b, r, n]``), ``[b, k]`` each.
+
+    Tiles of every product at once (one batched product per tile, about
+    ``min(memory_budget, TILE_BYTES)`` bytes for the whole batch), a running
+    top-k per matrix merged with each tile's: small matrices share tiles,
+    large ones are tiled one tile per matrix.
+    """
+    b, m, n = left.shape[0], left.shape[1], right.shape[2]
+    rows, cols = tile_shape(m, n, left.element_size() * b, memory_budget)
+    values = left.new_empty(b, 0)
+    flat = torch.empty(b, 0, dtype=torch.long, device=left.device)
+    for row_start in range(0, m, rows):
+        block = left[:, row_start : row_start + rows]
+        for col_start in range(0, n, cols):
+            tile = block @ right[:, :, col_start : col_start + cols]  # [b, rows, cols]
+            width = tile.shape[2]
+            best = torch.topk(tile.reshape(b, -1), min(k, tile.shape[1] * width), dim=1)
+            where = (row_start + best.indices // width) * n + col_start + best.indices % width
+            values = torch.cat([values, best.values], dim=1)
+            flat = torch.cat([flat, where], dim=1)
+            keep = torch.topk(values, min(k, values.shape[1]), dim=1).indices
+            values, flat = values.gather(1, keep), flat.gather(1, keep)
+    return TopEntries(values, flat // n, flat % n)

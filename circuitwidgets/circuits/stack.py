@@ -32,10 +32,10 @@ from collections.abc import Iterator
 
 import torch
 
-from circuitwidgets.circuits._checks import check_int, count_non_finite
-from circuitwidgets.circuits._precision import lift, matmul
+from circuitwidgets.circuits._checks import check_budget, check_int, count_non_finite
+from circuitwidgets.circuits._precision import compute_dtype, lift, matmul
 from circuitwidgets.circuits._stack_factors import StackFactors, broadcast, numel
-from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET, TopEntries
+from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET, TopEntries, batched_topk, check_result
 from circuitwidgets.circuits.lowrank import DEFAULT_DENSE_LIMIT, LowRankMatrix
 from circuitwidgets.errors import ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
 
@@ -348,21 +348,34 @@ class LowRankStack(StackFactors):
                 B = B[..., cols]
         return LowRankStack._trusted(A, B, core=self._C, left=left, right=right, merge=self._merge)
 
-    def topk(self, k: int, memory_budget: int = DEFAULT_MEMORY_BUDGET, progress_bar: bool | None = False) -> TopEntries:
-        """The ``k`` largest entries of every matrix: ``values``, ``rows``, ``cols`` each ``[*batch_shape, k]``.
+    def topk(self, k: int, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> TopEntries:
+        """The ``k`` largest entries of every matrix: ``values``, ``rows``, ``cols`` each ``[*batch_shape, k]``, best first.
 
-        Each matrix by :meth:`LowRankMatrix.topk` (tiled, at most ``memory_budget``
-        bytes of product at once). Cost ``O(N m n r)``.
+        Tiles of a block of matrices at once (one batched product per tile of about
+        ``min(memory_budget, TILE_BYTES)`` bytes), a running top-k per matrix. Cost
+        ``O(N m n r)``; memory the block's factors plus the tile. ``k`` beyond ``m n``,
+        a result beyond :data:`~circuitwidgets.circuits.lowrank.MAX_RESULT_BYTES` and
+        a budget beyond the device's memory are refused.
         """
         m, n = self.matrix_shape
         k = check_int("k", k, 1, m * n + 1)
-        results = [matrix.topk(k, memory_budget=memory_budget, progress_bar=progress_bar) for matrix in self.matrices()]
-        batch = self.batch_shape
-
-        def gather(i: int) -> torch.Tensor:
-            return torch.stack([r[i] for r in results]).reshape(*batch, k)
-
-        return TopEntries(gather(0), gather(1), gather(2))
+        budget = check_budget("memory_budget", memory_budget, self.device)
+        check_result(
+            "k", numel(self.batch_shape) * k, 24, f"the {k:,} best entries of {numel(self.batch_shape):,} matrices"
+        )
+        r2 = int(self._B.shape[-2])
+        values = torch.empty(*self._inner, k, dtype=compute_dtype(self.dtype), device=self.device)
+        rows = torch.empty(*self._inner, k, dtype=torch.long, device=self.device)
+        cols = torch.empty_like(rows)
+        every = torch.arange(m, device=self.device)
+        for index, A, C, B in self._blocks(self._item_bytes((m + n) * r2), budget):
+            left = self._rows(A, C, every)
+            right = B if self._right is None else B @ lift(self._right)
+            batch = broadcast(left.shape[:-2], right.shape[:-2])
+            left, right = left.expand(*batch, m, r2).reshape(-1, m, r2), right.expand(*batch, r2, n).reshape(-1, r2, n)
+            top = batched_topk(left, right, k, budget)
+            values[index], rows[index], cols[index] = (part.reshape(*batch, k) for part in top)
+        return TopEntries(self._public(values), self._public(rows), self._public(cols))
 
 
 def check_stack(name: str, value: object) -> LowRankStack:
