@@ -728,6 +728,7 @@ VIEW_TRAITS: dict[str, dict[str, list[Any]]] = {
         "composition_subtract_baseline": BOOL_BAD,
         "composition_selected_edge": EDGE_BAD,
         "terms_selected_order": SELECTION_BAD,
+        "attention_selected_prompt": SELECTION_BAD,
         "attention_selected_dest": SELECTION_BAD,
         "attention_selected_src": SELECTION_BAD,
         "attention_pattern_kind": CHOICE_BAD,
@@ -736,6 +737,7 @@ VIEW_TRAITS: dict[str, dict[str, list[Any]]] = {
     "AttentionPatterns": {
         "selected_layer": SELECTION_BAD,
         "selected_head": SELECTION_BAD,
+        "selected_prompt": SELECTION_BAD,
         "selected_dest": SELECTION_BAD,
         "selected_src": SELECTION_BAD,
         "pattern_kind": CHOICE_BAD,
