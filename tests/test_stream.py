@@ -174,6 +174,13 @@ def test_bad_directories_are_refused_naming_the_file(tmp_path: Path) -> None:
     with pytest.raises(ArgumentError, match=f"{len(shards)} safetensors files .*no model.safetensors.index.json"):
         cw.from_hf(str(root), mlp=False)
     (tmp_path / "index.json").rename(root / hf_stream.INDEX)
+    saved = (root / hf_stream.INDEX).read_text()
+    index = json.loads(saved)
+    del index["weight_map"]["model.layers.1.self_attn.q_proj.weight"]
+    (root / hf_stream.INDEX).write_text(json.dumps(index))
+    with pytest.raises(ArgumentError, match=r"holds no tensor 'model\.layers\.1\.self_attn\.q_proj\.weight'"):
+        cw.from_hf(str(root), mlp=False)
+    (root / hf_stream.INDEX).write_text(saved)
     shards[0].write_bytes(shards[0].read_bytes()[:100])
     with pytest.raises(ArgumentError, match=shards[0].name):
         cw.from_hf(str(root), mlp=False)

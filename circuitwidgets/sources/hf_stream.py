@@ -147,10 +147,8 @@ class StreamingSource:
         for alias in self.aliases.get(name, [name]):
             if alias in self.files:
                 return alias
-        raise ArgumentError(f"model: the checkpoint holds no tensor {name!r} (nor a tied alias of it)")
-
-    def _file(self, name: str) -> Path:
-        return self.files[self._stored(name)]
+        where = sorted({str(f.parent) for f in self.files.values()})
+        raise ArgumentError(f"model: {', '.join(where)} holds no tensor {name!r} (nor a tied alias of it)")
 
     def load(self, names: Iterable[str]) -> None:
         """Read the parameters ``names`` from their shards and set them (and their tied aliases) on the model."""
@@ -196,7 +194,7 @@ class StreamingSource:
         gc.collect()
 
     def close(self) -> None:
-        """Drop every tensor still held (the unembedding's mapping, above all) and close the bar."""
+        """Drop every tensor the source still holds (the canonical ``W_E`` keeps its own reference) and close the bar."""
         _to_meta(self.model)
         self.bar.close()
         gc.collect()
