@@ -22,7 +22,8 @@ and ``RssFile`` (mapped file pages, which the kernel can drop) sampled every
 2 ms from ``/proc/self/status``; the figure checked against the goal is the
 peak ``VmRSS`` over the whole run. Not part of CI. Run:
 ``nice -n 10 .venv/bin/python benchmarks/bench_stream.py`` (16 GB of disk; on a
-2-core machine about 15 minutes). Smaller: ``--layers 8``.
+2-core machine about 15 minutes). Smaller: ``--layers 8``; some analyses only:
+``--steps copying,topk``; an existing checkpoint (kept): ``--checkpoint DIR``.
 """
 
 from __future__ import annotations
@@ -72,17 +73,18 @@ def step(name, fn):
     print(f"{name}: {seconds:.1f} s, peak VmRSS {peaks['VmRSS'] / 2**30:.2f} GiB", file=sys.stderr, flush=True)
     return result
 
-path = sys.argv[1]
+path, wanted = sys.argv[1], sys.argv[2].split(",")
 model = step("load from_hf(path, mlp=False)", lambda: cw.from_hf(path, mlp=False))
 steps["load from_hf(path, mlp=False)"]["model_bytes"] = sum(t.numel() * t.element_size() for t in model.weights().values())
-eigen = step("copying_scores(circuit='ov'), every head", lambda: cw.circuits.copying_scores(model, circuit="ov"))
-for kind in "QKV":
-    scores = step(f"composition_scores({kind!r}), every pair", lambda: cw.circuits.composition_scores(model, kind, offset=0))
-top = step("top-50 of full_qk(0, 0, offset=0) [V, V]", lambda: cw.circuits.full_qk(model, 0, 0, offset=0).topk(50))
+if "copying" in wanted:
+    step("copying_scores(circuit='ov'), every head", lambda: cw.circuits.copying_scores(model, circuit="ov"))
+for kind in "QKV" if "composition" in wanted else "":
+    step(f"composition_scores({kind!r}), every pair", lambda: cw.circuits.composition_scores(model, kind, offset=0))
+if "topk" in wanted:
+    step("top-50 of full_qk(0, 0, offset=0) [V, V]", lambda: cw.circuits.full_qk(model, 0, 0, offset=0).topk(50))
 done = True
 thread.join()
-print(json.dumps({"steps": steps, "overall": {"peak_" + k: v for k, v in overall.items()},
-                  "finite": bool(torch.isfinite(torch.as_tensor(eigen)).all()), "top1": float(top.values[0])}))
+print(json.dumps({"steps": steps, "overall": {"peak_" + k: v for k, v in overall.items()}}))
 """
 
 
@@ -120,16 +122,19 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=32)
+    parser.add_argument("--steps", default="copying,composition,topk", help="analyses to run after the load")
+    parser.add_argument("--checkpoint", type=Path, help="analyse this existing directory (kept) instead of writing one")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir="/tmp", prefix="bench_stream_") as tmp:
-        path = Path(tmp) / "llama3-8b-shape"
+        path = args.checkpoint or Path(tmp) / "llama3-8b-shape"
         t0 = time.perf_counter()
-        weights = write_random_checkpoint(_config(args.layers), path, torch.bfloat16)
+        if args.checkpoint is None:
+            write_random_checkpoint(_config(args.layers), path, torch.bfloat16)
+        weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
         written = time.perf_counter() - t0
-        print(
-            f"wrote {weights / 1e9:.2f} GB of random bfloat16 weights in {written:.0f} s", file=sys.stderr, flush=True
-        )
-        child = subprocess.run([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE, text=True, check=True)
+        print(f"{weights / 1e9:.2f} GB of bfloat16 weights (written in {written:.0f} s)", file=sys.stderr, flush=True)
+        command = [sys.executable, "-c", CHILD, str(path), args.steps]
+        child = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
     result = json.loads(child.stdout.strip().splitlines()[-1])
     result |= {
         "shape": f"Llama 3 8B shape: {args.layers} layers, d_model 4096, 32/8 heads, d_head 128, MLP 14336, "
