@@ -124,6 +124,20 @@ def test_batched_diagonal_and_in_row_ranks_equal_the_dense_matrices() -> None:
         assert torch.equal(ranks[layer, head], expected)
 
 
+def test_top_k_membership_counts_ties_for_the_token_as_ranks_do() -> None:
+    """``rank < k`` from counting and from the running k-th largest value agree, ties included (integer entries)."""
+    from circuitwidgets.circuits._rows import count_above, within_top
+
+    g = torch.Generator().manual_seed(3)
+    left = torch.randint(-2, 3, (3, 40, 2), generator=g).double()
+    right = torch.randint(-2, 3, (3, 2, 50), generator=g).double()
+    cols = torch.randint(0, 50, (40,), generator=g)
+    ranks = count_above(left, right, cols, 7)
+    assert torch.equal(ranks, ((left @ right) > (left @ right)[:, torch.arange(40), cols][..., None]).sum(-1))
+    for k in (1, 3, 49, 60):
+        assert torch.equal(within_top(left, right, cols, k, 7), ranks < k)
+
+
 def test_batched_topk_equals_each_heads_dense_topk() -> None:
     model = gqa_model(n_layers=2)
     top = (model.W_E @ cw.OV(model) @ model.W_U).topk(5, memory_budget=3000)

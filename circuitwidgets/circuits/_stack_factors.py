@@ -17,6 +17,7 @@ import torch
 from circuitwidgets.circuits._cache import cached_matmul
 from circuitwidgets.circuits._checks import check_budget
 from circuitwidgets.circuits._precision import compute_dtype, lift, one_thread, small_eigvals
+from circuitwidgets.circuits._rows import row_reductions
 from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET
 from circuitwidgets.errors import ArgumentError, ShapeError
 
@@ -251,8 +252,7 @@ class StackFactors:
         products; cost ``O(N min(m, n) d r)``, memory about ``memory_budget`` bytes.
         """
         budget = check_budget("memory_budget", memory_budget, self.device)
-        tokens = torch.arange(min(self.matrix_shape), device=self.device)
-        diagonal, _ = self._row_reductions(tokens, None, None, budget)
+        diagonal, _ = row_reductions(self, slice(None), None, None, budget)
         assert diagonal is not None
         return diagonal
 
@@ -273,71 +273,6 @@ class StackFactors:
             raise ArgumentError(f"cols: expected indices in [0, {n}), got range [{int(cols.min())}, {int(cols.max())}]")
         budget = check_budget("memory_budget", memory_budget, self.device)
         rows = torch.arange(m, device=self.device)
-        _, ranks = self._row_reductions(None, rows, cols.to(self.device).long(), budget)
+        _, ranks = row_reductions(self, None, (rows, cols.to(self.device).long()), None, budget)
         assert ranks is not None
         return ranks
-
-    def _row_reductions(
-        self,
-        diagonal: torch.Tensor | None,
-        rank_rows: torch.Tensor | None,
-        rank_cols: torch.Tensor | None,
-        memory_budget: int,
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Diagonal entries ``M[t, t]`` for ``t`` in ``diagonal`` and in-row ranks of ``M[rank_rows[i], rank_cols[i]]``.
-
-        One pass: each block's ``B right`` (every column) serves both. Returns
-        ``([*batch, |diagonal|] or None, long [*batch, |rank_rows|] or None)``.
-        """
-        n = self.matrix_shape[1]
-        r2 = int(self._B.shape[-2])
-        size = torch.empty((), dtype=compute_dtype(self.dtype)).element_size()
-        n_diag = 0 if diagonal is None else int(diagonal.numel())
-        n_rank = 0 if rank_rows is None else int(rank_rows.numel())
-        dtype = compute_dtype(self.dtype)
-        diag_out = None if diagonal is None else torch.empty(*self._inner, n_diag, dtype=dtype, device=self.device)
-        rank_out = (
-            None if rank_rows is None else torch.zeros(*self._inner, n_rank, dtype=torch.long, device=self.device)
-        )
-        per_item = self._item_bytes(r2 * n + 2 * r2 * n_rank)
-        for index, A, C, B in self._blocks(per_item, memory_budget):
-            items = self._block_items(index)
-            right = B if self._right is None else B @ lift(self._right)  # [..., r2, n]
-            rows_step = max(1, memory_budget // max(1, 2 * items * r2 * size))
-            if diagonal is not None and diag_out is not None:
-                for start in range(0, n_diag, rows_step):
-                    tokens = diagonal[start : start + rows_step]
-                    left = self._rows(A, C, tokens)
-                    diag_out[index][..., start : start + tokens.numel()] = (left * right[..., tokens].mT).sum(-1)
-            if rank_rows is not None and rank_cols is not None and rank_out is not None:
-                left = self._rows(A, C, rank_rows)
-                cols_step = max(1, min(n, memory_budget // max(1, items * n_rank * size)))
-                rank_out[index] = _count_above(left, right, rank_cols, cols_step)
-        return (
-            None if diag_out is None else self._public(diag_out),
-            None if rank_out is None else self._public(rank_out),
-        )
-
-    def _rows(self, A: torch.Tensor, C: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
-        """Rows ``rows`` of ``left A C`` ``[..., |rows|, r₂]`` for a block's factors."""
-        left = A[..., rows, :] if self._left is None else lift(self._left[rows]) @ A
-        return left if C is None else left @ C
-
-
-def _count_above(left: torch.Tensor, right: torch.Tensor, cols: torch.Tensor, step: int) -> torch.Tensor:
-    """Per row ``i`` of ``left @ right``, entries strictly above its entry in column ``cols[i]`` (column tiles of ``step``)."""
-    own = (left * right[..., cols].mT).sum(-1)[..., None]
-    total = torch.zeros(
-        (*broadcast(left.shape[:-2], right.shape[:-2]), left.shape[-2]), dtype=torch.long, device=left.device
-    )
-    for start in range(0, right.shape[-1], step):
-        tile = left @ right[..., start : start + step]
-        inside = (cols >= start) & (cols < start + tile.shape[-1])
-        reference = own
-        if bool(inside.any()):
-            # compare with the tile's own copy of the entry, so rounding cannot count it above itself
-            local = (cols - start).clamp(0, tile.shape[-1] - 1)
-            mine = tile.gather(-1, local.expand(*tile.shape[:-1])[..., None])
-            reference = torch.where(inside[:, None], mine, own)
-        total += (tile > reference).sum(-1)
-    return total

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from circuitwidgets.circuits._checks import check_choice, check_int, check_model, check_token_ids
+from circuitwidgets.circuits._rows import row_reductions
 from circuitwidgets.circuits._spectra import eigen_score, sorted_by_magnitude
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET, LowRankMatrix
 from circuitwidgets.circuits.matching import best_earlier_heads, kcomp_stack
@@ -147,14 +148,15 @@ def stack_copying_summaries(
     if "eigen" in methods:
         out["eigen"] = eigen_score(stack.eigenvalues(memory_budget).cpu().numpy())
     every = torch.arange(stack.matrix_shape[0], device=stack.device)
-    diagonal = (every if diagonal_tokens is None else diagonal_tokens) if "diagonal" in methods else None
-    ranked = (every if topk_tokens is None else topk_tokens) if "topk" in methods else None
-    if diagonal is not None or ranked is not None:
-        entries, ranks = stack._row_reductions(diagonal, ranked, ranked, memory_budget)
+    diagonal = (slice(None) if diagonal_tokens is None else diagonal_tokens) if "diagonal" in methods else None
+    ids = (every if topk_tokens is None else topk_tokens) if "topk" in methods else None
+    if diagonal is not None or ids is not None:
+        ranked = None if ids is None else (ids, ids)
+        entries, within = row_reductions(stack, diagonal, ranked, k, memory_budget)
         if entries is not None:
             out["diagonal"] = (entries > 0).double().mean(-1).cpu().numpy()
-        if ranks is not None:
-            out["topk"] = (ranks < k).double().mean(-1).cpu().numpy()
+        if within is not None:
+            out["topk"] = within.double().mean(-1).cpu().numpy()
     return out
 
 

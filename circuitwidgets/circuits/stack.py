@@ -34,6 +34,7 @@ import torch
 
 from circuitwidgets.circuits._checks import check_budget, check_int, count_non_finite
 from circuitwidgets.circuits._precision import compute_dtype, lift, matmul
+from circuitwidgets.circuits._rows import left_rows
 from circuitwidgets.circuits._stack_factors import StackFactors, broadcast, numel
 from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET, TopEntries, batched_topk, check_result
 from circuitwidgets.circuits.lowrank import DEFAULT_DENSE_LIMIT, LowRankMatrix
@@ -367,9 +368,8 @@ class LowRankStack(StackFactors):
         values = torch.empty(*self._inner, k, dtype=compute_dtype(self.dtype), device=self.device)
         rows = torch.empty(*self._inner, k, dtype=torch.long, device=self.device)
         cols = torch.empty_like(rows)
-        every = torch.arange(m, device=self.device)
         for index, A, C, B in self._blocks(self._item_bytes((m + n) * r2), budget):
-            left = self._rows(A, C, every)
+            left = left_rows(self._left, A, C, slice(None))
             right = B if self._right is None else B @ lift(self._right)
             batch = broadcast(left.shape[:-2], right.shape[:-2])
             left, right = left.expand(*batch, m, r2).reshape(-1, m, r2), right.expand(*batch, r2, n).reshape(-1, r2, n)
