@@ -365,3 +365,13 @@ def test_an_over_large_top_k_or_budget_is_refused_before_any_work() -> None:
         matrix.topk(2501)
     with pytest.raises(MemoryBudgetError, match="memory_budget"):
         cw.composition_scores(model, memory_budget=2**60)
+
+
+def test_detector_kinds_from_one_forward_pass_equal_each_kinds_head_scores() -> None:
+    from circuitwidgets.circuits.heads import random_token_scores
+
+    model = gqa_model()
+    kinds = ("previous_token", "induction", "duplicate_token")
+    together = random_token_scores(model, kinds, 5, 3, 7)
+    for i, kind in enumerate(kinds):
+        np.testing.assert_array_equal(together[i], cw.head_scores(model, kind, seq_len=5, n_seqs=3, seed=7))  # type: ignore[arg-type]

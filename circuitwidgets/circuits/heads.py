@@ -320,14 +320,26 @@ def _user_token_scores(model: CircuitModel, kind: str, tokens: object, cache: ob
 
 def _random_token_scores(model: CircuitModel, kind: str, seq_len: int | None, n_seqs: int, seed: int) -> np.ndarray:
     """Scores on repeated random tokens (the behaviour without ``tokens`` or ``cache``)."""
+    return random_token_scores(model, (kind,), seq_len, n_seqs, seed)[0]
+
+
+def random_token_scores(
+    model: CircuitModel, kinds: Sequence[str], seq_len: int | None, n_seqs: int, seed: int
+) -> np.ndarray:
+    """Scores of several detector kinds on the same repeated random tokens, from one forward pass, ``[kinds, L, H]``.
+
+    Each kind's scores equal :func:`head_scores` of that kind with the same
+    ``seq_len``, ``n_seqs`` and ``seed`` (the model and arguments already checked).
+    """
     tokens = _repeated_random_tokens(model, seq_len, n_seqs, seed)
     offset = 0 if _bos(model) is None else 1
     half = (tokens.shape[1] - offset) // 2
-    dest, src = detection_targets(kind, half, offset)
     _, cache = model.run_with_cache(tokens, names=["pattern"])
-    scores = np.empty((model.cfg.n_layers, model.cfg.n_heads))
-    for layer in range(model.cfg.n_layers):
-        pattern = cache["pattern", layer]  # [batch, head, dest, src]
-        picked = pattern[:, :, dest.to(pattern.device), src.to(pattern.device)]  # [batch, head, n]
-        scores[layer] = picked.double().mean(dim=(0, 2)).cpu().numpy()
+    scores = np.empty((len(kinds), model.cfg.n_layers, model.cfg.n_heads))
+    for k, kind in enumerate(kinds):
+        dest, src = detection_targets(kind, half, offset)
+        for layer in range(model.cfg.n_layers):
+            pattern = cache["pattern", layer]  # [batch, head, dest, src]
+            picked = pattern[:, :, dest.to(pattern.device), src.to(pattern.device)]  # [batch, head, n]
+            scores[k, layer] = picked.double().mean(dim=(0, 2)).cpu().numpy()
     return scores

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 from circuitwidgets.circuits._checks import check_int, check_model
 from circuitwidgets.circuits._spectra import eigen_score, sorted_by_magnitude
 from circuitwidgets.circuits.copying import stack_copying_summaries
-from circuitwidgets.circuits.heads import _random_token_scores
+from circuitwidgets.circuits.heads import random_token_scores
 from circuitwidgets.circuits.matching import best_earlier_heads, kcomp_stack
 from circuitwidgets.circuits.ov_qk import _full_OV, _full_QK
 from circuitwidgets.circuits.stack import LowRankStack
@@ -231,7 +231,7 @@ def build_eigen_scatter(
         )
         for i, method in enumerate(chosen):
             scores[i, j, rows] = eigen_score(eigs[j, rows]) if method == "eigen" else summaries[method]
-    detectors = np.stack([_random_token_scores(model, kind, None, 8, seed) for kind in DETECTORS])
+    detectors = random_token_scores(model, DETECTORS, None, 8, seed)  # one forward pass for the three kinds
     n_eval = cfg.d_vocab if sample is None else int(sample.numel())
     return {
         "methods": chosen,
