@@ -168,6 +168,17 @@ def test_composition_into_a_shared_layer_from_before_its_source_is_the_definitio
         assert scores[0, h1, 3, h2] == pytest.approx(float(expected), rel=1e-9)
 
 
+def test_no_k_or_v_composition_into_a_shared_layer_from_between_its_source_and_itself(ours: CircuitModel) -> None:
+    """Layer 2 reuses layer 0's keys and values, computed before layers 0 and 1 wrote anything: no path, score 0."""
+    for kind in ("K", "V"):
+        scores = circuits.composition_scores(ours, kind, offset=1) if kind == "K" else circuits.composition_scores(ours, kind)
+        assert np.all(scores[0:2, :, 2, :] == 0.0), kind  # layer 2 reads layer 0's keys: layers 0, 1 cannot feed them
+        assert np.all(scores[1:3, :, 3, :] == 0.0), kind  # layer 3 reads layer 1's
+        assert np.all(scores[0, :, 3, :] > 0.0), kind  # layer 0 wrote before layer 1 computed them: a real path
+    q = circuits.composition_scores(ours, "Q", offset=1)
+    assert np.all(q[0:2, :, 2, :] > 0.0)  # queries are the layer's own: Q-composition is untouched
+
+
 def test_every_analysis_runs_or_names_what_it_cannot_do(ours: CircuitModel) -> None:
     tokens = _tokens(seed=11, batch=2)
     results = [

@@ -46,7 +46,7 @@ from circuitwidgets.circuits._checks import check_bool, check_budget, check_choi
 from circuitwidgets.circuits._precision import compute_dtype, lift
 from circuitwidgets.circuits.ov_qk import _OV, _QK, check_offset
 from circuitwidgets.errors import MemoryBudgetError
-from circuitwidgets.model import CircuitModel
+from circuitwidgets.model import CircuitModel, ModelConfig
 
 KINDS = ("Q", "K", "V")
 
@@ -151,7 +151,22 @@ def _raw_composition_scores(
         scores = product / (norms_left[:-1, :, None, None] * norms_right[k][None, None, 1:, :])
         scores = torch.where(earlier[:, None, :, None], scores, torch.nan)
         out[k, :-1, :, 1:, :] = scores.cpu().numpy()
+    _no_path_into_shared_keys(cfg, kinds, out)
     return out
+
+
+def _no_path_into_shared_keys(cfg: ModelConfig, kinds: Sequence[str], out: np.ndarray) -> None:
+    """Zero K- and V-composition into a layer that reuses an earlier layer's keys and values (Gemma 4).
+
+    Layer ``l2`` reading the keys and values of layer ``s < l2`` computes them from
+    layer ``s``'s input, which holds no output of layers ``s … l2 − 1``: those
+    paths do not exist, whatever the weights' product says.
+    """
+    for l2, source in enumerate(cfg.kv_sources or ()):
+        if source < l2:
+            for k, kind in enumerate(kinds):
+                if kind in ("K", "V"):
+                    out[k, source:l2, :, l2, :] = 0.0
 
 
 def raw_composition_scores(
