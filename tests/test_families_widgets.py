@@ -116,3 +116,20 @@ def test_the_report_reads_a_save_pretrained_directory(tmp_path: Any, case_id: st
     page = out.read_text()
     assert f'"model_name":"{folder_name}"' in page
     assert page.count('"qk_offset":0') == 3  # the scatter, the table and the composition map say which offset
+
+
+def test_building_an_explorer_computes_each_weight_space_view_once(model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The initial offset traits of a rotary model must not start a recomputation (they once ran every QK view
+    three more times: one per child's offset trait)."""
+    calls = {"eigen": 0, "composition": 0}
+    for name, cls in (("eigen", cw.EigenScatter), ("composition", cw.CompositionMap)):
+
+        def counted(*args: Any, _name: str = name, _original: Any = cls.initial, **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(cls, "initial", counted)
+    explorer = cw.CircuitExplorer(model, TOKENS, k=5)
+    assert calls == {"eigen": 1, "composition": 1}
+    explorer.trigram_qk_offset = explorer.trigram_qk_offset + 1  # a real change recomputes once
+    assert calls == {"eigen": 2, "composition": 2}

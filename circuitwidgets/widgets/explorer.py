@@ -165,6 +165,8 @@ class CircuitExplorer(CircuitWidget):
             trigrams = self.view("trigram")
             trigrams._source = TrigramSource(model, k, profile_k, offset=engine_offset(resolve_offset(model, offset)))
             trigrams._added = None
+            # The children's data are computed at this offset: its initial traits must not recompute them.
+            self._computed_offset: int | None = state.get("eigen_qk_offset")
             super().__init__(**{**state, **kwargs})
             self.on_msg(self._on_custom)
             step("skip-trigrams of the text's tokens")
@@ -223,7 +225,7 @@ class CircuitExplorer(CircuitWidget):
     def _on_offset(self, change: traitlets.Bunch) -> None:
         """One rotary offset for the whole explorer: the views that read QK circuits recompute at it."""
         new, model = int(change["new"]), self._model
-        if new == change["old"] or getattr(self, "_offset_busy", False):
+        if new == getattr(self, "_computed_offset", None) or getattr(self, "_offset_busy", False):
             return
         validate_offset(self, model, new)
         self._offset_busy = True
@@ -239,6 +241,7 @@ class CircuitExplorer(CircuitWidget):
         trigrams = self.view("trigram")
         trigrams._source.offset = at
         trigrams._added = None
+        self._computed_offset = new
         with self.hold_trait_notifications():
             for child, state in fresh.items():
                 prefix = spec_of(child).prefix
