@@ -175,6 +175,9 @@ def test_no_k_or_v_composition_into_a_shared_layer_from_between_its_source_and_i
         assert np.all(scores[0:2, :, 2, :] == 0.0), kind  # layer 2 reads layer 0's keys: layers 0, 1 cannot feed them
         assert np.all(scores[1:3, :, 3, :] == 0.0), kind  # layer 3 reads layer 1's
         assert np.all(scores[0, :, 3, :] > 0.0), kind  # layer 0 wrote before layer 1 computed them: a real path
+    eigs = circuits.kcomp_eigenvalues(ours, offset=1)
+    assert np.all(eigs[0:2, :, 2] == 0) and np.all(eigs[1:3, :, 3] == 0)
+    assert np.all(np.abs(eigs[0, :, 3]).max(axis=-1) > 0)
     q = circuits.composition_scores(ours, "Q", offset=1)
     assert np.all(q[0:2, :, 2, :] > 0.0)  # queries are the layer's own: Q-composition is untouched
 

@@ -114,6 +114,9 @@ def _kcomp_eigenvalues(model: CircuitModel, offset: int | None) -> np.ndarray:
         read_queries = gram @ queries
         keys2 = lift(model.W_K[l2])  # [G, d, dh]
         for l1 in range(l2):
+            if l1 >= cfg.kv_source(l2):  # keys reused from a layer before l1 (Gemma 4): no such path
+                out[l1, :, l2] = 0.0
+                continue
             reads = lift(model.W_V[l1]).mT[:, None] @ read_queries[None]  # [G1, H2, dh, dh]
             keys = lift(model.W_O[l1])[:, None] @ keys2[None]  # [H1, G2, dh, dh]
             small = keys[:, kv].mT @ reads[kv]  # [H1, H2, dh, dh]
