@@ -320,7 +320,8 @@ def _user_token_scores(model: CircuitModel, kind: str, tokens: object, cache: ob
 
 def _random_token_scores(model: CircuitModel, kind: str, seq_len: int | None, n_seqs: int, seed: int) -> np.ndarray:
     """Scores on repeated random tokens (the behaviour without ``tokens`` or ``cache``)."""
-    return random_token_scores(model, (kind,), seq_len, n_seqs, seed)[0]
+    scores: np.ndarray = random_token_scores(model, (kind,), seq_len, n_seqs, seed)[0]
+    return scores
 
 
 def random_token_scores(
