@@ -1,24 +1,42 @@
-"""Engine benchmark: circuitwidgets against TransformerLens on a GPT-2-small-shaped model.
+"""Engine benchmark: all heads at once, at GPT-2-small and Llama-3-8B attention shapes, against the matmul floor.
 
-One random attention-only model (d_vocab 50257, 12 layers × 12 heads, d_model
-768, d_head 64, float32) analysed by both libraries (the same weights: when
-TransformerLens is installed the model is its native TransformerBridge and we
-read its weights; otherwise Gaussian weights). Measured, each once, with wall
-time and peak extra resident memory (RSS sampled every millisecond above the
-level before the call):
+Two random attention-only models, analysed in one run:
 
-1. eigenvalue copying scores of all 144 full OV circuits;
-2. all-pairs composition scores, each of Q, K, V (and the random baseline);
-3. top-50 entries of one head's full QK circuit ``[50257, 50257]``, with its
-   throughput as a fraction of this machine's float32 matmul rate (measured
-   here on 2048 × 2048 products).
+- ``gpt2``: 12 layers × 12 heads, d_model 768, d_head 64, d_vocab 50,257, float32.
+  When TransformerLens is installed the model is its native TransformerBridge and
+  we read its weights, so both libraries analyse the same weights;
+- ``llama8b``: Llama-3-8B's attention shape, 32 layers × 32 heads with 8 key/value
+  heads, d_model 4,096, d_head 128, d_vocab 128,256, rotary (base 500,000), built
+  directly as a CircuitModel without MLPs, stored in bfloat16 (4.8 GB of weights).
+  TransformerLens does not run here: the bytes its computation would form are
+  printed instead (its ``W_E @ OV @ W_U`` forms float32 factors ``[L, H, V, d_head]``;
+  its ``all_composition_scores`` broadcasts ``[L, H, L, H, d_head, d_model]`` operands).
 
-Run from the repository root::
+Measured for each, with wall time and peak extra resident memory (RSS sampled
+every millisecond above the level before the call; glibc made to return freed
+memory, so RSS follows each call's own allocations):
 
-    .venv/bin/python benchmarks/bench_engine.py            # with TransformerLens when installed
-    .venv/bin/python benchmarks/bench_engine.py --no-tl    # circuitwidgets only
+1. eigenvalue copying scores of every head's full OV circuit;
+2. composition scores of every earlier-later pair, all three kinds (Q, K, V) in
+   one pass (the random baseline separately, once);
+3. top-k entries of one head's full QK circuit ``[V, V]`` (offset 0 on rotary).
 
-Prints a markdown table. Not part of the test suite.
+and for each the ratio to its floor, the matmul that bounds it, timed in the
+same run on this machine in float32:
+
+1. ``W_U · W_E`` ``[d, V] · [V, d]`` (timed on a ``[d, 16384]`` slice, scaled by ``V / 16384``);
+2. the pair products ``3 · P · d(d+1)/2`` multiply-adds for ``P`` pairs, at the rate
+   of a ``[(L−1) H, 8192] · [8192, 256]`` product;
+3. ``V² · d_head`` multiply-adds at the rate of a ``[T, d_head] · [d_head, T]``
+   product of the top-k tile size (the same inner dimension).
+
+Run from the repository root (TransformerLens is used when installed)::
+
+    nice -n 10 .venv/bin/python benchmarks/bench_engine.py                  # both shapes (the 8B part takes long on 2 cores)
+    .venv/bin/python benchmarks/bench_engine.py --shapes gpt2 --no-tl       # one shape, circuitwidgets only
+    .venv/bin/python benchmarks/bench_engine.py --shapes widgets            # EigenScatter / CompositionMap at 32 × 32 heads
+
+Prints a markdown table per shape. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -35,18 +53,34 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import psutil
+import psutil  # type: ignore[import-untyped]
 import torch
 
-from circuitwidgets.circuits import composition_baseline, composition_scores, copying_scores, full_qk
+import circuitwidgets.circuits as cw
+from circuitwidgets.circuits.lowrank import TILE_BYTES
 from circuitwidgets.model import CircuitModel, ModelConfig
 
-V, L, H, D, DH, N_CTX = 50257, 12, 12, 768, 64, 1024
-TL_ANCHORS = {
-    "eigen": "28.5 s",
-    "composition": "13–14 s, ~8.5 GB",
-    "topk": "16.7 s (top-10, chunked by hand); 9.7 GB or allocation failure materialised",
+
+@dataclass(frozen=True)
+class Shape:
+    """An attention-only model shape."""
+
+    name: str
+    L: int
+    H: int
+    G: int
+    d: int
+    dh: int
+    V: int
+    dtype: torch.dtype
+    rotary: bool
+
+
+SHAPES = {
+    "gpt2": Shape("GPT-2-small shape", 12, 12, 12, 768, 64, 50257, torch.float32, False),
+    "llama8b": Shape("Llama-3-8B attention shape", 32, 32, 8, 4096, 128, 128256, torch.bfloat16, True),
 }
+TOPK_BUDGET = 256 * 2**20
 
 
 @dataclass
@@ -67,18 +101,14 @@ def _libc() -> Any:
 
 LIBC = _libc()
 if LIBC is not None:
-    # Serve every allocation above 64 KiB by mmap and return it on free, so RSS
-    # rises with each call's own allocations instead of reusing retained heap.
-    LIBC.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD (fixing it also disables the dynamic threshold)
+    LIBC.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD: allocations above 64 KiB are returned to the system on free
 
 
 class PeakRSS:
     """Sample this process's RSS in a thread; ``peak`` is the maximum above the level at entry."""
 
     def __init__(self, interval: float = 0.001) -> None:
-        self.interval = interval
-        self.process = psutil.Process()
-        self.peak = 0
+        self.interval, self.process, self.peak = interval, psutil.Process(), 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -111,63 +141,76 @@ def measure(fn: Callable[[], Any], label: str) -> Measurement:
     return Measurement(result, seconds, rss.peak)
 
 
-def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
-    """Best float32 ``size × size`` matmul rate of this machine (GFLOP/s)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    out = torch.empty(size, size)
+def matmul_seconds(m: int, k: int, n: int, repeats: int = 2) -> float:
+    """Best wall time of a float32 ``[m, k] · [k, n]`` product into a preallocated output."""
+    a, b, out = torch.randn(m, k), torch.randn(k, n), torch.empty(m, n)
     best = math.inf
     for _ in range(repeats):
         start = time.perf_counter()
         torch.matmul(a, b, out=out)
         best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
+    return best
 
 
-def random_model(seed: int = 0) -> CircuitModel:
-    """Gaussian GPT-2-small-shaped attention-only model (float32, shortformer positions)."""
+# ------------------------------------------------------------------------- models
+def random_model(shape: Shape, seed: int = 0) -> CircuitModel:
+    """Gaussian attention-only weights of ``shape`` drawn directly in its dtype."""
     g = torch.Generator().manual_seed(seed)
+    L, H, G, d, dh, V = shape.L, shape.H, shape.G, shape.d, shape.dh, shape.V
 
-    def r(*shape: int, std: float) -> torch.Tensor:
-        return torch.randn(*shape, generator=g) * std
+    def r(*dims: int, std: float) -> torch.Tensor:
+        return torch.empty(*dims, dtype=shape.dtype).normal_(0.0, std, generator=g)
 
     weights = {
-        "W_E": r(V, D, std=0.02), "W_pos": r(N_CTX, D, std=0.01),
-        "W_Q": r(L, H, D, DH, std=0.02), "W_K": r(L, H, D, DH, std=0.02),
-        "W_V": r(L, H, D, DH, std=0.02), "W_O": r(L, H, DH, D, std=0.02), "W_U": r(D, V, std=0.02),
+        "W_E": r(V, d, std=1.0),
+        "W_Q": r(L, H, d, dh, std=d**-0.5),
+        "W_K": r(L, G, d, dh, std=d**-0.5),
+        "W_V": r(L, G, d, dh, std=d**-0.5),
+        "W_O": r(L, H, dh, d, std=(H * dh) ** -0.5),
+        "W_U": r(d, V, std=d**-0.5),
     }
-    return CircuitModel(ModelConfig(L, H, D, DH, V, N_CTX), weights, name="gpt2-small-shaped")
+    positions = "rotary" if shape.rotary else "none"
+    cfg = ModelConfig(L, H, d, dh, V, 8192, positional_embedding_type=positions, rotary_base=500_000.0, n_kv_heads=G)
+    return CircuitModel(cfg, weights, name=shape.name)
 
 
-def transformer_lens_pair() -> tuple[Any, CircuitModel] | None:
-    """A TransformerLens native bridge of the same shape and a CircuitModel sharing its weights."""
+def transformer_lens_pair(shape: Shape) -> tuple[Any, CircuitModel] | None:
+    """A TransformerLens native bridge of ``shape`` and a CircuitModel sharing its weights (None without TL)."""
     try:
         from transformer_lens.config import TransformerBridgeConfig
         from transformer_lens.model_bridge.sources.native import boot
     except ImportError:
         return None
     cfg = TransformerBridgeConfig(
-        d_model=D, d_head=DH, n_heads=H, n_layers=L, n_ctx=N_CTX, d_vocab=V,
-        attn_only=True, normalization_type=None, positional_embedding_type="standard", seed=0,
+        d_model=shape.d,
+        d_head=shape.dh,
+        n_heads=shape.H,
+        n_layers=shape.L,
+        n_ctx=1024,
+        d_vocab=shape.V,
+        attn_only=True,
+        normalization_type=None,
+        positional_embedding_type="standard",
+        seed=0,
     )
     bridge = boot(cfg, dtype=torch.float32)
     names = ("W_E", "W_pos", "W_Q", "W_K", "W_V", "W_O", "W_U")
     with torch.no_grad():
         weights = {name: getattr(bridge, name).detach().contiguous() for name in names}
-    model = CircuitModel(ModelConfig(L, H, D, DH, V, N_CTX, positional_embedding_type="standard"), weights, name="tl-native")
-    return bridge, model
+    model_cfg = ModelConfig(shape.L, shape.H, shape.d, shape.dh, shape.V, 1024, positional_embedding_type="standard")
+    return bridge, CircuitModel(model_cfg, weights, name="tl-native")
 
 
-# ----------------------------------------------------------------- TransformerLens side
-def tl_eigen_scores(bridge: Any) -> np.ndarray:
+def tl_eigen(bridge: Any) -> np.ndarray:
     """Σλ/Σ|λ| from ``FactoredMatrix.eigenvalues`` of ``W_E @ OV @ W_U`` (all heads at once)."""
     with torch.no_grad():
         eigs = (bridge.W_E @ bridge.OV @ bridge.W_U).eigenvalues
         return (eigs.sum(-1).real / eigs.abs().sum(-1)).numpy()
 
 
-def tl_composition(bridge: Any, kind: str) -> np.ndarray:
+def tl_composition(bridge: Any) -> np.ndarray:
     with torch.no_grad():
-        return bridge.all_composition_scores(kind).scores.numpy()
+        return np.stack([bridge.all_composition_scores(kind).scores.numpy() for kind in ("Q", "K", "V")])
 
 
 def tl_topk(bridge: Any, k: int, rows_per_chunk: int = 1024) -> torch.Tensor:
@@ -177,70 +220,151 @@ def tl_topk(bridge: Any, k: int, rows_per_chunk: int = 1024) -> torch.Tensor:
         A, B = full.A, full.B
         best = torch.empty(0)
         for start in range(0, A.shape[0], rows_per_chunk):
-            block = (A[start : start + rows_per_chunk] @ B).flatten()
-            best = torch.topk(torch.cat([best, torch.topk(block, k).values]), k).values
+            best = torch.topk(
+                torch.cat([best, torch.topk((A[start : start + rows_per_chunk] @ B).flatten(), k).values]), k
+            ).values
         return best
 
 
-# ---------------------------------------------------------------------------- report
-def fmt_time(m: Measurement | None) -> str:
-    return "—" if m is None else f"{m.seconds:.2f} s"
+def tl_bytes(shape: Shape) -> dict[str, float]:
+    """GB TransformerLens would form (float32): the full-circuit factors; the broadcast composition operands."""
+    heads = shape.L * shape.H
+    return {
+        "eigen": 2 * heads * shape.V * shape.dh * 4 / 1e9,
+        "composition": 2 * heads**2 * shape.dh * shape.d * 4 / 1e9,
+    }
 
 
-def fmt_mem(m: Measurement | None) -> str:
-    return "—" if m is None else f"{m.peak_bytes / 2**20:.0f} MB"
+# --------------------------------------------------------------------------- runs
+Row = tuple[str, Measurement, float, Measurement | None, str]
+
+
+def floors(shape: Shape, k_slice: int = 16384) -> dict[str, float]:
+    """Seconds of the matmul that bounds each analysis, measured here (module docstring)."""
+    k = min(shape.V, k_slice)
+    eigen = matmul_seconds(shape.d, k, shape.d) * shape.V / k
+    left = (shape.L - 1) * shape.H
+    rate = 2 * left * 8192 * 256 / matmul_seconds(left, 8192, 256)
+    pairs = shape.L * (shape.L - 1) // 2 * shape.H**2
+    composition = 2 * 3 * pairs * shape.d * (shape.d + 1) / 2 / rate
+    tile = math.isqrt(min(TOPK_BUDGET, TILE_BYTES) // 4)
+    topk_rate = 2 * tile * tile * shape.dh / matmul_seconds(tile, shape.dh, tile)
+    print(
+        f"  floors: W_U·W_E {eigen:.1f} s; pair products {composition:.1f} s ({rate / 1e9:.1f} GFLOP/s); "
+        f"[{tile}, {shape.dh}]·[{shape.dh}, {tile}] at {topk_rate / 1e9:.1f} GFLOP/s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return {
+        "eigen": eigen,
+        "composition": composition,
+        "topk": 2 * shape.V**2 * shape.dh / topk_rate,
+        "topk_rate": topk_rate,
+    }
+
+
+def run_shape(key: str, use_tl: bool, k: int) -> list[Row]:
+    shape = SHAPES[key]
+    print(f"{shape.name}: building the model", file=sys.stderr, flush=True)
+    pair = transformer_lens_pair(shape) if use_tl and key == "gpt2" else None
+    bridge, model = pair if pair is not None else (None, random_model(shape))
+    offset = 0 if shape.rotary else None
+    measure(lambda: cw.OV(model), "validation of the model (once per model: device, NaN scan)")
+    floor = floors(shape)
+    rows: list[Row] = []
+
+    ours = measure(lambda: cw.copying_scores(model, "ov", "eigen"), "circuitwidgets eigen")
+    theirs = measure(lambda: tl_eigen(bridge), "TransformerLens eigen") if bridge is not None else None
+    note = "" if theirs is None else f"max |Δ| {np.nanmax(np.abs(ours.result - theirs.result)):.1e}"
+    rows.append(("eigenvalue copying, every head (OV)", ours, floor["eigen"], theirs, note))
+
+    ours = measure(lambda: cw.all_composition_scores(model, offset=offset), "circuitwidgets composition Q, K, V")
+    theirs = (
+        measure(lambda: tl_composition(bridge), "TransformerLens composition Q, K, V") if bridge is not None else None
+    )
+    note = ""
+    if theirs is not None:
+        mask = ~np.isnan(ours.result)
+        note = f"max |Δ| {np.abs(ours.result[mask] - theirs.result[mask]).max():.1e}"
+    rows.append(("composition, all pairs, Q + K + V", ours, floor["composition"], theirs, note))
+    base = measure(lambda: cw.composition_baseline(shape.d, shape.dh), "composition baseline")
+    rows.append(("composition baseline (100 samples, once)", base, math.nan, None, f"value {base.result:.4f}"))
+
+    circuit = cw.full_qk(model, 0, 0, offset=offset)
+    ours = measure(lambda: circuit.topk(k, memory_budget=TOPK_BUDGET, progress_bar=False), f"circuitwidgets top-{k}")
+    theirs = measure(lambda: tl_topk(bridge, k), f"TransformerLens top-{k}") if bridge is not None else None
+    throughput = 2 * shape.V**2 * shape.dh / ours.seconds
+    note = f"{throughput / 1e9:.1f} GFLOP/s = {100 * throughput / floor['topk_rate']:.0f} % of the same-inner-dim matmul rate"
+    if theirs is not None:
+        note += f"; values agree: {torch.allclose(ours.result.values, theirs.result, rtol=1e-4, atol=1e-6)}"
+    rows.append((f"top-{k} of one full QK circuit [V, V]", ours, floor["topk"], theirs, note))
+    if bridge is None and use_tl:
+        need = tl_bytes(shape)
+        rows.append(
+            (
+                "TransformerLens (not run)",
+                Measurement(None, math.nan, 0),
+                math.nan,
+                None,
+                f"would form {need['eigen']:.0f} GB for eigen, {need['composition']:,.0f} GB for composition; "
+                f"this machine has {psutil.virtual_memory().total / 1e9:.0f} GB",
+            )
+        )
+    return rows
+
+
+def print_table(title: str, rows: list[Row]) -> None:
+    print(f"\n### {title}\n")
+    print(
+        "| analysis | circuitwidgets | peak extra | floor | ratio to floor | TransformerLens | TL peak extra | notes |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for task, mine, floor, tl, note in rows:
+        t = "—" if math.isnan(mine.seconds) else f"{mine.seconds:.2f} s"
+        mem = "—" if math.isnan(mine.seconds) else f"{mine.peak_bytes / 2**20:,.0f} MB"
+        fl, ratio = ("—", "—") if math.isnan(floor) else (f"{floor:.2f} s", f"{mine.seconds / floor:.2f}×")
+        tl_t, tl_m = ("—", "—") if tl is None else (f"{tl.seconds:.2f} s", f"{tl.peak_bytes / 2**20:,.0f} MB")
+        print(f"| {task} | {t} | {mem} | {fl} | {ratio} | {tl_t} | {tl_m} | {note} |")
+
+
+def run_widgets() -> None:
+    """``EigenScatter(model)`` and ``CompositionMap(model)`` on a random 32 × 32-head model (d_model 1024, V 4096)."""
+    from circuitwidgets.widgets import CompositionMap, EigenScatter
+
+    shape = Shape("32 × 32 heads", 32, 32, 32, 1024, 32, 4096, torch.float32, False)
+    model = random_model(shape)
+    rows = []
+    for cls in (EigenScatter, CompositionMap):
+        cpu = time.process_time()
+        m = measure(lambda cls=cls: cls(model), cls.__name__)  # type: ignore[misc]
+        rows.append((cls.__name__, m, time.process_time() - cpu))
+    print(
+        "\n### widget data at 32 × 32 heads (d_model 1024, V 4096)\n\n| widget | wall | CPU | peak extra |\n|---|---|---|---|"
+    )
+    for name, m, cpu in rows:
+        print(f"| {name}(model) | {m.seconds:.1f} s | {cpu:.1f} s | {m.peak_bytes / 2**20:,.0f} MB |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default="gpt2,llama8b", help="comma-separated: gpt2, llama8b, widgets")
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens even when installed")
     parser.add_argument("--k", type=int, default=50, help="top-k entries of the full QK circuit (default 50)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default torch's choice)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-
-    rate = matmul_gflops()
-    pair = None if args.no_tl else transformer_lens_pair()
-    bridge, model = pair if pair is not None else (None, random_model())
-    print(f"machine: {torch.get_num_threads()} torch threads, float32 matmul {rate:.1f} GFLOP/s; "
-          f"model {model!r}; TransformerLens: {'yes' if bridge is not None else 'no'}\n")
-
-    rows: list[tuple[str, Measurement, Measurement | None, str, str]] = []
-    ours = measure(lambda: copying_scores(model, "ov", "eigen"), "circuitwidgets eigen")
-    theirs = measure(lambda: tl_eigen_scores(bridge), "TransformerLens eigen") if bridge is not None else None
-    note = "" if theirs is None else f"max |Δ| {np.nanmax(np.abs(ours.result - theirs.result)):.1e}"
-    rows.append(("eigenvalue copying scores, 144 heads (OV)", ours, theirs, TL_ANCHORS["eigen"], note))
-
-    for kind in ("Q", "K", "V"):
-        ours = measure(lambda kind=kind: composition_scores(model, kind), f"circuitwidgets composition {kind}")  # type: ignore[misc]
-        theirs = (
-            measure(lambda kind=kind: tl_composition(bridge, kind), f"TransformerLens composition {kind}")  # type: ignore[misc]
-            if bridge is not None
-            else None
-        )
-        note = ""
-        if theirs is not None:
-            mask = ~np.isnan(ours.result)
-            note = f"max |Δ| {np.abs(ours.result[mask] - theirs.result[mask]).max():.1e}"
-        rows.append((f"composition scores, all pairs ({kind})", ours, theirs, TL_ANCHORS["composition"], note))
-    base = measure(lambda: composition_baseline(D, DH), "circuitwidgets composition baseline")
-    rows.append(("composition baseline (100 Monte-Carlo samples, once)", base, None, "", f"value {base.result:.4f}"))
-
-    circuit = full_qk(model, 0, 0)
-    ours = measure(lambda: circuit.topk(args.k, progress_bar=False), f"circuitwidgets top-{args.k}")
-    theirs = measure(lambda: tl_topk(bridge, args.k), f"TransformerLens top-{args.k}") if bridge is not None else None
-    throughput = 2 * V * V * DH / ours.seconds / 1e9
-    note = f"{throughput:.1f} GFLOP/s = {100 * throughput / rate:.0f} % of matmul rate"
-    if theirs is not None:
-        agree = torch.allclose(ours.result.values, theirs.result, rtol=1e-4, atol=1e-6)
-        note += f"; values agree: {agree}"
-    rows.append((f"top-{args.k} entries of one full QK circuit", ours, theirs, TL_ANCHORS["topk"], note))
-
-    print("| task | circuitwidgets | peak extra | TransformerLens | TL peak extra | TL anchor (2 cores) | notes |")
-    print("|---|---|---|---|---|---|---|")
-    for task, mine, tl, anchor, extra in rows:
-        print(f"| {task} | {fmt_time(mine)} | {fmt_mem(mine)} | {fmt_time(tl)} | {fmt_mem(tl)} | {anchor} | {extra} |")
+    print(
+        f"machine: {torch.get_num_threads()} torch threads, {psutil.virtual_memory().total / 2**30:.0f} GiB; "
+        f"device cpu (CUDA available: {torch.cuda.is_available()})"
+    )
+    for key in args.shapes.split(","):
+        if key == "widgets":
+            run_widgets()
+            continue
+        rows = run_shape(key, not args.no_tl, args.k)
+        print_table(SHAPES[key].name, rows)
+        gc.collect()
 
 
 if __name__ == "__main__":

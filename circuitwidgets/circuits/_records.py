@@ -20,5 +20,7 @@ class RecordList(list[R]):
         try:
             import pandas as pd
         except ImportError as exc:  # pragma: no cover - pandas is a test dependency
-            raise ImportError("to_pandas: expected pandas to be installed (pip install pandas), got ImportError") from exc
+            raise ImportError(
+                "to_pandas: expected pandas to be installed (pip install pandas), got ImportError"
+            ) from exc
         return pd.DataFrame(self.to_dicts())
