@@ -87,6 +87,9 @@ def test_full_circuit_stacks_are_sandwiches_formed_only_per_matrix() -> None:
     full = model.W_E @ cw.OV(model) @ model.W_U
     assert full.shape == (3, 4, 30, 30)
     dense = full.dense()
+    torch.testing.assert_close(full.A @ full.B, dense)  # TransformerLens's factors, formed
+    qk = model.W_E @ cw.QK(model, offset=2) @ model.W_E.T
+    torch.testing.assert_close(qk.A @ qk.B, qk.dense())
     for layer, head in heads(model):
         expected = model.W_E @ dense_ov(model, layer, head) @ model.W_U
         torch.testing.assert_close(dense[layer, head], expected)

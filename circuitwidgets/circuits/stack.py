@@ -334,21 +334,6 @@ class LowRankStack(StackFactors):
             )
         return torch.stack([matrix.A @ matrix.B for matrix in self.matrices()]).reshape(*self.shape)
 
-    def _select(self, rows: torch.Tensor | None, cols: torch.Tensor | None) -> LowRankStack:
-        """The same stack restricted to ``rows`` and ``cols`` of each matrix (index tensors; views where possible)."""
-        left, right, A, B = self._left, self._right, self._A, self._B
-        if rows is not None:
-            if left is not None:
-                left = left[rows]
-            else:
-                A = A[..., rows, :]
-        if cols is not None:
-            if right is not None:
-                right = right[:, cols]
-            else:
-                B = B[..., cols]
-        return LowRankStack._trusted(A, B, core=self._C, left=left, right=right, merge=self._merge)
-
     def topk(self, k: int, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> TopEntries:
         """The ``k`` largest entries of every matrix: ``values``, ``rows``, ``cols`` each ``[*batch_shape, k]``, best first.
 
@@ -378,11 +363,4 @@ class LowRankStack(StackFactors):
         return TopEntries(self._public(values), self._public(rows), self._public(cols))
 
 
-def check_stack(name: str, value: object) -> LowRankStack:
-    """``value`` if it is a :class:`LowRankStack`, else an :class:`ArgumentTypeError` naming ``name``."""
-    if not isinstance(value, LowRankStack):
-        raise ArgumentTypeError(f"{name}: expected a LowRankStack, got {type(value).__name__}")
-    return value
-
-
-__all__ = ["LowRankStack", "check_stack"]
+__all__ = ["LowRankStack"]
