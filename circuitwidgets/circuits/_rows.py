@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from circuitwidgets.circuits._precision import compute_dtype, lift
+from circuitwidgets.circuits._precision import compute_dtype, left_multiply, lift
 
 if TYPE_CHECKING:
     from circuitwidgets.circuits._stack_factors import StackFactors
@@ -30,12 +30,7 @@ def left_rows(outer: torch.Tensor | None, A: torch.Tensor, C: torch.Tensor | Non
     matrix's ``A`` side by side (``[|rows|, m₀] · [m₀, batch · r₁]``), not one small
     product per matrix.
     """
-    if outer is None:
-        part = A[..., rows, :]
-    else:
-        side_by_side = A.movedim(-2, 0).reshape(A.shape[-2], -1)  # [m0, batch · r1]
-        product = lift(outer[rows]) @ side_by_side
-        part = product.reshape(product.shape[0], *A.shape[:-2], A.shape[-1]).movedim(0, -2)
+    part = A[..., rows, :] if outer is None else left_multiply(outer[rows], A)
     return part if C is None else part @ C
 
 

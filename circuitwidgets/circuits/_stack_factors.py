@@ -16,10 +16,13 @@ import torch
 
 from circuitwidgets.circuits._cache import cached_matmul
 from circuitwidgets.circuits._checks import check_budget
-from circuitwidgets.circuits._precision import compute_dtype, lift, one_thread, small_eigvals
+from circuitwidgets.circuits._precision import compute_dtype, left_multiply, lift, one_thread, small_eigvals
 from circuitwidgets.circuits._rows import row_reductions
-from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET
 from circuitwidgets.errors import ArgumentError, ShapeError
+
+#: Default bytes one block of a stack's matrices may take (their factors lifted to float32, and products):
+#: blocks of whole layers at Llama-3-8B's shape, so products against ``W_U W_E`` are wide.
+STACK_MEMORY_BUDGET = 256 * 2**20
 
 _Block = tuple[tuple[slice, ...], torch.Tensor, torch.Tensor | None, torch.Tensor]
 
@@ -143,12 +146,15 @@ class StackFactors:
         sizes = [len(range(*part.indices(size))) for part, size in zip(index, self._inner, strict=False)]
         return numel(tuple(sizes)) * numel(self._inner[len(index) :])
 
-    def _item_bytes(self, *extra: int) -> int:
-        """Compute-dtype bytes per index of the first batch dimension of the factors and ``extra`` entries per matrix."""
+    def _item_bytes(self, per_matrix: int = 0, per_index: int = 0) -> int:
+        """Compute-dtype bytes per index of the first batch dimension: the factors (each at its own, unbroadcast
+        size), ``per_matrix`` entries for every matrix and ``per_index`` more entries."""
         size = torch.empty((), dtype=compute_dtype(self.dtype)).element_size()
         rest = numel(self._inner[1:]) if self._inner else 1
-        per_matrix = int(self._A.shape[-2] * self._A.shape[-1] + self._B.shape[-2] * self._B.shape[-1]) + sum(extra)
-        return rest * per_matrix * size
+        factors = sum(
+            numel(f.shape[1:]) if self._inner else f.numel() for f in (self._A, self._B, self._C) if f is not None
+        )
+        return (factors + rest * per_matrix + per_index) * size
 
     def _public(self, inner_result: torch.Tensor) -> torch.Tensor:
         """A result ``[*inner, ...]`` reshaped to ``[*batch_shape, ...]``."""
@@ -163,11 +169,11 @@ class StackFactors:
         if self._right is not None and self._left is not None:
             outer = cached_matmul(self._right, self._left)
             fewer_b = numel(B.shape[:-2]) <= numel(A.shape[:-2])
-            small = (B @ outer) @ A if fewer_b else B @ (outer @ A)
+            small = (B @ outer) @ A if fewer_b else B @ left_multiply(outer, A)
         elif self._right is not None:
             small = (B @ lift(self._right)) @ A
         elif self._left is not None:
-            small = B @ (lift(self._left) @ A)
+            small = B @ left_multiply(self._left, A)
         else:
             small = B @ A
         return small if C is None else C @ small
@@ -178,7 +184,7 @@ class StackFactors:
             raise ShapeError(f"{what}: expected square matrices, got matrix shape ({m}, {n})")
 
     # -------------------------------------------------------- small problems
-    def eigenvalues(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+    def eigenvalues(self, memory_budget: int = STACK_MEMORY_BUDGET) -> torch.Tensor:
         """The ``r₁`` non-trivial eigenvalues of every matrix, complex128 ``[*batch_shape, r₁]`` (unsorted).
 
         From ``λ(left A C B right) = λ(C B (right left) A)``: one ``r₁ × r₁`` problem per
@@ -190,17 +196,18 @@ class StackFactors:
         budget = check_budget("memory_budget", memory_budget, self.device)
         r1 = int(self._A.shape[-1])
         out = torch.empty(*self._inner, r1, r1, dtype=compute_dtype(self.dtype), device=self.device)
-        m0 = int(self._A.shape[-2])
-        for index, A, C, B in self._blocks(self._item_bytes(2 * m0 * r1), budget):
+        smaller = min(numel(self._A.shape[1:]), numel(self._B.shape[1:])) if self._inner else self._A.numel()
+        for index, A, C, B in self._blocks(self._item_bytes(r1 * r1, smaller), budget):
             out[index] = self._small(A, C, B)
         return self._public(small_eigvals(out))
 
-    def trace(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+    def trace(self, memory_budget: int = STACK_MEMORY_BUDGET) -> torch.Tensor:
         """``tr(M)`` of every matrix, float64 ``[*batch_shape]``; cost as :meth:`eigenvalues` without the eigenproblems."""
         self._require_square("trace")
         budget = check_budget("memory_budget", memory_budget, self.device)
         out = torch.empty(self._inner, dtype=torch.float64, device=self.device)
-        for index, A, C, B in self._blocks(self._item_bytes(int(self._A.shape[-2] * self._A.shape[-1])), budget):
+        smaller = min(numel(self._A.shape[1:]), numel(self._B.shape[1:])) if self._inner else self._A.numel()
+        for index, A, C, B in self._blocks(self._item_bytes(0, smaller), budget):
             out[index] = self._small(A, C, B).double().diagonal(dim1=-2, dim2=-1).sum(-1)
         return self._public(out)
 
@@ -212,7 +219,7 @@ class StackFactors:
             gram_b = C @ gram_b @ C.mT
         return gram_a, gram_b
 
-    def frobenius_norm(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+    def frobenius_norm(self, memory_budget: int = STACK_MEMORY_BUDGET) -> torch.Tensor:
         """``‖M‖_F = sqrt(tr((left A)ᵀ(left A) · C (B right)(B right)ᵀ Cᵀ))`` of every matrix, float64 ``[*batch_shape]``.
 
         Never the permuted product ``‖B A‖_F`` (see :mod:`.lowrank`). Cost
@@ -225,11 +232,11 @@ class StackFactors:
             out[index] = (gram_a.double() * gram_b.double()).sum((-1, -2)).clamp_min(0).sqrt()
         return self._public(out)
 
-    def norm(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+    def norm(self, memory_budget: int = STACK_MEMORY_BUDGET) -> torch.Tensor:
         """TransformerLens ``FactoredMatrix.norm()``: an alias of :meth:`frobenius_norm`."""
         return self.frobenius_norm(memory_budget)
 
-    def singular_values(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+    def singular_values(self, memory_budget: int = STACK_MEMORY_BUDGET) -> torch.Tensor:
         """The ``r₁`` largest singular values of every matrix, float64 ``[*batch_shape, r₁]``, descending.
 
         The singular values of ``G_a^{1/2} G_b^{1/2}`` for the Gram matrices of
@@ -245,7 +252,7 @@ class StackFactors:
                 out[index] = torch.linalg.svdvals(_psd_sqrt(gram_a.double()) @ _psd_sqrt(gram_b.double()))
         return self._public(out)
 
-    def diagonal(self, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+    def diagonal(self, memory_budget: int = STACK_MEMORY_BUDGET) -> torch.Tensor:
         """``diag(M)`` of every matrix, ``[*batch_shape, min(m, n)]`` in the compute dtype.
 
         Row blocks of ``left A C`` against columns of ``B right``, row-wise dot
@@ -256,7 +263,7 @@ class StackFactors:
         assert diagonal is not None
         return diagonal
 
-    def rank_in_rows(self, cols: torch.Tensor, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> torch.Tensor:
+    def rank_in_rows(self, cols: torch.Tensor, memory_budget: int = STACK_MEMORY_BUDGET) -> torch.Tensor:
         """For each matrix and row ``i``, how many entries of row ``i`` are strictly greater than ``M[i, cols[i]]``.
 
         ``cols`` ``[m]``; the result is long ``[*batch_shape, m]`` (0 for the row's

@@ -42,7 +42,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from circuitwidgets.circuits._checks import check_bool, check_budget, check_choice, check_int, check_model
+from circuitwidgets.circuits._checks import check_bool, check_budget, check_choice, check_int, check_model, progress
 from circuitwidgets.circuits._precision import compute_dtype, lift
 from circuitwidgets.circuits.ov_qk import _OV, _QK, check_offset
 from circuitwidgets.errors import MemoryBudgetError
@@ -121,7 +121,7 @@ def _tile_size(d: int, r: int, sides: int, heads: int, element_size: int, memory
 
 
 def _raw_composition_scores(
-    model: CircuitModel, kinds: Sequence[str], memory_budget: int, offset: int | None
+    model: CircuitModel, kinds: Sequence[str], memory_budget: int, offset: int | None, progress_bar: bool | None = False
 ) -> np.ndarray:
     """Composition scores without the baseline, float64 ``[len(kinds), L, H, L, H]`` (NaN where ``l1 >= l2``)."""
     cfg = model.cfg
@@ -135,16 +135,16 @@ def _raw_composition_scores(
     b = _tile_size(d, cfg.d_head, 1 + len(kinds), n, size, memory_budget)
     squared = torch.zeros(len(kinds), n, n, dtype=torch.float64, device=model.device)
     layers_per_block = max(1, _RIGHT_BLOCK_HEADS // H)
-    for i0 in range(0, d, b):
-        for j0 in range(i0, d, b):
-            rows, cols = slice(i0, min(i0 + b, d)), slice(j0, min(j0 + b, d))
-            tile_left = _tile(left, slice(0, L - 1), rows, cols, 1.0 if i0 == j0 else 2.0)
-            for k, side in enumerate(rights):
-                tile_right = _tile(side, slice(1, L), rows, cols, 1.0)
-                for first in range(0, L - 1, layers_per_block):
-                    last = min(first + layers_per_block, L - 1)  # later layers first + 1 .. last
-                    block = slice(first * H, last * H)
-                    squared[k, : last * H, block] += (tile_left[: last * H] @ tile_right[block].T).double()
+    tiles = [(i0, j0) for i0 in range(0, d, b) for j0 in range(i0, d, b)]
+    for i0, j0 in progress(tiles, len(tiles), "composition tiles", progress_bar):
+        rows, cols = slice(i0, min(i0 + b, d)), slice(j0, min(j0 + b, d))
+        tile_left = _tile(left, slice(0, L - 1), rows, cols, 1.0 if i0 == j0 else 2.0)
+        for k, side in enumerate(rights):
+            tile_right = _tile(side, slice(1, L), rows, cols, 1.0)
+            for first in range(0, L - 1, layers_per_block):
+                last = min(first + layers_per_block, L - 1)  # later layers first + 1 .. last
+                block = slice(first * H, last * H)
+                squared[k, : last * H, block] += (tile_left[: last * H] @ tile_right[block].T).double()
     earlier = torch.ones(L - 1, L - 1, dtype=torch.bool, device=model.device).triu()  # [l1, l2 - 1]: l1 <= l2 - 1
     for k in range(len(kinds)):
         product = squared[k].clamp_min(0).sqrt().reshape(L - 1, H, L - 1, H)
@@ -265,6 +265,7 @@ def composition_scores(
     seed: int = 0,
     memory_budget: int = COMPOSITION_MEMORY_BUDGET,
     offset: int | None = None,
+    progress_bar: bool | None = None,
 ) -> np.ndarray:
     """Composition scores of every earlier head into every later head.
 
@@ -286,6 +287,8 @@ def composition_scores(
         For Q and K composition on rotary models: the later head's query
         position minus key position, as in :func:`~circuitwidgets.circuits.W_QK`
         (required there; ignored for V, whose matrices do not rotate).
+    progress_bar
+        Show a tqdm bar over the Gram-matrix tiles (``None``: only when interactive).
 
     Returns
     -------
@@ -299,7 +302,7 @@ def composition_scores(
     check_bool("baseline", baseline)
     budget = check_budget("memory_budget", memory_budget, model.device)
     offset = check_offset(model, offset) if kind != "V" else None
-    raw: np.ndarray = _raw_composition_scores(model, (kind,), budget, offset)[0]
+    raw: np.ndarray = _raw_composition_scores(model, (kind,), budget, offset, progress_bar)[0]
     if not baseline:
         return raw
     return raw - composition_baseline(model.cfg.d_model, model.cfg.d_head, n_samples, seed)
@@ -313,18 +316,20 @@ def all_composition_scores(
     seed: int = 0,
     memory_budget: int = COMPOSITION_MEMORY_BUDGET,
     offset: int | None = None,
+    progress_bar: bool | None = None,
 ) -> np.ndarray:
     """Q, K and V composition scores of every earlier-later pair in one pass, float64 ``[3, L, H, L, H]``.
 
     Axis 0 in the order of :data:`KINDS`; each slice equals
     :func:`composition_scores` of that kind (same arguments). One pass shares
     the earlier heads' tiles among the three kinds, so it costs about two
-    thirds of three separate calls. ``offset`` is required on rotary models.
+    thirds of three separate calls. ``offset`` is required on rotary models;
+    ``progress_bar`` as in :func:`composition_scores`.
     """
     model = check_model(model, "all_composition_scores")
     check_bool("baseline", baseline)
     budget = check_budget("memory_budget", memory_budget, model.device)
-    raw = _raw_composition_scores(model, KINDS, budget, check_offset(model, offset))
+    raw = _raw_composition_scores(model, KINDS, budget, check_offset(model, offset), progress_bar)
     if not baseline:
         return raw
     return raw - composition_baseline(model.cfg.d_model, model.cfg.d_head, n_samples, seed)
