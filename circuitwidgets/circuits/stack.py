@@ -340,7 +340,7 @@ class LowRankStack(StackFactors):
         Tiles of a block of matrices at once (one batched product per tile of about
         ``min(memory_budget, TILE_BYTES)`` bytes), a running top-k per matrix. Cost
         ``O(N m n r)``; memory the block's factors plus the tile. ``k`` beyond ``m n``,
-        a result beyond :data:`~circuitwidgets.circuits.lowrank.MAX_RESULT_BYTES` and
+        a result beyond ``circuitwidgets.circuits.lowrank.MAX_RESULT_BYTES`` and
         a budget beyond the device's memory are refused.
         """
         m, n = self.matrix_shape

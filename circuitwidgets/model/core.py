@@ -371,7 +371,7 @@ class CircuitModel(Sublayers, nn.Module):
         """Estimated peak bytes of :meth:`run_with_cache` on ``[batch, n_pos]`` tokens keeping ``names`` (all when ``None``).
 
         Counts the logits, the kept activations of every layer and one layer's
-        working tensors, in the weights' dtype (:func:`circuitwidgets.model.forward.forward_bytes`).
+        working tensors, in the weights' dtype (``circuitwidgets.model.forward.forward_bytes``).
         """
         return forward_bytes(self.cfg, batch, n_pos, names, self.W_E.element_size())
 

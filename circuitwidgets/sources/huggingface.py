@@ -208,7 +208,7 @@ def from_hf(
     mlp
         ``False`` reads a directory without its MLP weights, one layer at a
         time from the memory-mapped safetensors shards
-        (:mod:`circuitwidgets.sources.hf_stream`): for a model larger than
+        (``circuitwidgets.sources.hf_stream``): for a model larger than
         memory (an 8B model's attention, norms and embeddings are 4.6 GB of its
         16 GB in bfloat16). Weight-space analyses and their widgets work, as
         they leave MLP paths out; the forward pass (attention patterns, term
@@ -217,7 +217,7 @@ def from_hf(
         compare logits then (the source's forward pass needs the MLPs): it
         checks that each tensor read is finite; shapes are always checked
         against ``config.json``. For the decoder families of
-        :mod:`~circuitwidgets.sources.hf_decoders` except Gemma 4; needs the
+        ``circuitwidgets.sources.hf_decoders`` except Gemma 4; needs the
         directory's path (in memory, the MLPs are loaded already).
 
     Notes
