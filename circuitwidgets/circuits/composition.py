@@ -97,12 +97,15 @@ def _sides(
     return (W_O.mT, gram_v), [sides[kind] for kind in kinds], norm_ov, [norms[kind] for kind in kinds]
 
 
-def _tile(side: _Side, layers: slice, rows: slice, cols: slice, weight: float) -> torch.Tensor:
-    """``weight · X[rows] G X[cols]ᵀ`` of every head of ``layers``, flattened to ``[heads, |rows| |cols|]``."""
+def _row_panel(side: _Side, layers: slice, rows: slice) -> torch.Tensor:
+    """``X[rows] G`` ``[..., |rows|, d_head]`` of every head of ``layers``: shared by every tile of the row block."""
     X, G = side
-    X = X[layers]
-    G = G[layers]
-    part = (lift(X[..., rows, :]) @ G) @ lift(X[..., cols, :]).mT
+    return lift(X[layers][..., rows, :]) @ G[layers]
+
+
+def _tile(panel: torch.Tensor, side: _Side, layers: slice, cols: slice, weight: float) -> torch.Tensor:
+    """``weight · X[rows] G X[cols]ᵀ`` of every head of ``layers`` from its row panel, flattened to ``[heads, |rows| |cols|]``."""
+    part = panel @ lift(side[0][layers][..., cols, :]).mT
     if weight != 1:
         part = part * weight
     return part.reshape(-1, part.shape[-2] * part.shape[-1])
@@ -135,16 +138,21 @@ def _raw_composition_scores(
     b = _tile_size(d, cfg.d_head, 1 + len(kinds), n, size, memory_budget)
     squared = torch.zeros(len(kinds), n, n, dtype=torch.float64, device=model.device)
     layers_per_block = max(1, _RIGHT_BLOCK_HEADS // H)
-    tiles = [(i0, j0) for i0 in range(0, d, b) for j0 in range(i0, d, b)]
-    for i0, j0 in progress(tiles, len(tiles), "composition tiles", progress_bar):
-        rows, cols = slice(i0, min(i0 + b, d)), slice(j0, min(j0 + b, d))
-        tile_left = _tile(left, slice(0, L - 1), rows, cols, 1.0 if i0 == j0 else 2.0)
-        for k, side in enumerate(rights):
-            tile_right = _tile(side, slice(1, L), rows, cols, 1.0)
-            for first in range(0, L - 1, layers_per_block):
-                last = min(first + layers_per_block, L - 1)  # later layers first + 1 .. last
-                block = slice(first * H, last * H)
-                squared[k, : last * H, block] += (tile_left[: last * H] @ tile_right[block].T).double()
+    earlier_layers, later_layers = slice(0, L - 1), slice(1, L)
+    row_blocks = range(0, d, b)
+    for i0 in progress(row_blocks, len(row_blocks), "composition row blocks", progress_bar):
+        rows = slice(i0, min(i0 + b, d))
+        panel_left = _row_panel(left, earlier_layers, rows)
+        panels_right = [_row_panel(side, later_layers, rows) for side in rights]
+        for j0 in range(i0, d, b):
+            cols = slice(j0, min(j0 + b, d))
+            tile_left = _tile(panel_left, left, earlier_layers, cols, 1.0 if i0 == j0 else 2.0)
+            for k, side in enumerate(rights):
+                tile_right = _tile(panels_right[k], side, later_layers, cols, 1.0)
+                for first in range(0, L - 1, layers_per_block):
+                    last = min(first + layers_per_block, L - 1)  # later layers first + 1 .. last
+                    block = slice(first * H, last * H)
+                    squared[k, : last * H, block] += (tile_left[: last * H] @ tile_right[block].T).double()
     earlier = torch.ones(L - 1, L - 1, dtype=torch.bool, device=model.device).triu()  # [l1, l2 - 1]: l1 <= l2 - 1
     for k in range(len(kinds)):
         product = squared[k].clamp_min(0).sqrt().reshape(L - 1, H, L - 1, H)
@@ -288,7 +296,7 @@ def composition_scores(
         position minus key position, as in :func:`~circuitwidgets.circuits.W_QK`
         (required there; ignored for V, whose matrices do not rotate).
     progress_bar
-        Show a tqdm bar over the Gram-matrix tiles (``None``: only when interactive).
+        Show a tqdm bar over the row blocks of Gram-matrix tiles (``None``: only when interactive).
 
     Returns
     -------
