@@ -43,6 +43,7 @@ TRAIN_DEFAULTS: dict[str, int | float | str] = {
     "threads": 1,
     "device": "cpu",
     "eval_every": 500,
+    "decay_steps": 0,
 }
 
 #: ``(option, TrainConfig field, type, help)`` of ``circuitwidgets train``.
@@ -60,6 +61,7 @@ _TRAIN_OPTIONS: list[tuple[str, str, type, str]] = [
     ("--threads", "threads", int, "CPU threads torch may use"),
     ("--device", "device", str, "torch device, e.g. cpu or cuda"),
     ("--eval-every", "eval_every", int, "steps between evaluations"),
+    ("--decay-steps", "decay_steps", int, "anneal the learning rate to 0 (a cosine) over this many final steps"),
 ]
 
 

@@ -78,6 +78,30 @@ def test_training_is_deterministic_and_resuming_gives_the_same_weights(cache: Pa
     assert json.loads((resumed / "checkpoint" / "state.json").read_text()) == {"step": 40}
 
 
+def test_an_annealed_run_resumed_midway_matches_an_unbroken_one_and_logs_each_step_once(cache: Path, tmp_path: Path) -> None:
+    straight = _train(cache, tmp_path / "straight", 40, "--decay-steps", "20", "--eval-every", "10")
+    resumed = _train(cache, tmp_path / "resumed", 30, "--eval-every", "10")  # constant lr up to its checkpoint
+    (resumed / "log.jsonl").write_text((resumed / "log.jsonl").read_text() + json.dumps({"step": 35}) + "\n")
+    _train(cache, resumed, 40, "--decay-steps", "20", "--eval-every", "10")
+    # steps 20-29 ran at the constant rate in the first run but were annealed in the straight one
+    assert [r["step"] for r in _log(resumed)] == [10, 20, 30, 40]  # the stray record after the checkpoint is dropped
+    a, b = (load_file(str(run / "checkpoint" / "model.safetensors"))["W_E"] for run in (straight, resumed))
+    assert not torch.equal(a, b)
+    again = _train(cache, tmp_path / "again", 20, "--eval-every", "10")
+    _train(cache, again, 40, "--decay-steps", "20", "--eval-every", "10")  # resumed where the decay starts
+    assert torch.equal(a, load_file(str(again / "checkpoint" / "model.safetensors"))["W_E"])
+
+
+def test_the_learning_rate_warms_up_holds_then_anneals_to_zero() -> None:
+    from circuitwidgets.training.train import TrainConfig, lr_factor
+
+    cfg = TrainConfig(steps=1000, warmup_steps=100, decay_steps=400)
+    assert lr_factor(cfg, 0) == pytest.approx(0.01) and lr_factor(cfg, 99) == 1.0
+    assert lr_factor(cfg, 599) == 1.0 and 0.99 < lr_factor(cfg, 600) < 1.0
+    assert lr_factor(cfg, 799) == pytest.approx(0.5) and lr_factor(cfg, 999) == pytest.approx(0.0)
+    assert lr_factor(TrainConfig(steps=1000), 999) == 1.0  # no decay unless asked
+
+
 def test_a_two_layer_run_logs_the_history_of_composition_and_in_context_learning(cache: Path, tmp_path: Path) -> None:
     argv = [a if a != "1" else "2" for a in TINY[:2]] + TINY[2:]
     run = tmp_path / "run2"

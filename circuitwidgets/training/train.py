@@ -4,7 +4,8 @@ Deterministic given a seed (one CPU thread; batches are drawn from a generator
 seeded by ``(seed, step)``, so a resumed run sees the same batches as an
 unbroken one) and resumable from the last checkpoint. The learning rate is
 constant after warm-up, so the checkpoint at step N is the model that
-``--steps N`` would have produced.
+``--steps N`` would have produced; ``decay_steps`` anneals it (a cosine to
+zero over the run's last steps), which a resumed run may add at its end.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class TrainConfig:
     steps: int = 8000
     lr: float = 1e-2
     warmup_steps: int = 100
+    decay_steps: int = 0
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
@@ -267,6 +269,23 @@ def _tune_allocator() -> None:
         libc.mallopt(-2, 2**28)  # M_TOP_PAD
 
 
+def lr_factor(cfg: TrainConfig, step: int) -> float:
+    """Multiplier of ``cfg.lr`` at 0-based ``step``: linear warm-up, constant, then a cosine to 0
+    over the last ``cfg.decay_steps`` steps."""
+    warm = min(1.0, (step + 1) / cfg.warmup_steps)
+    into_decay = step - (cfg.steps - cfg.decay_steps)
+    if cfg.decay_steps <= 0 or into_decay < 0:
+        return warm
+    return warm * 0.5 * (1.0 + math.cos(math.pi * min(1.0, (into_decay + 1) / cfg.decay_steps)))
+
+
+def _records_up_to(log_path: Path, step: int) -> list[str]:
+    """The log's lines at or before ``step``: a resumed run rewrites what came after its checkpoint."""
+    if not log_path.exists():
+        return []
+    return [line for line in log_path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+
+
 def train(
     cfg: TrainConfig, out_dir: Path, cache_dir: Path | None = None, progress: bool = True, max_bytes: int = MAX_MODEL_BYTES
 ) -> AttnOnlyTransformer:
@@ -292,11 +311,14 @@ def train(
         start = json.loads((ckpt / "state.json").read_text())["step"]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps), last_epoch=start - 1) if start else torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps))
+    for group in opt.param_groups:  # a resumed optimiser carries the old run's schedule: restart from cfg
+        group["initial_lr"] = cfg.lr
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(cfg, s), last_epoch=start - 1)
     elapsed = 0.0
-    if start and log_path.exists():
-        lines = log_path.read_text().splitlines()
-        elapsed = json.loads(lines[-1])["train_seconds"] if lines else 0.0
+    if start:
+        kept = _records_up_to(log_path, start)
+        log_path.write_text("".join(line + "\n" for line in kept))
+        elapsed = json.loads(kept[-1])["train_seconds"] if kept else 0.0
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not progress, desc=f"train {cfg.n_layers}L", file=sys.stderr)
     t0 = time.perf_counter()
     loss = torch.tensor(math.nan)
