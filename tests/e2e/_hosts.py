@@ -200,7 +200,14 @@ class JupyterServer:
             return str(json.load(response)["kernel"]["id"])
 
     def lab_url(self, path: str) -> str:
-        return f"{self.url}/lab/tree/{path}?token={self.token}"
+        """JupyterLab on ``path`` in a workspace of its own.
+
+        The default workspace is shared by every page of the server and reopens
+        the notebooks an earlier test left open, whose hidden cells and other
+        kernel the locators would then reach.
+        """
+        workspace = re.sub(r"[^A-Za-z0-9_-]", "-", path)
+        return f"{self.url}/lab/workspaces/{workspace}/tree/{path}?token={self.token}"
 
     def notebook7_url(self, path: str) -> str:
         return f"{self.url}/notebooks/{path}?token={self.token}"

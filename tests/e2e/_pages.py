@@ -96,6 +96,9 @@ def watch(target: Page | BrowserContext, log: PageLog | None = None, *, offline:
         (log.benign if BENIGN.search(text) else log.page_errors).append(text)
 
     def on_dialog(dialog: Dialog) -> None:
+        if dialog.type == "beforeunload":  # JupyterLab guarding unsaved cells while the test navigates on purpose
+            dialog.accept()
+            return
         log.dialogs.append(f"{dialog.type}: {dialog.message}")
         dialog.dismiss()
 
