@@ -41,24 +41,25 @@ def test_the_model_has_the_papers_shape(model: cw.CircuitModel) -> None:
 def test_k_composition_is_sparse_one_previous_token_head_feeds_layer_one(model: cw.CircuitModel) -> None:
     k = circuits.composition_scores(model, "K", baseline=True)[0, :, 1, :]  # [layer-0 head, layer-1 head]
     strongest_from = np.sort(np.nanmax(k, axis=1))[::-1]  # each layer-0 head's strongest K-composition
-    # measured: 0.136 from L0H11 against 0.044 from the next layer-0 head (3.1 times)
+    # measured: 0.134 from L0H11 against 0.047 from the next layer-0 head (2.9 times)
     assert strongest_from[0] >= 2.5 * strongest_from[1]
     source = int(np.nanargmax(np.nanmax(k, axis=1)))
     previous = circuits.head_scores(model, "previous_token")[0]
-    assert source == int(np.argmax(previous)) and previous[source] > 0.9  # measured 0.955
+    assert source == int(np.argmax(previous)) and previous[source] > 0.9  # measured 0.992
 
 
 def test_several_induction_heads_coexist(model: cw.CircuitModel) -> None:
     induction = circuits.head_scores(model, "induction")[1]
-    # measured: L1H5 0.43, L1H7 0.38, L1H9 0.38; every other layer-1 head below 0.02
+    # measured: L1H5 0.587, L1H9 0.510, L1H7 0.510; every other layer-1 head below 0.02
+    assert (induction >= 0.5).sum() >= 2
     assert (induction >= 0.3).sum() >= 3
     copying = circuits.copying_scores(model, circuit="ov")[1]
-    assert all(copying[h] > 0.9 for h in np.flatnonzero(induction >= 0.3))  # they copy what they attend to
+    assert all(copying[h] > 0.9 for h in np.flatnonzero(induction >= 0.3))  # they copy what they attend to (0.999-1.000)
 
 
 def test_order_one_terms_carry_the_loss_mostly_through_layer_one_and_order_two_barely_matters(model: cw.CircuitModel) -> None:
     result = circuits.term_importance(model, model.to_tokens(PASSAGE))
-    # measured: marginal [2.24, 2.27, -0.04] nats; layer order-1 [0.59, 2.00]
+    # measured: marginal [2.14, 2.53, 0.015] nats; layer order-1 [0.51, 2.32]
     assert abs(result.marginal[2]) < 0.05 * result.marginal[1]
     assert result.layer_order1[1] > 2 * result.layer_order1[0]
 
@@ -69,11 +70,12 @@ def test_induction_heads_form_in_a_phase_change_with_in_context_learning(history
     before = history.steps < formation["start"]
     after = history.steps >= formation["end"]
     best = history.best_induction()
-    # measured: the best induction score 0.06 at step 3,000 → 0.33 at 6,800 (window 3,000–6,800, midpoint 3,800)
-    assert best[after].min() - best[before].max() >= 0.2
-    assert formation["end"] - formation["start"] <= 4_000
-    # in-context learning: late-token minus early-token loss, mean 0.18 nats before the window, −0.09 after
+    # measured: the best induction score rises fastest at step 3,100, in the window 2,600–3,800;
+    # at most 0.012 before it, at least 0.161 from its end on (0.45 at the end of training)
+    assert best[after].min() - best[before].max() >= 0.12
+    assert formation["end"] - formation["start"] <= 2_000
+    # in-context learning: late-token minus early-token loss, mean 0.19 nats before the window, −0.09 after
     assert np.nanmean(history.icl_score[before]) - np.nanmean(history.icl_score[after]) >= 0.15
-    # K-composition into layer 1 rises with them (0.01 at the first evaluation, 0.13 from the window on)
+    # K-composition into layer 1 rises with them (0.011 at the first evaluation, at least 0.13 from the window on)
     k_best = np.nanmax(history.k_composition[:, 1], axis=1)
     assert k_best[after].min() > 5 * k_best[0]

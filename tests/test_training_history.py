@@ -22,7 +22,7 @@ def _record(step: int, induction: float, k: float | None = 0.1) -> dict[str, Any
     return record
 
 
-def test_the_formation_step_is_where_the_best_induction_score_reaches_half_its_maximum() -> None:
+def test_the_formation_step_is_where_the_best_induction_score_rises_fastest() -> None:
     log = [_record(100 * i, score) for i, score in enumerate([0.0, 0.01, 0.1, 0.3, 0.55, 0.6], start=1)]
     history, why = history_from_log(log)
     assert history is not None and why == ""
@@ -31,6 +31,20 @@ def test_the_formation_step_is_where_the_best_induction_score_reaches_half_its_m
     # strongest K-composition into each layer-1 head, from any layer-0 head
     np.testing.assert_allclose(history.k_composition[-1, 1], [0.1, 0.05])
     assert np.isnan(history.k_composition[-1, 0]).all()
+
+
+def test_a_slow_late_climb_does_not_move_the_phase_change() -> None:
+    # a sharp rise at steps 1,000-1,500, then a slow one (an annealed learning rate) to twice the height
+    scores = [0.0] * 10 + [0.05, 0.2, 0.35, 0.4, 0.42] + [0.42 + 0.01 * i for i in range(40)]
+    history, _ = history_from_log([_record(100 * (i + 1), score) for i, score in enumerate(scores)])
+    assert history is not None
+    formation = history.formation()
+    assert formation is not None and 1_000 <= formation["start"] < formation["step"] < formation["end"] <= 1_600, formation
+
+
+def test_a_score_that_never_rises_has_no_phase_change() -> None:
+    history, _ = history_from_log([_record(100 * (i + 1), 0.3 - 0.01 * i) for i in range(10)])
+    assert history is not None and history.formation() is None
 
 
 def test_older_logs_without_composition_or_icl_still_load() -> None:

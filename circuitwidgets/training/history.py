@@ -11,9 +11,10 @@ scalars as arrays; a card without them, or with malformed ones, gives ``None``
 and a reason, never an exception.
 
 The formation step: induction heads form where the best layer-1 induction score
-rises fastest. We report the evaluation at which it first reaches half of its
-largest value over training (the midpoint of the rise), and the window from 10 %
-to 90 % of that value.
+rises fastest. We smooth that score over a twentieth of the evaluations, take the
+step of its steepest rise, and the window around it where the rise stays at least
+a quarter as steep. Slow gains later in training (a learning-rate anneal raises
+every score) do not move the window, as fractions of the final maximum would.
 """
 
 from __future__ import annotations
@@ -64,20 +65,38 @@ class TrainingHistory:
         return np.asarray(self.induction[:, 1:].reshape(len(self.steps), -1).max(axis=1), dtype=np.float64)
 
     def formation(self) -> dict[str, int] | None:
-        """Steps where the best induction score first reaches 10 %, 50 % and 90 % of its maximum.
+        """The phase change: ``{"start", "step", "end"}`` of the best induction score's fastest rise.
 
-        ``None`` for a model with fewer than two layers or no rise at all.
+        ``step`` is where the smoothed score rises most steeply; ``start`` and
+        ``end`` bound the evaluations around it whose rise is at least
+        :data:`STEEP_FRACTION` of that steepest rate. ``None`` for a model with
+        fewer than two layers or a score that never rises.
         """
-        best = self.best_induction()
-        top = float(best.max()) if best.size else 0.0
-        if self.n_layers < 2 or top <= 0.0:
+        logged = np.isfinite(self.best_induction())  # evaluations of older logs may lack the scores
+        best, steps = self.best_induction()[logged], self.steps[logged]
+        if self.n_layers < 2 or best.size < 2:
             return None
-        marks = {}
-        for name, fraction in (("start", 0.1), ("step", 0.5), ("end", 0.9)):
-            index = int(np.argmax(best >= fraction * top))
-            marks[name] = int(self.steps[index])
-        return marks
+        rate = np.gradient(_moving_average(best, max(1, best.size // 20)), steps.astype(np.float64))
+        peak = int(np.argmax(rate))
+        if rate[peak] <= 0.0:
+            return None
+        steep = rate >= STEEP_FRACTION * rate[peak]
+        lo, hi = peak, peak
+        while lo > 0 and steep[lo - 1]:
+            lo -= 1
+        while hi < best.size - 1 and steep[hi + 1]:
+            hi += 1
+        return {"start": int(steps[lo]), "step": int(steps[peak]), "end": int(steps[hi])}
 
+
+#: A phase-change window holds the evaluations rising at least this fraction of the steepest rate.
+STEEP_FRACTION = 0.25
+
+
+def _moving_average(values: FloatArray, span: int) -> FloatArray:
+    """Centred mean over ``span`` evaluations, the ends padded with the end values (same length)."""
+    padded = np.pad(values, (span // 2, span - 1 - span // 2), mode="edge")
+    return np.convolve(padded, np.ones(span) / span, mode="valid")
 
 def _array(records: list[dict[str, Any]], key: str, shape: tuple[int, ...]) -> FloatArray:
     """``records[i][key]`` stacked to ``[T, *shape]``; NaN rows where a record lacks the key."""

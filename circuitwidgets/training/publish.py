@@ -123,7 +123,7 @@ def _card_markdown(name: str, card: dict[str, Any]) -> str:
         "no MLP, no biases, no layer norm; sinusoidal positions added to query/key inputs only.",
         f"- Training: {t['steps']} steps × {t['batch_size']} × {t['n_ctx']} tokens = {t['tokens']:,} tokens; {t['train_seconds']:.0f} s of wall time to step {t['evaluated_at_step']} "
         "on one CPU thread of a shared 2-core machine "
-        f"(lr {t['lr']}, AdamW β=(0.9, 0.95), wd 0.01, 100 warm-up steps then constant, clip 1.0, seed {t['seed']}).",
+        f"(lr {t['lr']}, AdamW β=(0.9, 0.95), wd 0.01, {_schedule_words(t)}, clip 1.0, seed {t['seed']}).",
         f"- Validation loss at step {t['evaluated_at_step']}: {t['val_loss']} nats/token.",
         "",
         "## Findings measured on these weights",
@@ -134,6 +134,23 @@ def _card_markdown(name: str, card: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _train_command(cfg: AttnOnlyConfig, train_cfg: dict[str, Any], step: int, run_dir: Path) -> str:
+    """The ``circuitwidgets train`` command that reproduces the checkpoint (resuming changes nothing)."""
+    decay = int(train_cfg.get("decay_steps", 0))
+    anneal = f" --decay-steps {decay}" if decay else ""
+    return (
+        f"circuitwidgets train --layers {cfg.n_layers} --heads {cfg.n_heads} --d-model {cfg.d_model} "
+        f"--d-head {cfg.d_head} --steps {step}{anneal} -o {run_dir}"
+    )
+
+
+def _schedule_words(t: dict[str, Any]) -> str:
+    decay = int(t.get("decay_steps", 0))
+    if not decay:
+        return "100 warm-up steps then constant"
+    return f"100 warm-up steps, constant, then a cosine to 0 over the last {decay} steps"
 
 
 def publish(run_dir: Path, name: str, tokenizer_path: Path, dest_root: Path = PRETRAINED) -> dict[str, Any]:
@@ -153,10 +170,11 @@ def publish(run_dir: Path, name: str, tokenizer_path: Path, dest_root: Path = PR
     corpus_path = tokenizer_path.parent / "corpus.json"
     card: dict[str, Any] = {
         "name": name,
-        "command": f"circuitwidgets train --layers {cfg.n_layers} --heads {cfg.n_heads} --d-model {cfg.d_model} --d-head {cfg.d_head} --steps {step} -o {run_dir}",
+        "command": _train_command(cfg, train_cfg, step, run_dir),
         "config": model.cfg.to_dict(),
         "training": {
             **{k: train_cfg[k] for k in ("lr", "batch_size", "n_ctx", "seed", "vocab_size")},
+            "decay_steps": train_cfg.get("decay_steps", 0),
             "steps": step,
             "tokens": step * train_cfg["batch_size"] * train_cfg["n_ctx"],
             # Evaluations are logged every eval_every steps: these figures are

@@ -54,7 +54,7 @@ export function polylineRuns(steps: readonly number[], values: readonly number[]
 export function formationText(formation: readonly number[]): string {
   if (formation.length !== 3) return "No induction heads formed in this run (the best induction score never rose).";
   const [start, step, end] = formation;
-  return `Induction heads form around step ${step}: the best induction score rose from 10 % to 90 % of its maximum between steps ${start} and ${end} (shaded).`;
+  return `Induction heads form around step ${step}: the best induction score rose fastest between steps ${start} and ${end} (shaded), most steeply at step ${step}.`;
 }
 
 /** Whether a series has any finite value (older training logs lack some curves). */
