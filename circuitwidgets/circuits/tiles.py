@@ -37,8 +37,10 @@ __all__ = ["CHUNK_BYTES", "TILE", "HeadSummary", "QKPatterns", "overview_block"]
 #: Cells along a tile's side (at any level).
 TILE = 64
 
-#: Scores held at once while summarising a head (float32 bytes of one chunk of rows).
-CHUNK_BYTES = 64 * 2**20
+#: Scores held at once while summarising a head (float32 bytes of one chunk of rows). Small chunks
+#: skip more of a causal head's masked triangle and stay in cache: at 4,096 tokens one head took
+#: 0.37 s in one 64 MiB chunk and 0.14 s in 4 MiB chunks of 256 rows (identical results).
+CHUNK_BYTES = 4 * 2**20
 
 #: Cells along the overview's side at most.
 OVERVIEW_CELLS = 256
