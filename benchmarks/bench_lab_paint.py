@@ -11,8 +11,11 @@ draws ``q`` and ``k``; then the timed cell builds the widget and displays it. Me
 
 - *output*: from Shift+Enter until the view's root (``[data-cw-view=attention]``) is in
   the cell's output: the kernel's build, the comm, the bundle loading, the first render;
-- *selected head*: from the output appearing until the selected head's overview is
-  painted (the view's ``data-cw-painted``, a page timestamp);
+- *selected head*: from the output appearing until the selected head is first painted
+  (the view's ``data-cw-painted``, a page timestamp): its first band of overview rows,
+  which the kernel sends as soon as it is final;
+- *selected head whole*: from the output appearing until the selected head is painted
+  with every row of its overview (``data-cw-painted-whole``);
 - *cell done*: from Shift+Enter until the cell's prompt shows its number (polled);
 - *all thumbnails*: from the output appearing until every thumbnail on screen shows its
   head: the grid's first paint frame (``data-cw-thumbs-at``, a page timestamp, recorded
@@ -101,6 +104,7 @@ SNAPSHOT = """(index) => {
   return {
     now, prompt, view: true,
     painted: view.dataset.cwPainted ?? null,
+    whole: view.dataset.cwPaintedWhole ?? null,
     thumbs: buttons.length,
     observed: Boolean(seen && seen.fired),
     visible: visible.length,
@@ -150,10 +154,12 @@ def measure(notebook: NotebookPage, timeout_s: float) -> dict[str, Any]:
             out.setdefault("output_at", t)
             if s["painted"] is not None and "head_at" not in out:
                 out["head_at"] = offset + float(s["painted"]) / 1000
+            if s["whole"] is not None and "whole_at" not in out:
+                out["whole_at"] = offset + float(s["whole"]) / 1000
             # the first paint frame of the grid after the last visible head became ready
             after = [p for p in s["paints"] or [s["thumbsAt"] or 0] if p >= s["readyAt"]]
             done = s["observed"] and s["visible"] and not s["pending"] and not s["unpainted"] and after
-            if done and "head_at" in out:
+            if done and "whole_at" in out:
                 out.update(thumbs_at=offset + min(after) / 1000, thumbs=s["thumbs"], visible=s["visible"])
                 out["thumbs_ms"] = float(s["thumbsMs"] or "nan")
                 ready = offset + s["readyAt"] / 1000 - out["output_at"] if s["readyAt"] else float("nan")
@@ -174,6 +180,7 @@ def measure(notebook: NotebookPage, timeout_s: float) -> dict[str, Any]:
         "output_s": output_s,
         "cell_s": out.get("cell_s", float("nan")),
         "head_s": out["head_at"] - out["output_at"],
+        "whole_s": out["whole_at"] - out["output_at"],
         "thumbs_s": out["thumbs_at"] - out["output_at"],
         "total_s": out["thumbs_at"] - sent,
         "thumbs": f"{out['visible']} of {out['thumbs']}",
@@ -224,13 +231,15 @@ def main() -> None:
         finally:
             browser.close()
     print(
-        "| N | heads | output after Shift+Enter (s) | cell done (s) | selected head painted (s) "
-        "| all thumbnails painted (s) | thumbnails visible | thumbnail paint time (ms) | total (s) |"
+        "| N | heads | output after Shift+Enter (s) | cell done (s) | selected head first painted (s) "
+        "| selected head painted whole (s) | all thumbnails painted (s) | thumbnails visible "
+        "| thumbnail paint time (ms) | total (s) |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['N']:,} | {r['heads']} | {r['output_s']:.2f} | {r['cell_s']:.2f} | {r['head_s']:.2f} "
+            f"| {r['whole_s']:.2f} "
             f"| {r['thumbs_s']:.2f} | {r['thumbs']} | {r['thumbs_ms']:.0f} | {r['total_s']:.2f} |"
         )
 

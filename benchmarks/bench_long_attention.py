@@ -5,8 +5,10 @@ no soft-cap), tokens ``t0 … t{N-1}``. Measured, per N, in this process, inside
 asyncio event loop as in a Jupyter kernel (the widget's messages go to a recorder
 instead of a comm):
 
-- *first paint data*: from calling ``from_qk`` until the selected head's overview
-  message (block max and mean) is sent, i.e. what the view needs to paint that head;
+- *first paint data*: from calling ``from_qk`` until the first overview message is sent:
+  the selected head's first band of finished overview rows (block max and mean), i.e.
+  what the view needs to start painting that head;
+- *selected head whole*: until the selected head's last band is sent;
 - *all heads*: until every head is summarised and the traits (overview, top-k) are set;
 - *peak memory above the inputs*: resident set size sampled every 10 ms, above the RSS
   with ``q`` and ``k`` already allocated (the widget's own float32 copy of q/k counts);
@@ -116,9 +118,13 @@ def measure(n: int, n_layers: int, n_heads: int, d_head: int, seed: int = 0) -> 
         result["constructor_s"] = time.perf_counter() - t0
         w._on_custom(w, {"type": "want_heads"}, [])  # as the view does when it renders
         while w.streaming:
-            await asyncio.sleep(0)
-        firsts = [t for t, m, _ in sent if m.get("method") == "custom" and m["content"]["type"] == "overview"]
-        result["first_paint_s"] = (firsts[0] - t0) if firsts else float("nan")
+            await asyncio.sleep(0.001)
+        overviews = [
+            (t, m["content"]) for t, m, _ in sent if m.get("method") == "custom" and m["content"]["type"] == "overview"
+        ]
+        result["first_paint_s"] = (overviews[0][0] - t0) if overviews else float("nan")
+        whole = [t for t, c in overviews if c["heads"][0] == [0, 0] and c.get("done", "rows" not in c)]
+        result["selected_whole_s"] = (whole[0] - t0) if whole else float("nan")
         result["all_heads_s"] = time.perf_counter() - t0
         return w
 
@@ -162,6 +168,7 @@ def main() -> None:
         "heads",
         "constructor_s",
         "first_paint_s",
+        "selected_whole_s",
         "all_heads_s",
         "peak_mb",
         "tiles",

@@ -446,6 +446,14 @@ def test_reading_the_data_finishes_a_stream(model: CircuitModel) -> None:
     assert w2.attention.shape == (2, 3, len(IDS), len(IDS)) and not w2.streaming
 
 
+async def _until(done: Callable[[], bool], limit_s: float = 10.0) -> None:
+    """Let the loop run (the widget's tasks sleep between steps) until ``done()`` or ``limit_s`` seconds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit_s
+    while not done() and loop.time() < end:
+        await asyncio.sleep(0.001)
+
+
 def _run_in_fresh_loop(make_coroutine: Any) -> Any:
     """Run a coroutine on its own event loop in a worker thread.
 
@@ -462,18 +470,20 @@ def test_in_an_event_loop_large_inputs_stream_without_blocking(monkeypatch: pyte
     monkeypatch.setattr(module, "STREAM_BYTES", 1000)
     a = causal_patterns(3, 4, 40)
 
-    async def build() -> tuple[bool, int, bool]:
+    async def build() -> tuple[bool, set[int], bool]:
         w = AttentionPatterns.from_arrays([f"t{i}" for i in range(40)], a, selected_layer=2, selected_head=3)
         started_streaming = w.streaming
-        ticks = 0
-        while w.streaming and ticks < 1000:
-            await asyncio.sleep(0)  # the kernel's other work runs here
-            ticks += 1
-        return started_streaming, ticks, w.streaming
+        left_seen: set[int] = set()  # heads still to encode, each time the test's coroutine ran
+        for _ in range(5000):
+            if not w.streaming:
+                break
+            left_seen.add(len(w._stream.queue))  # type: ignore[union-attr]
+            await asyncio.sleep(0.001)  # the kernel's other work runs here
+        return started_streaming, left_seen, w.streaming
 
-    started, ticks, still = _run_in_fresh_loop(build)
+    started, left_seen, still = _run_in_fresh_loop(build)
     assert started and not still
-    assert ticks >= 12 - 1  # one head per turn of the loop
+    assert len(left_seen) >= 4  # the loop turned between heads: other work ran while they streamed
 
 
 def test_small_inputs_and_scripts_do_not_stream(model: CircuitModel) -> None:
@@ -647,8 +657,7 @@ def test_in_an_event_loop_tiles_are_served_newest_first_and_cancelled_requests_a
         for i in range(4):
             custom_from_view(w, {"type": "tile", "id": i, "layer": 0, "head": 0, "level": 0, "row": i, "col": 0})
         custom_from_view(w, {"type": "cancel", "ids": [1, 2]})
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await _until(lambda: len(_tile_replies(rec)) >= 2)
 
     _run_in_fresh_loop(play)
     assert [c["id"] for c, _ in _tile_replies(rec)] == [3, 0]
@@ -664,8 +673,7 @@ def test_in_an_event_loop_the_selected_heads_overview_goes_first(monkeypatch: py
         monkeypatch.setattr(w, "_send", rec)
         started = w.streaming
         custom_from_view(w, {"type": "want_heads"})
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await _until(lambda: not w.streaming)
         return started, w.streaming
 
     started, still = _run_in_fresh_loop(build)

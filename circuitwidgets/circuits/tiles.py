@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from circuitwidgets.circuits._tile_summary import HeadSummariser, HeadSummary, block_counts_rect
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 
-__all__ = ["CHUNK_BYTES", "TILE", "HeadSummary", "QKPatterns", "overview_block"]
+__all__ = ["CHUNK_BYTES", "TILE", "HeadSummariser", "HeadSummary", "QKPatterns", "overview_block"]
 
 #: Cells along a tile's side (at any level).
 TILE = 64
@@ -52,22 +52,6 @@ def overview_block(n_tokens: int, cells: int = OVERVIEW_CELLS) -> int:
     while -(-n_tokens // block) > cells:
         block *= 2
     return block
-
-
-@dataclass(frozen=True)
-class HeadSummary:
-    """One head summarised in one chunked pass.
-
-    ``lse [N]`` (float32 log-sum-exp of each row's scores), ``max`` and
-    ``mean [G, G]`` (``G = ceil(N / block)``) block aggregates, ``top_sources [N, k]`` (int32, -1
-    where a row has fewer than ``k`` allowed sources) and ``top_weights [N, k]`` (float32, 0 there).
-    """
-
-    lse: torch.Tensor
-    max: NDArray[np.float32]
-    mean: NDArray[np.float32]
-    top_sources: NDArray[np.int32]
-    top_weights: NDArray[np.float32]
 
 
 def _as_tensor(x: Any, name: str) -> torch.Tensor:
@@ -225,41 +209,24 @@ class QKPatterns:
 
     # ------------------------------------------------------------ one pass per head
 
+    def summariser(self, layer: int, head: int, block: int, top_k: int) -> HeadSummariser:
+        """A summary of ``[layer, head]`` to compute chunk by chunk (see :class:`HeadSummariser`)."""
+        self._check_head(layer, head)
+        return HeadSummariser(self, layer, head, block, top_k, self._chunk_rows(block))
+
     def summarise(self, layer: int, head: int, block: int, top_k: int) -> HeadSummary:
         """Log-sum-exp, overview (block max and mean) and each row's top-``k`` sources, in one chunked pass.
 
         Cost: ``O(N² · d_head)`` time (half when causal), ``O(chunk · N)`` memory.
         """
-        self._check_head(layer, head)
-        n = self.n_tokens
-        g = -(-n // block)
-        lse = torch.empty(n, dtype=torch.float32, device=self.q.device)
-        bmax = torch.zeros(g, g, dtype=torch.float32)
-        bsum = torch.zeros(g, g, dtype=torch.float64)
-        k = max(0, min(top_k, n))
-        top_src = np.full((n, k), -1, dtype=np.int32)
-        top_w = np.zeros((n, k), dtype=np.float32)
-        step = self._chunk_rows(block)
-        for r0 in range(0, n, step):
-            r1 = min(n, r0 + step)
-            c0, c1 = self.columns(layer, r0, r1)
-            b0 = c0 // block
-            c0 = b0 * block  # align to blocks (masked cells add 0)
-            p = self.scores(layer, head, r0, r1, c0, c1)
-            lse[r0:r1] = _softmax_(p)
-            m, total = _reduce(p, block)
-            bmax[r0 // block : r0 // block + m.shape[0], b0 : b0 + m.shape[1]] = m.cpu()
-            bsum[r0 // block : r0 // block + m.shape[0], b0 : b0 + m.shape[1]] = total.cpu().double()
-            if k:
-                kk = min(k, p.shape[1])
-                w, idx = torch.topk(p, kk, dim=-1)
-                top_w[r0:r1, :kk] = w.cpu().numpy()
-                top_src[r0:r1, :kk] = (idx + c0).to(torch.int32).cpu().numpy()
-        # rows with fewer allowed sources than k: their extra picks have weight 0
-        if k:
-            top_src[top_w <= 0] = -1
+        summariser = self.summariser(layer, head, block, top_k)
+        while not summariser.done:
+            summariser.step()
+        return summariser.result()
+
+    def keep_lse(self, layer: int, head: int, lse: torch.Tensor) -> None:
+        """Keep a head's log-sum-exp computed elsewhere (a finished summary), so tiles need not recompute it."""
         self._lse[layer, head] = lse
-        return HeadSummary(lse, bmax.numpy(), (bsum / _block_counts(n, block)).float().numpy(), top_src, top_w)
 
     def lse(self, layer: int, head: int) -> torch.Tensor:
         """Each row's log-sum-exp ``[N]`` (computed once, chunked, then kept)."""
@@ -308,21 +275,12 @@ class QKPatterns:
             zero = np.zeros(shape, dtype=np.float32)
             return zero, zero.copy()
         m, total = _reduce(self.weights(layer, head, r0, r1, c0, c1), block)
-        counts = _block_counts_rect(r1 - r0, c1 - c0, block)
+        counts = block_counts_rect(r1 - r0, c1 - c0, block)
         return m.cpu().numpy(), (total.cpu().double() / counts).float().numpy()
 
     def dense(self, layer: int, head: int) -> torch.Tensor:
         """The whole pattern ``[N, N]`` (for tests and small inputs). Cost: ``4 N²`` bytes."""
         return self.weights(layer, head, 0, self.n_tokens, 0, self.n_tokens)
-
-
-def _softmax_(s: torch.Tensor) -> torch.Tensor:
-    """Softmax of each row of ``s`` in place (every row has an allowed cell); returns the rows' log-sum-exp."""
-    top = s.amax(-1, keepdim=True)
-    s.sub_(top).exp_()
-    total = s.sum(-1, keepdim=True)
-    s.div_(total)
-    return (top + total.log()).squeeze(-1)
 
 
 def _reduce(p: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -335,19 +293,3 @@ def _reduce(p: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
         p = torch.nn.functional.pad(p, (0, gc * block - cols, 0, gr * block - rows))
     v = p.reshape(gr, block, gc, block)
     return v.amax(dim=(1, 3)), v.sum(dim=(1, 3))
-
-
-def _block_counts_rect(rows: int, cols: int, block: int) -> torch.Tensor:
-    """Cells of the matrix in each block of a ``rows × cols`` rectangle starting on a block boundary."""
-
-    def sizes(n: int) -> torch.Tensor:
-        g = -(-n // block)
-        s = torch.full((g,), float(block), dtype=torch.float64)
-        s[-1] = n - (g - 1) * block
-        return s
-
-    return sizes(rows)[:, None] * sizes(cols)[None, :]
-
-
-def _block_counts(n: int, block: int) -> torch.Tensor:
-    return _block_counts_rect(n, n, block)

@@ -6,11 +6,18 @@ A widget built by :meth:`AttentionPatterns.from_qk` holds a
 Overview
     Every head is summarised once (one chunked pass: log-sum-exp, block max and
     mean over ``tile_block × tile_block`` tokens, each row's top-``k`` sources).
-    With an event loop the heads are summarised one per turn of the loop,
-    selected head first, and each goes to the view as a custom message
-    ``{"type": "overview", "heads": [[l, h]]}`` with one float16 buffer ``[2, G,
-    G]`` (max, mean); when all are done the traits ``overview``, ``top_sources``
-    and ``top_weights`` are set, so saved state and exported pages hold them.
+    With an event loop the work goes in slices of about :data:`SLICE_S` seconds
+    (a few chunks of rows), selected head first, yielding to the loop in between
+    so that tile requests and selections are answered within a slice, not after a
+    whole head (seconds at 32K tokens). Once the view has asked (``want_heads``),
+    finished heads go to it as ``{"type": "overview", "heads": [[l, h], ...]}``
+    with one float16 buffer ``[2, G, G]`` (max, mean) per head, and a head in
+    progress as bands of finished overview rows, at most one per
+    :data:`BAND_INTERVAL_S` (the first at once): ``{"type": "overview", "heads":
+    [[l, h]], "rows": [i0, i1], "done": bool}`` with one buffer ``[2, i1 − i0,
+    G]``; ``done`` marks the head's last band. When all are done the traits
+    ``overview``, ``top_sources`` and ``top_weights`` are set, so saved state and
+    exported pages hold them.
 
 Export budget
     ``overview`` (float16 ``[L, H, 2, G, G]``, ``G ≤ 256``) and, for every
@@ -33,21 +40,27 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import torch
 from numpy.typing import NDArray
 
-from circuitwidgets.circuits.tiles import TILE, QKPatterns, overview_block
+from circuitwidgets.circuits.tiles import TILE, HeadSummariser, QKPatterns, overview_block
 from circuitwidgets.errors import ArgumentError, MemoryBudgetError
-from circuitwidgets.widgets._attention_source import running_loop
+from circuitwidgets.widgets._attention_source import YIELD_S, running_loop
 
 __all__ = [
+    "BACKGROUND_THREADS",
+    "BAND_INTERVAL_S",
     "EXPORT_BUDGET_BYTES",
     "MAX_PENDING",
     "MAX_TOP_K",
     "OVERVIEW_BUDGET_BYTES",
+    "SLICE_S",
     "TileSource",
     "on_custom",
     "top_k_for_budget",
@@ -64,6 +77,18 @@ MAX_TOP_K = 16
 
 #: Tile requests waiting at most; more are answered with an error.
 MAX_PENDING = 256
+
+#: Seconds of summarising between two turns of the event loop (a turn answers waiting messages).
+SLICE_S = 0.02
+
+#: Torch threads the background summaries use. In a kernel they share the machine with the
+#: browser drawing them and with the Jupyter server: two threads on two cores made the 4,096-token
+#: × 12-head view take 2.6-3.6 s to have every thumbnail (OpenMP threads spin while one of them is
+#: descheduled), one thread 1.5-1.8 s (benchmarks/bench_lab_paint.py). Restored after each slice.
+BACKGROUND_THREADS = 1
+
+#: Seconds at least between two bands of the same unfinished head (its first band goes at once).
+BAND_INTERVAL_S = 0.1
 
 _ID_LIMIT = 2**31
 
@@ -106,6 +131,8 @@ class TileSource:
         self.top_weights = np.zeros((n_layers, n_heads, n, self.top_k), dtype=np.float16)
         self.ready = np.zeros((n_layers, n_heads), dtype=bool)
         self.queue: list[tuple[int, int]] = [(l, h) for l in range(n_layers) for h in range(n_heads)]
+        self.active: dict[tuple[int, int], HeadSummariser] = {}  # heads begun, by a switch of priority left unfinished
+        self.sent_rows: dict[tuple[int, int], tuple[int, float]] = {}  # unfinished heads: overview rows sent, when
         self.view_wants = False
         self.pending: list[dict[str, Any]] = []
         self.on_done: Callable[[], None] | None = None
@@ -159,34 +186,63 @@ class TileSource:
             self.queue.remove((layer, head))
             self.queue.insert(0, (layer, head))
 
-    def _summarise(self, layer: int, head: int) -> None:
-        s = self.engine.summarise(layer, head, self.block, self.top_k)
-        self.overview[layer, head, 0] = s.max
-        self.overview[layer, head, 1] = s.mean
-        self.top_sources[layer, head] = s.top_sources
-        self.top_weights[layer, head] = s.top_weights
+    def _keep(self, layer: int, head: int, summariser: HeadSummariser) -> None:
+        summary = summariser.result()
+        self.overview[layer, head, 0] = summary.max
+        self.overview[layer, head, 1] = summary.mean
+        self.top_sources[layer, head] = summary.top_sources
+        self.top_weights[layer, head] = summary.top_weights
         self.ready[layer, head] = True
 
     def _send_overview(self, heads: list[tuple[int, int]]) -> None:
         buffers = [memoryview(self.overview[l, h].tobytes()) for l, h in heads]
         self.send({"type": "overview", "heads": [[l, h] for l, h in heads]}, buffers)
 
+    def _send_band(self, layer: int, head: int, i0: int, i1: int, done: bool) -> None:
+        band = np.ascontiguousarray(self.overview[layer, head, :, i0:i1])
+        header = {"type": "overview", "heads": [[layer, head]], "rows": [i0, i1], "done": done}
+        self.send(header, [memoryview(band.tobytes())])
+        self.sent_rows[layer, head] = (i1, time.monotonic())
+
     def send_ready(self) -> None:
-        """Send every head summarised so far (the view asked)."""
+        """Send every head summarised so far, and the finished rows of those begun (the view asked)."""
         self.view_wants = True
         ready = [(int(l), int(h)) for l, h in zip(*np.nonzero(self.ready), strict=True)]
         for i in range(0, len(ready), 64):
             self._send_overview(ready[i : i + 64])
+        for (layer, head), summariser in self.active.items():
+            if summariser.rows_done:
+                self._send_band(layer, head, 0, summariser.rows_done, False)
 
     def step(self) -> bool:
-        """Summarise (and send) the next head; call ``on_done`` after the last. Returns whether heads remain."""
-        if self.queue:
-            layer, head = self.queue.pop(0)
-            self._summarise(layer, head)
+        """Summarise the next chunk of rows of the first queued head (and send what it finished).
+
+        Calls ``on_done`` after the last chunk of the last head. Returns whether work remains.
+        """
+        if not self.queue:
+            return False
+        layer, head = self.queue[0]
+        summariser = self.active.get((layer, head))
+        if summariser is None:
+            summariser = self.active[layer, head] = self.engine.summariser(layer, head, self.block, self.top_k)
+        i0, i1 = summariser.step()
+        self.overview[layer, head, 0, i0:i1], self.overview[layer, head, 1, i0:i1] = summariser.band(i0, i1)
+        if summariser.done:
+            self.queue.pop(0)
+            del self.active[layer, head]
+            self._keep(layer, head, summariser)
             if self.view_wants:
-                self._send_overview([(layer, head)])
+                if (layer, head) in self.sent_rows:
+                    self._send_band(layer, head, self.sent_rows[layer, head][0], self.grid, True)
+                else:
+                    self._send_overview([(layer, head)])
+            self.sent_rows.pop((layer, head), None)
             if not self.queue and self.on_done is not None:
                 self.on_done()
+        elif self.view_wants:
+            sent, at = self.sent_rows.get((layer, head), (0, -math.inf))
+            if i1 > sent and time.monotonic() - at >= BAND_INTERVAL_S:
+                self._send_band(layer, head, sent, i1, False)
         return bool(self.queue)
 
     def finish(self) -> None:
@@ -196,10 +252,14 @@ class TileSource:
             pass
 
     async def run(self, closed: Callable[[], bool]) -> None:
-        """Summarise head after head, yielding to the event loop in between."""
+        """Summarise chunk after chunk, yielding to the event loop every :data:`SLICE_S` seconds."""
         while self.queue and not closed():
-            self.step()
-            await asyncio.sleep(0)
+            with _torch_threads(BACKGROUND_THREADS):
+                start = time.monotonic()
+                while self.step() and time.monotonic() - start < SLICE_S:
+                    pass
+            # a zero sleep is one turn of the loop, too few for a message to reach its handler
+            await asyncio.sleep(YIELD_S)
 
     # ------------------------------------------------------------ tiles
 
@@ -275,10 +335,24 @@ class TileSource:
 
     async def _serve(self) -> None:
         """Answer waiting requests, newest first (the view's latest viewport), yielding in between."""
-        await asyncio.sleep(0)  # let cancels that arrive with the requests land first
+        await asyncio.sleep(YIELD_S)  # let cancels that arrive with the requests land first
         while self.pending:
             self.answer(self.pending.pop())
-            await asyncio.sleep(0)
+            await asyncio.sleep(YIELD_S)
+
+
+@contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    """Run with ``n`` torch intra-op threads (at most as many as now), then restore the user's setting."""
+    before = torch.get_num_threads()
+    if n >= before:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _bytes(a: NDArray[np.float32]) -> memoryview:

@@ -105,6 +105,35 @@ describe("attention view over a long context", () => {
     expect(el.dataset.cwPainted).toBeDefined();
   });
 
+  it("draws a head from its first band of rows, stays pending until its last band, and ignores bands that do not fit", async () => {
+    const { m, el } = mount();
+    const whole = overviewBytes(0.5);
+    const band = (i0: number, i1: number): ArrayBuffer => {
+      const out = new Uint16Array(2 * (i1 - i0) * G);
+      out.set(whole.subarray(i0 * G, i1 * G)); // max rows; the mean rows follow (zeros here)
+      return out.buffer as ArrayBuffer;
+    };
+    m.custom({ type: "overview", heads: [[0, 1]], rows: [0, 40], done: false }, [band(0, 40)]);
+    await nextFrame();
+    expect(el.dataset.cwPainted).toBeDefined();
+    expect(el.dataset.cwPaintedWhole).toBeUndefined();
+    expect(status(el)).toMatch(/rows still loading · .*heads loaded 0 of 2/);
+    const thumb = el.querySelector('[data-cw-head="0.1"]') as HTMLElement;
+    expect(thumb.classList.contains("cw-pending")).toBe(true);
+    // a band of the wrong size, rows out of range, a head that does not exist: ignored
+    m.custom({ type: "overview", heads: [[0, 1]], rows: [40, 80], done: true }, [band(40, 79)]);
+    m.custom({ type: "overview", heads: [[0, 1]], rows: [150, G + 1], done: true }, [band(150, G + 1)]);
+    m.custom({ type: "overview", heads: [[0, 5]], rows: [0, 1], done: true }, [band(0, 1)]);
+    await nextFrame();
+    expect(el.dataset.cwPaintedWhole).toBeUndefined();
+    m.custom({ type: "overview", heads: [[0, 1]], rows: [40, G], done: true }, [band(40, G)]);
+    await nextFrame();
+    expect(el.dataset.cwPaintedWhole).toBeDefined();
+    expect(thumb.classList.contains("cw-pending")).toBe(false);
+    expect(status(el)).toMatch(/heads loaded 1 of 2/);
+    expect(status(el)).not.toMatch(/rows still loading/);
+  });
+
   it("zooming asks the kernel for tiles, cancels those scrolled away, and shows exact weights when they arrive", async () => {
     const { m, el } = mount();
     m.custom({ type: "overview", heads: [[0, 1]] }, [overviewBytes(0.5).buffer as ArrayBuffer]);

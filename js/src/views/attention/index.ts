@@ -96,7 +96,8 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   let mainImage: HTMLCanvasElement | null = null;
   let mainKey = "";
   let version = 0;
-  let painted = false;
+  let painted = false; // the selected head first drawn (data-cw-painted), and first drawn whole (data-cw-painted-whole)
+  let paintedWhole = false;
   let requested = false;
   let shownTokens: string[] | null = null;
   const strip = new TokenStrip(doc, tokenBox);
@@ -175,12 +176,19 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     if (data === null) return;
     const type = (content as { type?: unknown } | null)?.type;
     let filled: number[] = [];
+    let main = true;
     if (data.dense !== null) filled = fillStreamedHeads(data.dense.raw, data.dense.value, content, buffers);
-    else if (data.long !== null && type === "overview") filled = data.long.receiveOverview(content, buffers);
-    else if (data.long !== null && (type === "tile" || type === "tile_error")) {
+    else if (data.long !== null && type === "overview") {
+      const before = data.long.readyCount();
+      filled = data.long.receiveOverview(content, buffers);
+      // bands of other heads arrive several times a second at long contexts: only their thumbnails
+      // change, and the status line's count when one completes
+      main = filled.includes(selectedIndex()) || data.long.readyCount() !== before;
+    } else if (data.long !== null && (type === "tile" || type === "tile_error")) {
       data.long.store.receive(content, Array.isArray(buffers) ? buffers : []);
     } else return;
     for (const i of filled) thumbs.queueOne(i, true);
+    if (!main) return;
     version++;
     frame.schedule();
   }
@@ -284,6 +292,10 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     if (!painted && p.ready(s.layer, s.head)) {
       painted = true;
       root.dataset.cwPainted = performance.now().toFixed(1);
+    }
+    if (!paintedWhole && p.complete(s.layer, s.head)) {
+      paintedWhole = true;
+      root.dataset.cwPaintedWhole = performance.now().toFixed(1);
     }
     if (d.long !== null) {
       root.dataset.cwTilesPending = String(d.long.store.pending);

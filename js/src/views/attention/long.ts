@@ -25,8 +25,10 @@ export class LongSource implements PatternSource {
   readonly causal: boolean;
   readonly grid: TileGrid;
   readonly store: TileStore;
-  /** Per head (`layer * nHeads + head`): overview block max, `g × g`, or null until summarised. */
+  /** Per head (`layer * nHeads + head`): overview block max, `g × g` (NaN: rows still to come), or null before any row. */
   private readonly overview: (Float32Array | null)[];
+  /** Per head: 1 once every overview row has arrived. */
+  private readonly done: Uint8Array;
   private readonly topSources: Int32Array | null;
   private readonly topWeights: Float32Array | null;
   readonly topK: number;
@@ -56,11 +58,14 @@ export class LongSource implements PatternSource {
     this.store = same ? previous.store : new TileStore(send);
     const g = this.side();
     this.overview = new Array(this.nLayers * this.nHeads).fill(null);
+    this.done = new Uint8Array(this.overview.length);
     const o = decodeOptional(overview);
     if (o !== null && o.shape.length === 5 && o.shape[3] === g && o.shape[4] === g && o.data instanceof Float32Array) {
       for (let i = 0; i < this.overview.length; i++) this.overview[i] = o.data.subarray(i * 2 * g * g, i * 2 * g * g + g * g);
+      this.done.fill(1);
     } else if (same) {
       for (let i = 0; i < this.overview.length; i++) this.overview[i] = previous.overview[i] ?? null; // streamed so far
+      this.done.set(previous.done);
     }
     const s = decodeOptional(topSources);
     const w = decodeOptional(topWeights);
@@ -84,14 +89,23 @@ export class LongSource implements PatternSource {
     return this.overview[layer * this.nHeads + head] != null;
   }
 
-  readyCount(): number {
-    return this.overview.filter((o) => o !== null).length;
+  complete(layer: number, head: number): boolean {
+    return this.done[layer * this.nHeads + head] === 1;
   }
 
-  /** An `overview` message (one float16 buffer `[2, g, g]` per head); returns the heads filled. */
+  readyCount(): number {
+    return this.done.reduce((a, b) => a + b, 0);
+  }
+
+  /**
+   * An `overview` message: whole heads (one float16 buffer `[2, g, g]` each), or
+   * a band of one head's finished rows (`rows: [i0, i1]`, one buffer `[2, i1 - i0, g]`,
+   * `done` on its last band). Returns the heads filled; a message that does not fit is ignored.
+   */
   receiveOverview(content: unknown, buffers: unknown): number[] {
-    const msg = content as { type?: unknown; heads?: unknown } | null;
+    const msg = content as { type?: unknown; heads?: unknown; rows?: unknown; done?: unknown } | null;
     if (msg?.type !== "overview" || !Array.isArray(msg.heads) || !Array.isArray(buffers)) return [];
+    if (msg.rows !== undefined) return this.receiveBand(msg.heads[0], msg.rows, msg.done === true, buffers[0]);
     const g = this.side();
     const filled: number[] = [];
     msg.heads.forEach((lh: unknown, i: number) => {
@@ -103,9 +117,30 @@ export class LongSource implements PatternSource {
       if (bytes.byteLength !== 2 * 2 * g * g || !(layer >= 0 && layer < this.nLayers && head >= 0 && head < this.nHeads)) return;
       const bits = new Uint16Array(bytes.slice().buffer);
       this.overview[layer * this.nHeads + head] = float16ToFloat32(bits.subarray(0, g * g));
+      this.done[layer * this.nHeads + head] = 1;
       filled.push(layer * this.nHeads + head);
     });
     return filled;
+  }
+
+  private receiveBand(lh: unknown, rows: unknown, last: boolean, buffer: unknown): number[] {
+    const g = this.side();
+    if (!Array.isArray(lh) || !Array.isArray(rows)) return [];
+    const [layer, head] = lh as [number, number];
+    const [i0, i1] = rows as [number, number];
+    const fits =
+      Number.isInteger(layer) && Number.isInteger(head) && layer >= 0 && layer < this.nLayers && head >= 0 && head < this.nHeads &&
+      Number.isInteger(i0) && Number.isInteger(i1) && 0 <= i0 && i0 <= i1 && i1 <= g;
+    if (!fits || !(buffer instanceof ArrayBuffer || ArrayBuffer.isView(buffer))) return [];
+    const bytes = buffer instanceof ArrayBuffer ? new Uint8Array(buffer) : new Uint8Array(buffer.buffer as ArrayBuffer, buffer.byteOffset, buffer.byteLength);
+    const cells = (i1 - i0) * g;
+    const i = layer * this.nHeads + head;
+    if (bytes.byteLength !== 2 * 2 * cells || this.done[i] === 1) return [];
+    let o = this.overview[i];
+    if (o == null) o = this.overview[i] = new Float32Array(g * g).fill(Number.NaN);
+    if (cells > 0) o.set(float16ToFloat32(new Uint16Array(bytes.slice(0, 2 * cells).buffer)), i0 * g);
+    if (last) this.done[i] = 1;
+    return [i];
   }
 
   /** Ask the kernel for the tiles the viewport needs (nothing offline or when the overview is fine enough). */

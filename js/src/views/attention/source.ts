@@ -32,9 +32,11 @@ export interface PatternSource {
   readonly nHeads: number;
   readonly nTokens: number;
   readonly causal: boolean;
-  /** Whether the head can be drawn. */
+  /** Whether the head can be drawn (a long context's head may be drawn while some of its rows are still to come). */
   ready(layer: number, head: number): boolean;
-  /** Heads that can be drawn. */
+  /** Whether the whole head is known. */
+  complete(layer: number, head: number): boolean;
+  /** Heads wholly known. */
   readyCount(): number;
   /** The viewport's cells pooled to at most `maxPx` a side, as LUT indices under `scale` (-1: none). */
   cells(layer: number, head: number, view: Viewport, maxPx: number, scale: ColourScale): CellSource;
@@ -54,6 +56,7 @@ export function denseSource(p: Patterns): PatternSource {
     nTokens: p.nTokens,
     causal: p.causal,
     ready: (layer, head) => headReady(p, layer, head),
+    complete: (layer, head) => headReady(p, layer, head),
     readyCount: () => readyCount(p),
     cells(layer, head, view, maxPx, scale) {
       const cells = regionCells(p, layer, head, { r0: view.r0, c0: view.c0, rows: view.size, cols: view.size }, maxPx);

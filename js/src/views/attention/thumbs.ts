@@ -60,7 +60,7 @@ export class Thumbs {
   build(p: PatternSource, first: number): void {
     const shape = `${p.nLayers}x${p.nHeads}`;
     if (shape === this.shape) {
-      for (const [i, button] of this.buttons.entries()) button.classList.toggle("cw-pending", !p.ready(Math.floor(i / p.nHeads), i % p.nHeads));
+      for (const [i, button] of this.buttons.entries()) button.classList.toggle("cw-pending", !p.complete(Math.floor(i / p.nHeads), i % p.nHeads));
       this.queueAll(first);
       return;
     }
@@ -80,7 +80,7 @@ export class Thumbs {
         button.dataset.cwHead = `${layer}.${head}`;
         button.title = `Layer ${layer}, head ${head}`;
         button.setAttribute("aria-label", `Layer ${layer}, head ${head}`);
-        button.classList.toggle("cw-pending", !p.ready(layer, head));
+        button.classList.toggle("cw-pending", !p.complete(layer, head));
         // the square the thumbnail is drawn under (the shared canvas shows through)
         const cell = el(doc, "span", "cw-thumb-cell");
         cell.style.width = cell.style.height = `${this.px}px`;
@@ -104,7 +104,7 @@ export class Thumbs {
   /** Redraw thumbnail `i` (`layer * nHeads + head`), soon when `front` (now marked ready or pending, drawn or not). */
   queueOne(i: number, front = false): void {
     const p = this.source();
-    if (p !== null) this.buttons[i]?.classList.toggle("cw-pending", !p.ready(Math.floor(i / p.nHeads), i % p.nHeads));
+    if (p !== null) this.buttons[i]?.classList.toggle("cw-pending", !p.complete(Math.floor(i / p.nHeads), i % p.nHeads));
     this.painter.invalidateOne(i, front);
   }
 
@@ -151,7 +151,7 @@ export class Thumbs {
     const layer = Math.floor(i / p.nHeads);
     const head = i % p.nHeads;
     const ready = p.ready(layer, head);
-    button.classList.toggle("cw-pending", !ready);
+    button.classList.toggle("cw-pending", !p.complete(layer, head));
     // the cell's place in the grid's content (the box is its offset parent)
     const x = cell.offsetLeft;
     const y = cell.offsetTop;

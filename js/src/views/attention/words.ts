@@ -101,7 +101,9 @@ export function statusText(s: Sel, d: Subject): string {
   const n = p.nTokens;
   const say = (i: number) => describe(d.tokens, i);
   const parts = [`Layer ${s.layer}, head ${s.head} (${d.kind === "value" ? "value-weighted" : "raw"} pattern)`];
-  if (!p.ready(s.layer, s.head)) parts.push("loading");
+  const ready = p.ready(s.layer, s.head);
+  if (ready && !p.complete(s.layer, s.head)) parts.push("rows still loading");
+  if (!ready) parts.push("loading");
   else if (s.dest !== NONE && s.src !== NONE) {
     parts.push(`destination ${say(s.dest)} → source ${say(s.src)}: ${weightWords(p.weight(s.layer, s.head, s.dest, s.src))}`);
   } else if (s.dest !== NONE && d.long === null) {
@@ -120,8 +122,8 @@ export function statusText(s: Sel, d: Subject): string {
     if (next !== undefined && !Number.isNaN(v)) parts.push(`logit effect on next token “${tokenLabel(next, 18).text}”: ${v >= 0 ? "+" : ""}${fmt(v)}`);
   }
   const total = p.nLayers * p.nHeads;
-  const ready = p.readyCount();
-  if (ready < total) parts.push(`heads loaded ${ready} of ${total}`);
+  const loaded = p.readyCount();
+  if (loaded < total) parts.push(`heads loaded ${loaded} of ${total}`);
   if (d.long !== null && !d.long.offline && d.long.store.pending > 0) parts.push(`tiles loading: ${d.long.store.pending}`);
   if (d.long?.store.lastError) parts.push(`kernel: ${d.long.store.lastError}`);
   return `${parts.join(" · ")}.`;

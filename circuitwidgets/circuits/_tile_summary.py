@@ -1,0 +1,192 @@
+"""One head of a long context summarised chunk of rows by chunk of rows (DESIGN.md §3b).
+
+A :class:`HeadSummariser` does the pass :meth:`QKPatterns.summarise
+<circuitwidgets.circuits.tiles.QKPatterns.summarise>` describes one chunk at a
+time, so that a kernel can answer messages between chunks and show each band of
+overview rows as soon as it is final (chunks start on block boundaries, so a
+chunk finishes whole overview rows).
+
+Per chunk the weights are left unnormalised (``e = exp(s − row max)``): the row
+total divides the per-row block aggregates (``rows × G`` values) and the top-``k``
+weights, never every cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from circuitwidgets.circuits.tiles import QKPatterns
+
+__all__ = ["HeadSummariser", "HeadSummary", "block_counts_rect", "column_blocks", "fold_rows", "top_k_cells"]
+
+
+@dataclass(frozen=True)
+class HeadSummary:
+    """One head summarised in one chunked pass.
+
+    ``lse [N]`` (float32 log-sum-exp of each row's scores), ``max`` and
+    ``mean [G, G]`` (``G = ceil(N / block)``) block aggregates, ``top_sources [N, k]`` (int32, -1
+    where a row has fewer than ``k`` allowed sources) and ``top_weights [N, k]`` (float32, 0 there).
+    """
+
+    lse: torch.Tensor
+    max: NDArray[np.float32]
+    mean: NDArray[np.float32]
+    top_sources: NDArray[np.int32]
+    top_weights: NDArray[np.float32]
+
+
+class HeadSummariser:
+    """The summary of one head, computed one chunk of rows per :meth:`step`.
+
+    Parameters
+    ----------
+    engine
+        The queries and keys (:class:`~circuitwidgets.circuits.tiles.QKPatterns`).
+    layer, head
+        The head.
+    block
+        Overview block size (tokens a side).
+    top_k
+        Sources kept per row.
+    chunk
+        Rows per step, a multiple of ``block``.
+    """
+
+    def __init__(self, engine: QKPatterns, layer: int, head: int, block: int, top_k: int, chunk: int) -> None:
+        n = engine.n_tokens
+        self.engine, self.layer, self.head, self.block, self.chunk = engine, layer, head, block, chunk
+        self.grid = -(-n // block)
+        self.k = max(0, min(top_k, n))
+        self.lse = torch.empty(n, dtype=torch.float32, device=engine.q.device)
+        self.bmax = torch.zeros(self.grid, self.grid, dtype=torch.float32)
+        self.bsum = torch.zeros(self.grid, self.grid, dtype=torch.float64)
+        self.top_sources = np.full((n, self.k), -1, dtype=np.int32)
+        self.top_weights = np.zeros((n, self.k), dtype=np.float32)
+        self.next_row = 0
+        self._counts: torch.Tensor | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether every row is summarised."""
+        return self.next_row >= self.engine.n_tokens
+
+    @property
+    def rows_done(self) -> int:
+        """Overview rows final so far (a prefix: chunks go in order)."""
+        return -(-self.next_row // self.block)
+
+    def step(self) -> tuple[int, int]:
+        """Summarise the next chunk of rows; returns the overview rows ``[i0, i1)`` it made final.
+
+        Cost: ``O(chunk · N · d_head)`` time, ``O(chunk · N)`` memory.
+        """
+        e_, n, block = self.engine, self.engine.n_tokens, self.block
+        if self.done:
+            return self.rows_done, self.rows_done
+        r0 = self.next_row
+        r1 = min(n, r0 + self.chunk)
+        c0, c1 = e_.columns(self.layer, r0, r1)
+        b0 = c0 // block
+        c0 = b0 * block  # align to blocks (masked cells add 0)
+        e = e_.scores(self.layer, self.head, r0, r1, c0, c1)
+        top = e.amax(-1, keepdim=True)
+        total = e.sub_(top).exp_().sum(-1, keepdim=True)
+        self.lse[r0:r1] = (top + total.log()).squeeze(-1)
+        inv = total.reciprocal_()
+        row_max, row_sum = column_blocks(e, block)
+        row_max.mul_(inv)
+        row_sum.mul_(inv)
+        m, sums = fold_rows(row_max, row_sum, block)
+        i0 = r0 // block
+        self.bmax[i0 : i0 + m.shape[0], b0 : b0 + m.shape[1]] = m.cpu()
+        self.bsum[i0 : i0 + m.shape[0], b0 : b0 + m.shape[1]] = sums.cpu().double()
+        if self.k:
+            w, idx = top_k_cells(e, row_max, block, self.k)
+            kk = w.shape[1]
+            weights = w.mul_(inv).clamp_(min=0).cpu().numpy()
+            self.top_weights[r0:r1, :kk] = weights
+            # rows with fewer allowed sources than k: their extra picks have weight 0
+            self.top_sources[r0:r1, :kk] = np.where(weights > 0, (idx + c0).to(torch.int32).cpu().numpy(), -1)
+        self.next_row = r1
+        return i0, self.rows_done
+
+    def band(self, i0: int, i1: int) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+        """Block max and mean of overview rows ``[i0, i1)`` (final once :attr:`rows_done` ``≥ i1``), ``[i1 − i0, G]`` each."""
+        if self._counts is None:
+            self._counts = block_counts_rect(self.engine.n_tokens, self.engine.n_tokens, self.block)
+        mean = (self.bsum[i0:i1] / self._counts[i0:i1]).float()
+        return self.bmax[i0:i1].numpy(), mean.numpy()
+
+    def result(self) -> HeadSummary:
+        """The finished summary (and the head's log-sum-exp kept by the engine for tiles)."""
+        if not self.done:
+            raise RuntimeError(f"head [{self.layer}, {self.head}]: summary taken before its last chunk")
+        self.engine.keep_lse(self.layer, self.head, self.lse)
+        bmax, mean = self.band(0, self.grid)
+        return HeadSummary(self.lse, bmax, mean, self.top_sources, self.top_weights)
+
+
+def column_blocks(e: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Max and sum of each row of ``e [rows, cols]`` over blocks of ``block`` columns: two ``[rows, ceil(cols / block)]``.
+
+    A ragged last block is reduced on its own (cells past the edge are masked cells, 0), so ``e``
+    is never copied.
+    """
+    rows, cols = e.shape
+    whole = cols // block
+    body = e[:, : whole * block].view(rows, whole, block)
+    maxes, sums = [body.amax(-1)], [body.sum(-1)]
+    if whole * block < cols:
+        tail = e[:, whole * block :]
+        maxes.append(tail.amax(-1, keepdim=True))
+        sums.append(tail.sum(-1, keepdim=True))
+    if len(maxes) == 1:
+        return maxes[0], sums[0]
+    return torch.cat(maxes, 1), torch.cat(sums, 1)
+
+
+def fold_rows(row_max: torch.Tensor, row_sum: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row block aggregates ``[rows, G]`` folded over blocks of ``block`` rows (zero-padded: weights are ≥ 0)."""
+    rows, g = row_max.shape
+    gr = -(-rows // block)
+    if gr * block != rows:
+        pad = (0, 0, 0, gr * block - rows)
+        row_max, row_sum = torch.nn.functional.pad(row_max, pad), torch.nn.functional.pad(row_sum, pad)
+    return row_max.view(gr, block, g).amax(1), row_sum.view(gr, block, g).sum(1)
+
+
+def top_k_cells(e: torch.Tensor, row_max: torch.Tensor, block: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's ``k`` largest cells of ``e [rows, cols]`` (values, column indices), searched among few blocks.
+
+    The ``k`` largest cells of a row lie in the ``k`` blocks with the largest block maxima
+    (``row_max``, ``[rows, G]``): a cell at least the ``k``-th largest value has a block
+    maximum at least that value, and at most ``k`` blocks can hold such cells. So only
+    ``k · block`` candidates per row are ranked, not ``cols``.
+    """
+    rows, cols = e.shape
+    kb = min(k, row_max.shape[1])
+    _, blocks = row_max.topk(kb, dim=-1)
+    candidates = (blocks[:, :, None] * block + torch.arange(block, device=e.device)).reshape(rows, kb * block)
+    past = candidates >= cols  # a ragged last block's cells past the edge
+    values = e.gather(1, candidates.clamp_max(cols - 1)).masked_fill_(past, -1.0)
+    w, pos = values.topk(min(k, kb * block), dim=-1)
+    return w, candidates.gather(1, pos)
+
+
+def block_counts_rect(rows: int, cols: int, block: int) -> torch.Tensor:
+    """Cells of the matrix in each block of a ``rows × cols`` rectangle starting on a block boundary."""
+
+    def sizes(n: int) -> torch.Tensor:
+        g = -(-n // block)
+        s = torch.full((g,), float(block), dtype=torch.float64)
+        s[-1] = n - (g - 1) * block
+        return s
+
+    return sizes(rows)[:, None] * sizes(cols)[None, :]
