@@ -149,3 +149,12 @@ def test_a_tile_outside_the_matrix_is_refused() -> None:
         engine.tile(0, 0, 0, 4, 0)
     with pytest.raises(ArgumentError, match="head"):
         engine.tile(0, 4, 0, 0, 0)
+
+
+@pytest.mark.parametrize("window", [None, 9])
+def test_weights_of_any_rectangle_are_masked_like_the_dense_pattern(window: int | None) -> None:
+    q, k = _qk()
+    engine = QKPatterns(q, k, sliding_window=window)
+    dense = engine.dense(0, 1)
+    for r0, r1, c0, c1 in [(5, 6, 0, N), (0, 3, 0, N), (40, 47, 30, N), (17, 18, 17, 40)]:
+        torch.testing.assert_close(engine.weights(0, 1, r0, r1, c0, c1), dense[r0:r1, c0:c1], atol=1e-7, rtol=1e-6)

@@ -181,7 +181,7 @@ class QKPatterns:
             s[:, lo - c0 : hi - c0].masked_fill_(bad(dest, src), float("-inf"))
 
         if self.causal:
-            apply(r0 + 1, r1, lambda d, j: j > d)
+            apply(r0 + 1, c1, lambda d, j: j > d)
         if w is not None:
             apply(c0, r1 - w, lambda d, j: j <= d - w)
             if not self.causal:
