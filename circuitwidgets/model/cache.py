@@ -51,3 +51,22 @@ class ActivationCache:
     def keys(self) -> list[str]:
         """Stored keys."""
         return list(self._store)
+
+
+class Recorder:
+    """Keeps the activations a forward pass was asked for (``keep``: names, ``None`` for all) in ``store``.
+
+    Called as ``record(name, layer, value)``; :meth:`keeps` lets a sublayer skip work whose
+    only purpose is an activation nobody asked for (the dense attention pattern of a long text).
+    """
+
+    def __init__(self, store: dict[str, torch.Tensor], keep: set[str] | None) -> None:
+        self.store, self.keep = store, keep
+
+    def keeps(self, name: str) -> bool:
+        """Whether ``name`` is kept."""
+        return self.keep is None or name in self.keep
+
+    def __call__(self, name: str, layer: int | None, value: torch.Tensor) -> None:
+        if self.keeps(name):
+            self.store[ActivationCache.key(name, layer)] = value

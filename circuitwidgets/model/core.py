@@ -40,7 +40,7 @@ from circuitwidgets.errors import (
     MemoryBudgetError,
     ShapeError,
 )
-from circuitwidgets.model.cache import ActivationCache
+from circuitwidgets.model.cache import ActivationCache, Recorder
 from circuitwidgets.model.config import ModelConfig
 from circuitwidgets.model.forward import check_overrides, check_weights_present, forward_bytes, soft_cap
 from circuitwidgets.model.rotary import default_frequencies
@@ -338,9 +338,7 @@ class CircuitModel(Sublayers, nn.Module):
                 "pass fewer sequences, keep fewer activations with names=[...], or raise memory_budget"
             )
 
-        def record(name: str, layer: int | None, value: torch.Tensor) -> None:
-            if cache and (keep is None or name in keep):
-                store[ActivationCache.key(name, layer)] = value
+        record = Recorder(store, keep if cache else set())
 
         check_overrides("patterns", patterns, (batch, cfg.n_heads, n_pos, n_pos), cfg.n_layers)
         check_overrides("head_results", head_results, (batch, n_pos, cfg.n_heads, cfg.d_model), cfg.n_layers)

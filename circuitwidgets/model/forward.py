@@ -91,6 +91,37 @@ def attention_mask(n_pos: int, window: int | None, device: torch.device) -> torc
     return allowed
 
 
+#: Scores held at once by :func:`chunked_attention` (float32 bytes of one chunk of query rows).
+ATTENTION_CHUNK_BYTES = 64 * 2**20
+
+
+def chunked_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, softcap: float | None, window: int | None
+) -> torch.Tensor:
+    """``z = softmax(mask(softcap(q kᵀ / scale))) v`` for ``q, k, v [batch, pos, heads, d_head]``, rows in chunks.
+
+    The same weights as the dense pass (causal, ``window`` as in :func:`attention_mask`), but
+    only a chunk of query rows' scores exists at once, and a chunk skips the columns its
+    mask hides: ``O(chunk · pos)`` memory instead of ``O(pos²)``, so that long texts can be
+    run when no pattern is kept. Cost: ``O(batch · heads · pos² · d_head)`` time (about half).
+    """
+    b, p, h, _ = q.shape
+    rows = max(1, ATTENTION_CHUNK_BYTES // (4 * b * h * p))
+    z = torch.empty(b, p, h, v.shape[-1], dtype=v.dtype, device=v.device)
+    for r0 in range(0, p, rows):
+        r1 = min(p, r0 + rows)
+        c0 = 0 if window is None else max(0, r0 - window + 1)
+        scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q[:, r0:r1], k[:, c0:r1]) / scale, softcap)
+        dest = torch.arange(r0, r1, device=q.device)[:, None]
+        src = torch.arange(c0, r1, device=q.device)[None, :]
+        allowed = src <= dest
+        if window is not None:
+            allowed &= src > dest - window
+        weights = scores.masked_fill_(~allowed, float("-inf")).softmax(dim=-1)
+        z[:, r0:r1] = torch.einsum("bhqk,bkhe->bqhe", weights, v[:, c0:r1])
+    return z
+
+
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
@@ -116,17 +147,21 @@ def forward_bytes(cfg: ModelConfig, batch: int, n_pos: int, names: set[str] | No
     Counts the logits, the kept activations of every layer and one layer's
     working tensors (scores, pattern, q/k/v/z, head results, MLP hidden), the
     per-layer inputs and the keys and values kept for layers that share them,
-    in ``element_size`` bytes. A lower bound on the true peak, within a small factor.
+    in ``element_size`` bytes. A lower bound on the true peak, within a small factor. When
+    neither ``attn_scores`` nor ``pattern`` is kept, attention runs in chunks of query rows
+    (:func:`chunked_attention`) and its working scores are one chunk's.
     """
     b, p, H, dh, d = batch, n_pos, cfg.n_heads, cfg.d_head, cfg.d_model
+    dense = names is None or "attn_scores" in names or "pattern" in names
+    square = b * H * p * p if dense else min(b * H * p * p, ATTENTION_CHUNK_BYTES // 4 + b * H * p)
     P = cfg.d_per_layer or 0
     per_layer = {
         "q": b * p * H * dh,
         "k": b * p * H * dh,
         "v": b * p * H * dh,
         "z": b * p * H * dh,
-        "attn_scores": b * H * p * p,
-        "pattern": b * H * p * p,
+        "attn_scores": square,
+        "pattern": square,
         "result": b * p * H * d,
         "scale": b * p,
         "attn_out": b * p * d,

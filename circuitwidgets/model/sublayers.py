@@ -20,8 +20,17 @@ from typing import Any
 
 import torch
 
+from circuitwidgets.model.cache import Recorder
 from circuitwidgets.model.config import ModelConfig
-from circuitwidgets.model.forward import activation, attention_mask, layer_norm_scale, rms_norm, rms_scale, soft_cap
+from circuitwidgets.model.forward import (
+    activation,
+    attention_mask,
+    chunked_attention,
+    layer_norm_scale,
+    rms_norm,
+    rms_scale,
+    soft_cap,
+)
 from circuitwidgets.model.rotary import rotate
 
 
@@ -107,7 +116,7 @@ class Sublayers:
         frozen: torch.Tensor | None,
         replaced: torch.Tensor | None,
         shared: dict[int, tuple[torch.Tensor, torch.Tensor]],
-        record: Any,
+        record: Recorder,
     ) -> torch.Tensor:
         cfg = self.cfg
         x, scale = self._normalize(resid)
@@ -124,6 +133,10 @@ class Sublayers:
         record("q", layer, q)
         record("k", layer, k)
         record("v", layer, v)
+        if frozen is None and not (record.keeps("attn_scores") or record.keeps("pattern")):
+            z = chunked_attention(q, k, v, cfg.scale, cfg.attn_softcap, cfg.window(layer))
+            record("z", layer, z)
+            return self._head_outputs(layer, z, replaced, record)
         if frozen is None:
             scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q, k) / cfg.scale, cfg.attn_softcap)
             mask = attention_mask(resid.shape[1], cfg.window(layer), resid.device)
@@ -135,6 +148,12 @@ class Sublayers:
         record("pattern", layer, pattern)
         z = torch.einsum("bhqk,bkhe->bqhe", pattern, v)
         record("z", layer, z)
+        return self._head_outputs(layer, z, replaced, record)
+
+    def _head_outputs(
+        self, layer: int, z: torch.Tensor, replaced: torch.Tensor | None, record: Recorder
+    ) -> torch.Tensor:
+        """Each head's output ``z W_O`` (or its replacement), summed, with ``b_O`` and the output norm."""
         result = torch.einsum("bqhe,hed->bqhd", z, self._buffers["W_O"][layer])  # type: ignore[index]
         record("result", layer, result)
         written = replaced.to(result.dtype) if replaced is not None else result
