@@ -1,5 +1,5 @@
 """Long texts. JupyterLab 4, live: a long-context attention widget (from_qk) paints its overview and zooms to single
-cells. Offline: a text longer than the context, in windows, says how it was computed.
+cells at 32,768 tokens. Offline: a text longer than the context, in windows, says how it was computed.
 
 The kernel holds queries and keys only; the view paints each head's overview
 (block max) and, as it zooms, asks the kernel for finer tiles until single
@@ -19,7 +19,7 @@ from playwright.sync_api import Browser, Page
 from ._hosts import JupyterServer, NotebookPage
 from ._pages import TIMEOUT_MS, PageLog, open_offline, wait_for, wait_status, wait_view, watch
 
-N_TOKENS = 8192
+N_TOKENS = 32_768  # the issue's long context: the kernel serves tiles down to single weights
 
 IMPORTS = "import torch, circuitwidgets as cw"
 
@@ -79,7 +79,7 @@ def test_a_long_context_zooms_to_single_cells_with_exact_tiles_from_the_kernel(l
     assert abs(shown - exact) <= 0.0005 + 1e-9, (shown, exact)
     assert "≤" not in status and "kernel:" not in status
     assert not lab.log.page_errors[seen:], lab.log.page_errors[seen:]
-    print(f"first paint {painted_s:.1f}s after Shift+Enter (includes summarising the selected head)")
+    print(f"first paint {painted_s:.1f}s after Shift+Enter (the selected head's first band of overview rows)")
 
 
 def test_a_text_in_windows_is_saved_whole_and_says_how_it_was_computed(
