@@ -8,14 +8,13 @@ head's rows as they become final, not only the whole head at the end.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from _comm import Recorder, custom_from_view
+from _loops import run_in_fresh_loop, until
 
 from circuitwidgets import AttentionPatterns
 from circuitwidgets.circuits.tiles import QKPatterns
@@ -51,18 +50,6 @@ def _reassemble(bands: list[tuple[dict[str, Any], Any]], grid: int) -> np.ndarra
     return out
 
 
-async def _until(done: Callable[[], bool], limit_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + limit_s
-    while not done() and loop.time() < end:
-        await asyncio.sleep(0.001)
-
-
-def _in_fresh_loop(make: Callable[[], Any]) -> Any:
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(lambda: asyncio.run(make())).result()
-
-
 def test_a_head_goes_to_the_view_in_bands_that_tile_its_rows_and_equal_the_final_overview(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -75,10 +62,10 @@ def test_a_head_goes_to_the_view_in_bands_that_tile_its_rows_and_equal_the_final
         w = AttentionPatterns.from_qk([f"t{i}" for i in range(N)], q, k, selected_layer=0, selected_head=2)
         monkeypatch.setattr(w, "_send", rec)
         custom_from_view(w, {"type": "want_heads"})
-        await _until(lambda: not w.streaming)
+        await until(lambda: not w.streaming)
         return w
 
-    w = _in_fresh_loop(play)
+    w = run_in_fresh_loop(play)
     overview_msgs = [c for c, _ in rec.custom() if c["type"] == "overview"]
     assert tuple(overview_msgs[0]["heads"][0]) == (0, 2)  # the selected head first
     for head in range(3):
@@ -156,10 +143,10 @@ def test_a_tile_is_answered_between_slices_of_a_head_not_after_it(monkeypatch: p
         custom_from_view(w, {"type": "want_heads"})
         await asyncio.sleep(0.01)
         custom_from_view(w, {"type": "tile", "id": 1, "layer": 0, "head": 1, "level": 0, "row": 1, "col": 0})
-        await _until(lambda: not w.streaming)
+        await until(lambda: not w.streaming)
         return w
 
-    _in_fresh_loop(play)
+    run_in_fresh_loop(play)
     kinds = [(c["type"], c.get("done")) for c, _ in rec.custom()]
     tile_at = kinds.index(("tile", None))
     first_done = kinds.index(("overview", True))
@@ -189,6 +176,6 @@ def test_background_summaries_run_on_one_thread_and_leave_the_users_setting_alon
             await asyncio.sleep(0.001)
         return between | {torch.get_num_threads()}
 
-    users = _in_fresh_loop(play)
+    users = run_in_fresh_loop(play)
     assert len(seen) == 3 * N // 8 and set(seen) == {_attention_tiles.BACKGROUND_THREADS}
     assert users == {2}

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -13,34 +11,17 @@ import numpy as np
 import pytest
 import torch
 import traitlets
+from _attention_data import IDS, causal_patterns
 from _comm import Recorder, custom_from_view, from_view
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
+from _loops import run_in_fresh_loop
 from ipywidgets.widgets.widget import _remove_buffers
 
 from circuitwidgets import AttentionPatterns
-from circuitwidgets.errors import (
-    ArgumentError,
-    ArgumentTypeError,
-    CircuitWidgetsError,
-    MemoryBudgetError,
-    NonFiniteError,
-    ShapeError,
-)
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._arrays import array_from_json
-from circuitwidgets.widgets.attention import _upper_max, decode_patterns, repeat_period
+from circuitwidgets.widgets.attention import decode_patterns, repeat_period
 
 # --- helpers -------------------------------------------------------------------
-
-IDS = [1, 7, 3, 9, 4, 1, 7, 3, 9, 4, 1, 7]  # a repeated sequence, period 5
-
-
-def causal_patterns(n_layers: int, n_heads: int, n: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    a = rng.random((n_layers, n_heads, n, n)) * np.tril(np.ones((n, n)))
-    return (a / a.sum(-1, keepdims=True)).astype(np.float32)
 
 
 def on_the_wire(widget: AttentionPatterns, name: str) -> np.ndarray:
@@ -74,7 +55,12 @@ def dense(model: CircuitModel) -> dict[str, Any]:
     _, cache = model.run_with_cache(ids[None])
     L, H, n = model.cfg.n_layers, model.cfg.n_heads, len(IDS)
     A = np.stack([cache["pattern", l][0].numpy() for l in range(L)])
-    norms = np.stack([torch.linalg.vector_norm(torch.einsum("phe,hed->hpd", cache["v", l][0], model.W_O[l]), dim=-1).numpy() for l in range(L)])
+    norms = np.stack(
+        [
+            torch.linalg.vector_norm(torch.einsum("phe,hed->hpd", cache["v", l][0], model.W_O[l]), dim=-1).numpy()
+            for l in range(L)
+        ]
+    )
     weighted = A * norms[:, :, None, :]
     weighted /= weighted.sum(-1, keepdims=True)
     effect = np.full((L, H, n), np.nan)
@@ -105,7 +91,9 @@ def test_value_weighted_pattern_is_attention_times_value_norm_normalised_per_row
     assert np.abs(w.value_attention - want["weighted"]).max() <= 0.5 / 255 + 1e-6
     # the unnormalised product the view reports is A · ‖v W_O‖
     l, h, i, j = 1, 2, 7, 3
-    assert w.attention[l, h, i, j] * w.value_norms[l, h, j] == pytest.approx(want["A"][l, h, i, j] * want["norms"][l, h, j], abs=want["norms"].max() / 255)
+    assert w.attention[l, h, i, j] * w.value_norms[l, h, j] == pytest.approx(
+        want["A"][l, h, i, j] * want["norms"][l, h, j], abs=want["norms"].max() / 255
+    )
 
 
 def test_logit_effect_is_head_output_dotted_with_the_next_tokens_unembedding(model: CircuitModel) -> None:
@@ -130,7 +118,10 @@ def test_text_input_is_tokenised_with_bos(model: CircuitModel) -> None:
 def test_induction_diagonal_is_offered_for_a_repeated_sequence(model: CircuitModel) -> None:
     w = AttentionPatterns(model, IDS)
     assert repeat_period(IDS) == 5
-    assert w.diagonals == [{"offset": 1, "label": "previous token"}, {"offset": 4, "label": "induction (repeat every 5)"}]
+    assert w.diagonals == [
+        {"offset": 1, "label": "previous token"},
+        {"offset": 4, "label": "induction (repeat every 5)"},
+    ]
     assert w.show_diagonals is False
     assert repeat_period(list("abcdefgh")) is None
 
@@ -139,7 +130,9 @@ def test_induction_diagonal_is_offered_for_a_repeated_sequence(model: CircuitMod
 
 
 @pytest.mark.parametrize("name", ["patterns", "value_patterns"])
-def test_binary_encoding_round_trips_within_one_step_per_weight(widget: tuple[AttentionPatterns, Recorder], name: str, model: CircuitModel) -> None:
+def test_binary_encoding_round_trips_within_one_step_per_weight(
+    widget: tuple[AttentionPatterns, Recorder], name: str, model: CircuitModel
+) -> None:
     w, _ = widget
     received = on_the_wire(w, name)
     assert received.dtype == np.uint8
@@ -182,127 +175,6 @@ def test_from_arrays_accepts_value_norms_and_logit_effects() -> None:
     assert w.logit_effect is not None and w.logit_effect.shape == (1, 2, 5)
 
 
-# --- validation: typed errors naming argument, expected, received -----------------
-
-
-@pytest.mark.parametrize(
-    ("tokens", "attention", "error", "message"),
-    [
-        (list("abc"), np.ones((3, 3)) / 3, ShapeError, r"attention: expected \[n_heads, dest, src\].*got shape \(3, 3\)"),
-        (list("abc"), np.ones((2, 3, 4)) / 4, ShapeError, r"dest == src == 3 .*got shape \(1, 2, 3, 4\)"),
-        (list("abc"), np.ones((1, 2, 2, 3, 3)), ShapeError, r"got shape \(1, 2, 2, 3, 3\)"),
-        (list("abc"), np.ones((0, 3, 3)), ShapeError, r"at least one layer and one head"),
-        (list("abc"), np.full((1, 3, 3), np.nan), NonFiniteError, r"attention: expected finite weights, got NaN"),
-        (list("abc"), np.full((1, 3, 3), np.inf), NonFiniteError, r"infinite"),
-        (list("abc"), np.full((1, 3, 3), 2.0), ArgumentError, r"expected weights in \[0, 1\].*got a row summing to 6"),
-        (list("abc"), np.array([[[1.5, 0, 0], [0, 1, 0], [1.5, -0.5, 0]]]), ArgumentError, r"expected weights in \[0, 1\].*got values in \[-0.5, 1.5\]"),
-        (list("abc"), np.full((1, 3, 3), -0.5), ArgumentError, r"not scores"),
-        (list("abc"), np.full((1, 3, 3), 0.2), ArgumentError, r"summing to 1.*got a row summing to 0\.6"),
-        (list("abc"), np.array([["a"]]), ArgumentTypeError, r"attention: expected real numbers"),
-        ([], np.zeros((1, 0, 0)), ShapeError, r"tokens: expected at least one token, got an empty sequence"),
-        ("abc", np.ones((1, 3, 3)) / 3, ArgumentTypeError, r"tokens: expected a list of token strings, got str"),
-        ([1, 2, 3], np.ones((1, 3, 3)) / 3, ArgumentTypeError, r"tokens: expected str entries, got int at index 0"),
-    ],
-)
-def test_bad_arrays_raise_typed_errors_that_say_what_was_expected(tokens: Any, attention: Any, error: type[Exception], message: str) -> None:
-    with pytest.raises(error, match=message):
-        AttentionPatterns.from_arrays(tokens, attention)
-
-
-def test_causal_claim_is_checked() -> None:
-    a = np.full((1, 3, 3), 1 / 3)
-    with pytest.raises(ArgumentError, match=r"causal=True but head 0 attends above the diagonal.*destination 0 → source 1"):
-        AttentionPatterns.from_arrays(list("abc"), a, causal=True)
-    assert AttentionPatterns.from_arrays(list("abc"), a).causal is False
-
-
-@pytest.mark.parametrize("n", [1, 2, 127, 128, 129, 300])
-def test_weight_above_the_diagonal_is_found_wherever_it_is(n: int) -> None:
-    a = np.tri(n, dtype=np.float32) / np.arange(1, n + 1, dtype=np.float32)[:, None]
-    assert _upper_max(a) == 0.0
-    for dest, src in [(0, n - 1), (n // 2, n // 2 + 1), (n - 2, n - 1), (0, 1)]:
-        if 0 <= dest < src < n:
-            b = a.copy()
-            b[dest, src] = 0.25
-            assert _upper_max(b) == 0.25
-
-
-def test_float16_rounding_is_tolerated_but_not_mistakes() -> None:
-    a = torch.softmax(torch.randn(2, 64, 64), dim=-1).half()
-    assert AttentionPatterns.from_arrays([str(i) for i in range(64)], a).n_heads == 2
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "error", "message"),
-    [
-        ({"value_norms": np.ones((2, 4))}, ShapeError, r"value_norms: expected shape \(1, 2, 5\).*got \(2, 4\)"),
-        ({"value_norms": -np.ones((2, 5))}, ArgumentError, r"value_norms: expected norms ≥ 0"),
-        ({"value_norms": np.full((2, 5), np.nan)}, NonFiniteError, r"value_norms: expected finite values"),
-        ({"logit_effect": np.full((2, 5), np.inf)}, NonFiniteError, r"logit_effect: expected finite values \(or NaN\)"),
-    ],
-)
-def test_bad_optional_arrays_are_refused(kwargs: dict[str, Any], error: type[Exception], message: str) -> None:
-    with pytest.raises(error, match=message):
-        AttentionPatterns.from_arrays(list("abcde"), causal_patterns(1, 2, 5), **kwargs)
-
-
-@pytest.mark.parametrize(
-    ("text_or_tokens", "error", "message"),
-    [
-        ("", ShapeError, r"text_or_tokens: expected a non-empty text"),
-        ([], ShapeError, r"text_or_tokens: expected at least one token, got 0"),
-        (torch.zeros(2, 2, 2, dtype=torch.long), ShapeError, r"expected token ids \[pos\] or \[1, pos\], got shape \(2, 2, 2\)"),
-        ([1.5, 2.0], ArgumentTypeError, r"expected integer token ids, got dtype torch.float"),
-        (["a", 1], ArgumentTypeError, r"a list mixing str and other values; .*from_arrays"),
-        ([1, 99], ArgumentError, r"tokens: expected ids in \[0, 20\)"),
-        # refused before any work, saying how to proceed
-        (list(range(40)), ShapeError, r"text_or_tokens: expected at most n_ctx=32 tokens .*got 40.*window=32.*Nothing was computed"),
-    ],
-)
-def test_bad_model_inputs_raise_typed_errors(model: CircuitModel, text_or_tokens: Any, error: type[Exception], message: str) -> None:
-    with pytest.raises(error, match=message):
-        AttentionPatterns(model, text_or_tokens)
-
-
-def test_a_state_too_large_is_refused_from_the_shapes_before_reading_a_weight() -> None:
-    huge = np.broadcast_to(np.float32(1e-5), (1, 1, 100_000, 100_000))  # no memory behind it
-    with pytest.raises(MemoryBudgetError, match=r"100000 tokens would put 5,000,050,000 bytes .* over the limit"):
-        AttentionPatterns.from_arrays([f"t{i}" for i in range(100_000)], huge)
-
-
-def test_a_model_of_another_library_is_refused_plainly() -> None:
-    with pytest.raises(ArgumentTypeError, match=r"model: expected a circuitwidgets.CircuitModel, got dict"):
-        AttentionPatterns({"W_Q": 1}, [1, 2])  # type: ignore[arg-type]
-
-
-@given(
-    shape=hnp.array_shapes(min_dims=1, max_dims=5, max_side=5),
-    fill=st.sampled_from(["softmax", "random", "nan", "negative", "ones"]),
-    n=st.integers(0, 5),
-)
-@settings(max_examples=80, deadline=None)
-def test_random_inputs_raise_only_our_typed_errors(shape: tuple[int, ...], fill: str, n: int) -> None:
-    rng = np.random.default_rng(0)
-    a = rng.random(shape)
-    if fill == "softmax":
-        a = np.exp(a) / np.exp(a).sum(-1, keepdims=True)
-    elif fill == "nan":
-        a.flat[0] = np.nan
-    elif fill == "negative":
-        a = -a
-    elif fill == "ones":
-        a = np.ones(shape)
-    error: CircuitWidgetsError | None = None
-    try:
-        w = AttentionPatterns.from_arrays([f"t{i}" for i in range(n)], a)
-    except CircuitWidgetsError as exc:  # anything else fails the test
-        error = exc
-    if error is not None:
-        assert isinstance(error, (ValueError, TypeError)) and str(error)
-    else:
-        assert w.n_tokens == n and np.abs(w.attention.sum(-1) - 1).max() < 0.5
-
-
 # --- selection and view state, both ways -------------------------------------------
 
 
@@ -323,12 +195,23 @@ def test_view_state_traits_default_and_validate(widget: tuple[AttentionPatterns,
 def test_clicks_in_the_view_reach_python_and_fire_observers(widget: tuple[AttentionPatterns, Recorder]) -> None:
     w, _ = widget
     seen: list[tuple[str, Any]] = []
-    w.observe(lambda c: seen.append((c["name"], c["new"])), names=["selected_layer", "selected_head", "selected_dest", "selected_src", "show_diagonals"])
+    w.observe(
+        lambda c: seen.append((c["name"], c["new"])),
+        names=["selected_layer", "selected_head", "selected_dest", "selected_src", "show_diagonals"],
+    )
     from_view(w, selected_layer=1, selected_head=2)
     from_view(w, selected_dest=11, selected_src=6)
     from_view(w, show_diagonals=True)
     assert (w.selected_layer, w.selected_head, w.selected_dest, w.selected_src, w.show_diagonals) == (1, 2, 11, 6, True)
-    assert sorted(seen) == sorted([("selected_layer", 1), ("selected_head", 2), ("selected_dest", 11), ("selected_src", 6), ("show_diagonals", True)])
+    assert sorted(seen) == sorted(
+        [
+            ("selected_layer", 1),
+            ("selected_head", 2),
+            ("selected_dest", 11),
+            ("selected_src", 6),
+            ("show_diagonals", True),
+        ]
+    )
 
 
 @pytest.mark.parametrize(
@@ -358,7 +241,15 @@ def test_invalid_state_from_the_view_is_rejected_and_the_view_resynchronised(
 ) -> None:
     w, rec = widget
     w.selected_head, w.selected_dest = 2, 3
-    keys = ["selected_layer", "selected_head", "selected_dest", "selected_src", "pattern_kind", "show_diagonals", "diagonals"]
+    keys = [
+        "selected_layer",
+        "selected_head",
+        "selected_dest",
+        "selected_src",
+        "pattern_kind",
+        "show_diagonals",
+        "diagonals",
+    ]
     before = {k: getattr(w, k) for k in keys}
     patterns = w.patterns
     fired: list[Any] = []
@@ -374,8 +265,12 @@ def test_invalid_state_from_the_view_is_rejected_and_the_view_resynchronised(
     assert {k: resent[-1][k] for k in bad if k in keys} == {k: before[k] for k in bad if k in keys}
 
 
-@pytest.mark.parametrize("state", [{"tokens": ["x"]}, {"causal": False}, {"value_patterns": None}, {"diagonals": []}, {"logit_effect": None}])
-def test_the_view_may_set_only_selections_and_settings(widget: tuple[AttentionPatterns, Recorder], state: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "state", [{"tokens": ["x"]}, {"causal": False}, {"value_patterns": None}, {"diagonals": []}, {"logit_effect": None}]
+)
+def test_the_view_may_set_only_selections_and_settings(
+    widget: tuple[AttentionPatterns, Recorder], state: dict[str, Any]
+) -> None:
     w, rec = widget
     before = getattr(w, next(iter(state)))
     from_view(w, **state)
@@ -395,17 +290,24 @@ def test_setting_selection_from_python_is_validated_and_sent(widget: tuple[Atten
 # --- streaming -------------------------------------------------------------------
 
 
-def test_streaming_sends_the_selected_head_first_and_ends_with_complete_traits(model: CircuitModel, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_streaming_sends_the_selected_head_first_and_ends_with_complete_traits(
+    model: CircuitModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
     w = AttentionPatterns(model, IDS, stream=True, selected_layer=1, selected_head=2)
     rec = Recorder()
     monkeypatch.setattr(w, "_send", rec)
-    assert w.streaming and w.patterns.shape == (2, 3, 0) and w.value_patterns is not None and w.value_patterns.shape == (2, 3, 0)
+    assert (
+        w.streaming
+        and w.patterns.shape == (2, 3, 0)
+        and w.value_patterns is not None
+        and w.value_patterns.shape == (2, 3, 0)
+    )
     stream = w._stream
     assert stream is not None
     custom_from_view(w, {"type": "want_heads"})  # the view rendered and asks for what is ready (nothing yet)
     assert rec.custom() == []
     stream.step()
-    (content, buffers), = rec.custom()
+    ((content, buffers),) = rec.custom()
     assert content == {"type": "heads", "heads": [[1, 2]], "value": True}
     n = len(IDS)
     assert [memoryview(b).nbytes for b in buffers] == [n * (n + 1) // 2] * 2
@@ -446,24 +348,6 @@ def test_reading_the_data_finishes_a_stream(model: CircuitModel) -> None:
     assert w2.attention.shape == (2, 3, len(IDS), len(IDS)) and not w2.streaming
 
 
-async def _until(done: Callable[[], bool], limit_s: float = 10.0) -> None:
-    """Let the loop run (the widget's tasks sleep between steps) until ``done()`` or ``limit_s`` seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + limit_s
-    while not done() and loop.time() < end:
-        await asyncio.sleep(0.001)
-
-
-def _run_in_fresh_loop(make_coroutine: Any) -> Any:
-    """Run a coroutine on its own event loop in a worker thread.
-
-    The browser tests' Playwright session keeps an event loop running on the
-    main thread, where ``asyncio.run`` is refused.
-    """
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(lambda: asyncio.run(make_coroutine())).result()
-
-
 def test_in_an_event_loop_large_inputs_stream_without_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
     from circuitwidgets.widgets import _attention_source as module
 
@@ -481,7 +365,7 @@ def test_in_an_event_loop_large_inputs_stream_without_blocking(monkeypatch: pyte
             await asyncio.sleep(0.001)  # the kernel's other work runs here
         return started_streaming, left_seen, w.streaming
 
-    started, left_seen, still = _run_in_fresh_loop(build)
+    started, left_seen, still = run_in_fresh_loop(build)
     assert started and not still
     assert len(left_seen) >= 4  # the loop turned between heads: other work ran while they streamed
 
@@ -492,7 +376,7 @@ def test_small_inputs_and_scripts_do_not_stream(model: CircuitModel) -> None:
     async def build() -> bool:
         return AttentionPatterns(model, IDS).streaming  # below STREAM_BYTES
 
-    assert not _run_in_fresh_loop(build)
+    assert not run_in_fresh_loop(build)
 
 
 # --- compatibility ---------------------------------------------------------------
@@ -515,169 +399,8 @@ def test_set_data_replaces_everything_and_drops_model_only_arrays(widget: tuple[
     assert w.value_patterns is None and w.logit_effect is None and w.value_norms is None
 
 
-# --- long contexts: from_qk, the overview and the tile protocol ---------------------
-
-
-def _long_widget(
-    monkeypatch: pytest.MonkeyPatch, n: int = 300, *, queued_tiles: bool = False, **kwargs: Any
-) -> tuple[AttentionPatterns, Recorder]:
-    """A long-context widget answering as a kernel with no event loop does: at once.
-
-    (When the browser tests run first, their session's loop is running in this
-    thread; the queued answers of a kernel with a loop have their own tests below.)
-    """
-    import circuitwidgets.widgets._attention_tiles as tiles_module
-    import circuitwidgets.widgets.attention as attention_module
-
-    if not queued_tiles:
-        monkeypatch.setattr(tiles_module, "running_loop", lambda: None)
-    monkeypatch.setattr(attention_module, "running_loop", lambda: None)
-    g = torch.Generator().manual_seed(3)
-    q, k = torch.randn(2, 4, n, 8, generator=g), torch.randn(2, 2, n, 8, generator=g)
-    w = AttentionPatterns.from_qk([f"t{i}" for i in range(n)], q, k, sliding_window=[None, 50], **kwargs)
-    rec = Recorder()
-    monkeypatch.setattr(w, "_send", rec)
-    return w, rec
-
-
-def _tile_replies(rec: Recorder) -> list[tuple[dict[str, Any], list[Any]]]:
-    return [(c, b) for c, b in rec.custom() if c.get("type") in ("tile", "tile_error")]
-
-
-def test_from_qk_holds_queries_and_keys_and_sends_an_exact_overview_and_top_sources(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    w, _ = _long_widget(monkeypatch)
-    assert w.qk is not None and not w.streaming
-    assert w.patterns.shape == (2, 4, 0) and (w.n_layers, w.n_heads, w.n_tokens) == (2, 4, 300)
-    assert w.tile_block == 2 and w.tile_size == 64
-    dense = w.qk.dense(1, 3).numpy()  # sliding window 50 on layer 1
-    blocks = np.pad(dense, ((0, 0), (0, 0))).reshape(150, 2, 150, 2)
-    assert np.abs(w.overview[1, 3, 0].astype(np.float32) - blocks.max((1, 3))).max() <= 1e-3  # float16 on the wire
-    assert np.abs(w.overview[1, 3, 1].astype(np.float32) - blocks.mean((1, 3))).max() <= 1e-3
-    top = w.top_sources[1, 3]
-    assert top.shape[1] >= 1 and (top[:, 0] == dense.argmax(1)).all()
-    with pytest.raises(ArgumentError, match="long-context"):
-        _ = w.attention
-
-
-def test_a_tile_request_is_answered_with_the_exact_block_max_and_mean(monkeypatch: pytest.MonkeyPatch) -> None:
-    w, rec = _long_widget(monkeypatch)
-    custom_from_view(w, {"type": "tile", "id": 5, "layer": 0, "head": 1, "level": 0, "row": 4, "col": 2})
-    [(content, buffers)] = _tile_replies(rec)
-    assert content == {
-        "type": "tile",
-        "id": 5,
-        "layer": 0,
-        "head": 1,
-        "level": 0,
-        "row": 4,
-        "col": 2,
-        "rows": 44,
-        "cols": 64,
-    }
-    got = np.frombuffer(bytes(buffers[0]), dtype=np.float32).reshape(44, 64)
-    assert w.qk is not None
-    np.testing.assert_allclose(got, w.qk.dense(0, 1).numpy()[256:300, 128:192], atol=1e-6)
-
-
-@pytest.mark.parametrize(
-    ("request_", "says"),
-    [
-        ({"type": "tile", "id": 1, "layer": 0, "head": 9, "level": 0, "row": 0, "col": 0}, "no head"),
-        ({"type": "tile", "id": 1, "layer": 0, "head": 0, "level": 0, "row": 5, "col": 0}, "outside"),
-        ({"type": "tile", "id": 1, "layer": 0, "head": 0, "level": 0, "row": -1, "col": 0}, "outside"),
-        ({"type": "tile", "id": 1, "layer": 0, "head": 0, "level": 7, "row": 0, "col": 0}, "level 7"),
-        ({"type": "tile", "id": 1, "layer": "0", "head": 0, "level": 0, "row": 0, "col": 0}, "integer layer"),
-        ({"type": "tile", "id": 1, "layer": 0, "head": 0, "level": 0, "row": 0}, "integer col"),
-        ({"type": "tile", "id": True, "layer": 0, "head": 0, "level": 0, "row": 0, "col": 0}, "integer id"),
-        ({"type": "tile", "id": 2**40, "layer": 0, "head": 0, "level": 0, "row": 0, "col": 0}, "id must be"),
-        ({"type": "tile", "id": 1, "layer": 0, "head": 0, "level": 0, "row": 10**30, "col": 0}, "outside"),
-        ({"type": "cancel", "ids": "all"}, "cancel"),
-    ],
-)
-def test_a_bad_tile_request_gets_an_error_message_never_an_exception_or_data(
-    monkeypatch: pytest.MonkeyPatch, request_: dict[str, Any], says: str
-) -> None:
-    w, rec = _long_widget(monkeypatch)
-    custom_from_view(w, request_)
-    [(content, buffers)] = _tile_replies(rec)
-    assert content["type"] == "tile_error" and says in content["message"] and buffers == []
-
-
 def test_a_dense_widget_answers_tile_requests_with_an_error(widget: tuple[AttentionPatterns, Recorder]) -> None:
     w, rec = widget
     custom_from_view(w, {"type": "tile", "id": 1, "layer": 0, "head": 0, "level": 0, "row": 0, "col": 0})
-    [(content, _)] = _tile_replies(rec)
+    [(content, _)] = [(c, b) for c, b in rec.custom() if c.get("type") == "tile_error"]
     assert content["type"] == "tile_error" and "from_qk" in content["message"]
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "error", "says"),
-    [
-        ({"q": torch.zeros(1, 2, 5, 4), "k": torch.zeros(1, 2, 5, 4)}, ShapeError, "q: expected 6 positions"),
-        ({"q": torch.zeros(1, 3, 6, 4), "k": torch.zeros(1, 2, 6, 4)}, ArgumentError, "n_kv_heads"),
-        (
-            {"q": torch.zeros(1, 2, 6, 4), "k": torch.zeros(1, 2, 6, 4), "sliding_window": -2},
-            ArgumentError,
-            "sliding_window",
-        ),
-        ({"q": torch.zeros(1, 2, 6, 4), "k": torch.zeros(1, 2, 6, 4), "scale": math.inf}, ArgumentError, "scale"),
-    ],
-)
-def test_from_qk_refuses_bad_queries_and_keys_naming_the_argument(
-    kwargs: dict[str, Any], error: type[Exception], says: str
-) -> None:
-    with pytest.raises(error, match=says):
-        AttentionPatterns.from_qk([f"t{i}" for i in range(6)], **kwargs)
-
-
-def test_from_qk_refuses_an_overview_over_its_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("circuitwidgets.widgets._attention_tiles.OVERVIEW_BUDGET_BYTES", 1000)
-    with pytest.raises(MemoryBudgetError, match=r"q: .*overview"):
-        AttentionPatterns.from_qk([f"t{i}" for i in range(64)], torch.zeros(2, 4, 64, 4), torch.zeros(2, 4, 64, 4))
-
-
-def test_long_inputs_from_a_model_use_its_queries_and_keys_with_the_same_patterns(model: CircuitModel) -> None:
-    dense_widget = AttentionPatterns(model, IDS)
-    long_widget = AttentionPatterns.from_model(model, IDS, long=True)
-    assert long_widget.qk is not None and long_widget.patterns.shape[2] == 0
-    for layer in range(2):
-        for head in range(3):
-            want = dense_widget.attention[layer, head]
-            np.testing.assert_allclose(long_widget.qk.dense(layer, head).numpy(), want, atol=0.5 / 255 + 1e-6)
-
-
-def test_in_an_event_loop_tiles_are_served_newest_first_and_cancelled_requests_are_dropped(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    w, rec = _long_widget(monkeypatch, queued_tiles=True)
-
-    async def play() -> None:
-        for i in range(4):
-            custom_from_view(w, {"type": "tile", "id": i, "layer": 0, "head": 0, "level": 0, "row": i, "col": 0})
-        custom_from_view(w, {"type": "cancel", "ids": [1, 2]})
-        await _until(lambda: len(_tile_replies(rec)) >= 2)
-
-    _run_in_fresh_loop(play)
-    assert [c["id"] for c, _ in _tile_replies(rec)] == [3, 0]
-
-
-def test_in_an_event_loop_the_selected_heads_overview_goes_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    g = torch.Generator().manual_seed(1)
-    q, k = torch.randn(2, 3, 40, 4, generator=g), torch.randn(2, 3, 40, 4, generator=g)
-    rec = Recorder()
-
-    async def build() -> tuple[bool, bool]:
-        w = AttentionPatterns.from_qk([f"t{i}" for i in range(40)], q, k, selected_layer=1, selected_head=2)
-        monkeypatch.setattr(w, "_send", rec)
-        started = w.streaming
-        custom_from_view(w, {"type": "want_heads"})
-        await _until(lambda: not w.streaming)
-        return started, w.streaming
-
-    started, still = _run_in_fresh_loop(build)
-    heads = [tuple(h) for c, _ in rec.custom() if c["type"] == "overview" for h in c["heads"]]
-    assert started and not still
-    assert heads[0] == (1, 2) and sorted(heads) == [(l, h) for l in range(2) for h in range(3)]
-    assert any("overview" in u for u in rec.updates())  # the complete traits follow
