@@ -55,8 +55,13 @@ def _blocks(a: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     return pad.amax((1, 3)), pad.sum((1, 3)) / ones.sum((1, 3))
 
 
+@pytest.mark.parametrize("rows_a_chunk", [None, 8])
 @pytest.mark.parametrize(("causal", "window", "cap"), CASES)
-def test_overview_and_every_tile_equal_the_dense_softmax(causal: bool, window: int | None, cap: float | None) -> None:
+def test_overview_and_every_tile_equal_the_dense_softmax(
+    monkeypatch: pytest.MonkeyPatch, causal: bool, window: int | None, cap: float | None, rows_a_chunk: int | None
+) -> None:
+    if rows_a_chunk is not None:  # tiles and summaries in chunks of a few rows, each over the columns it sees
+        monkeypatch.setattr("circuitwidgets.circuits.tiles.CHUNK_BYTES", 4 * N * rows_a_chunk)
     q, k = _qk()
     engine = QKPatterns(q, k, causal=causal, sliding_window=window, softcap=cap)
     layer, head = 1, 3  # key head 1 under grouped-query attention

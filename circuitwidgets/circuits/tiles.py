@@ -259,7 +259,9 @@ class QKPatterns:
         """Tile ``(row, col)`` at ``level``: block max and mean ``[rows, cols]`` (≤ ``TILE``), block ``2^level``.
 
         Covers destinations ``row · TILE · 2^level ...`` and sources likewise; cut at the matrix's edge.
-        Cost: ``O((TILE · 2^level)² · d_head)``, nothing when the tile is wholly masked.
+        Computed in chunks of rows (whole blocks), each over the columns its rows can see.
+        Cost: ``O((TILE · 2^level)² · d_head)`` time (about half on the diagonal), ``O(CHUNK_BYTES)``
+        memory; nothing when the tile is wholly masked.
         """
         self._check_head(layer, head)
         block = 2**level
@@ -274,9 +276,21 @@ class QKPatterns:
         if hi <= c0 or lo >= c1:  # wholly masked
             zero = np.zeros(shape, dtype=np.float32)
             return zero, zero.copy()
-        m, total = _reduce(self.weights(layer, head, r0, r1, c0, c1), block)
+        bmax = torch.zeros(shape, dtype=torch.float32)
+        bsum = torch.zeros(shape, dtype=torch.float64)
+        step = max(block, CHUNK_BYTES // (4 * (c1 - c0)) // block * block)
+        for a in range(r0, r1, step):
+            b = min(r1, a + step)
+            lo, hi = self.columns(layer, a, b)
+            lo, hi = max(c0, lo // block * block), min(c1, -(-hi // block) * block)  # whole blocks
+            if hi <= lo:
+                continue
+            m, total = _reduce(self.weights(layer, head, a, b, lo, hi), block)
+            i, j = (a - r0) // block, (lo - c0) // block
+            bmax[i : i + m.shape[0], j : j + m.shape[1]] = m.cpu()
+            bsum[i : i + m.shape[0], j : j + m.shape[1]] = total.cpu().double()
         counts = block_counts_rect(r1 - r0, c1 - c0, block)
-        return m.cpu().numpy(), (total.cpu().double() / counts).float().numpy()
+        return bmax.numpy(), (bsum / counts).float().numpy()
 
     def dense(self, layer: int, head: int) -> torch.Tensor:
         """The whole pattern ``[N, N]`` (for tests and small inputs). Cost: ``4 N²`` bytes."""
