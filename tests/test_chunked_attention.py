@@ -9,26 +9,31 @@ to the dense pass.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 import torch
-from families import CASES_BY_ID
+from families import CASES_BY_ID, Case
 
 from circuitwidgets import AttentionPatterns, from_hf
 from circuitwidgets.model import forward as forward_module
 from circuitwidgets.model.forward import attention_mask, chunked_attention, soft_cap
 
+#: A Llama with grouped-query heads whose context fits a text past LONG_TOKENS.
+LONG_LLAMA = {"num_key_value_heads": 2, "max_position_embeddings": 4096}
 
-def _dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, cap: float | None, window: int | None) -> torch.Tensor:
+
+def _dense(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, cap: float | None, window: int | None
+) -> torch.Tensor:
     scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q, k) / scale, cap)
     scores = scores.masked_fill(~attention_mask(q.shape[1], window, q.device), float("-inf"))
     return torch.einsum("bhqk,bkhe->bqhe", scores.softmax(-1), v)
 
 
 @pytest.mark.parametrize(("window", "cap"), [(None, None), (5, None), (None, 2.0), (7, 3.0), (1, None)])
-def test_chunks_of_rows_give_the_dense_weights(monkeypatch: pytest.MonkeyPatch, window: int | None, cap: float | None) -> None:
+def test_chunks_of_rows_give_the_dense_weights(
+    monkeypatch: pytest.MonkeyPatch, window: int | None, cap: float | None
+) -> None:
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 40, 3, 8, generator=g) for _ in range(3))
     monkeypatch.setattr(forward_module, "ATTENTION_CHUNK_BYTES", 4 * 2 * 3 * 40 * 6)  # 6 rows a chunk
@@ -58,29 +63,9 @@ def test_keeping_no_pattern_is_estimated_without_the_square_of_the_length() -> N
     assert queries_and_keys < 512 * 2**20, f"{queries_and_keys:,} bytes"
 
 
-def _long_llama(n_ctx: int) -> Any:
-    import transformers
-
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=n_ctx,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    cfg._attn_implementation = "eager"
-    return transformers.LlamaForCausalLM(cfg).eval()
-
-
 def test_a_long_text_from_a_rotary_model_is_shown_from_its_queries_and_keys_exactly() -> None:
     n = 2_100  # over LONG_TOKENS: the long-context path
-    model = from_hf(_long_llama(4096))
+    model = from_hf(Case("llama-long", "LlamaConfig", "LlamaForCausalLM", LONG_LLAMA).build())
     ids = torch.randint(3, 64, (n,), generator=torch.Generator().manual_seed(2))
     w = AttentionPatterns(model, ids)
     assert w.qk is not None and w.patterns.shape[2] == 0
