@@ -82,6 +82,7 @@ def test_a_tile_request_is_answered_with_the_exact_block_max_and_mean(monkeypatc
         "level": 0,
         "row": 4,
         "col": 2,
+        "kind": "raw",
         "rows": 44,
         "cols": 64,
     }
@@ -103,6 +104,8 @@ def test_a_tile_request_is_answered_with_the_exact_block_max_and_mean(monkeypatc
         ({"type": "tile", "id": 2**40, "layer": 0, "head": 0, "level": 0, "row": 0, "col": 0}, "id must be"),
         ({"type": "tile", "id": 1, "layer": 0, "head": 0, "level": 0, "row": 10**30, "col": 0}, "outside"),
         ({"type": "cancel", "ids": "all"}, "cancel"),
+        ({"type": "tile", "id": 1, "layer": 0, "head": 0, "level": 0, "row": 0, "col": 0, "kind": "value"}, "no value"),
+        ({"type": "tile", "id": 1, "layer": 0, "head": 0, "level": 0, "row": 0, "col": 0, "kind": [1]}, "kind must"),
     ],
 )
 def test_a_bad_tile_request_gets_an_error_message_never_an_exception_or_data(

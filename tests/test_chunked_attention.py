@@ -15,6 +15,7 @@ import torch
 from families import CASES_BY_ID, Case
 
 from circuitwidgets import AttentionPatterns, from_hf
+from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
 from circuitwidgets.model import forward as forward_module
 from circuitwidgets.model.forward import attention_mask, chunked_attention, soft_cap
 
@@ -69,9 +70,17 @@ def test_a_long_text_from_a_rotary_model_is_shown_from_its_queries_and_keys_exac
     ids = torch.randint(3, 64, (n,), generator=torch.Generator().manual_seed(2))
     w = AttentionPatterns(model, ids)
     assert w.qk is not None and w.patterns.shape[2] == 0
-    _, cache = model.run_with_cache(ids[None], names=["pattern"])
-    for layer, head in [(0, 0), (1, 3)]:
+    _, cache = model.run_with_cache(ids[None], names=["pattern", "v", "z"])  # the dense forward
+    norms, effects = value_norms(model, cache), logit_effects(model, cache, ids)
+    # value norms and logit effects (from the chunked forward's z) equal the dense forward's
+    assert w.value_norms is not None and w.logit_effect is not None
+    np.testing.assert_allclose(w.value_norms, norms, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w.logit_effect, effects, rtol=1e-4, atol=1e-5)
+    for layer, head in [(0, 0), (1, 3)]:  # (head 3 reads key and value head 1: grouped-query attention)
         want = cache["pattern", layer][0, head]
         rows = [0, 1, 777, n - 1]
         got = torch.stack([w.qk.weights(layer, head, r, r + 1, 0, n)[0] for r in rows])
         np.testing.assert_allclose(got.numpy(), want[rows].numpy(), atol=1e-6)
+        want_value = value_weighted(want[rows].numpy(), norms[layer, head])
+        got_value = torch.stack([w.qk.weights(layer, head, r, r + 1, 0, n, "value")[0] for r in rows])
+        np.testing.assert_allclose(got_value.numpy(), want_value, atol=1e-6)

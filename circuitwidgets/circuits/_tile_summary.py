@@ -8,7 +8,9 @@ chunk finishes whole overview rows).
 
 Per chunk the weights are left unnormalised (``e = exp(s − row max)``): the row
 total divides the per-row block aggregates (``rows × G`` values) and the top-``k``
-weights, never every cell.
+weights, never every cell. With value norms the same ``e`` times ``n_j`` gives the
+value-weighted pattern's aggregates and log-sum-exp in the same pass (no second
+score product); its top-``k`` sources are not kept.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class HeadSummary:
     ``lse [N]`` (float32 log-sum-exp of each row's scores), ``max`` and
     ``mean [G, G]`` (``G = ceil(N / block)``) block aggregates, ``top_sources [N, k]`` (int32, -1
     where a row has fewer than ``k`` allowed sources) and ``top_weights [N, k]`` (float32, 0 there).
+    ``value`` holds the value-weighted pattern's ``(lse, max, mean)`` when the engine has value norms.
     """
 
     lse: torch.Tensor
@@ -40,6 +43,30 @@ class HeadSummary:
     mean: NDArray[np.float32]
     top_sources: NDArray[np.int32]
     top_weights: NDArray[np.float32]
+    value: tuple[torch.Tensor, NDArray[np.float32], NDArray[np.float32]] | None = None
+
+
+class _Aggregates:
+    """Block max and sum of one kind of pattern, filled band by band, and its log-sum-exp."""
+
+    def __init__(self, n: int, grid: int, device: torch.device) -> None:
+        self.lse = torch.empty(n, dtype=torch.float32, device=device)
+        self.bmax = torch.zeros(grid, grid, dtype=torch.float32)
+        self.bsum = torch.zeros(grid, grid, dtype=torch.float64)
+
+    def add(self, e: torch.Tensor, inv: torch.Tensor, r0: int, b0: int, block: int) -> torch.Tensor:
+        """Fold in chunk ``e [rows, cols]`` (unnormalised; ``inv [rows, 1]`` normalises each row); returns its per-row block maxima."""
+        row_max, row_sum = column_blocks(e, block)
+        row_max.mul_(inv)
+        row_sum.mul_(inv)
+        m, sums = fold_rows(row_max, row_sum, block)
+        i0 = r0 // block
+        self.bmax[i0 : i0 + m.shape[0], b0 : b0 + m.shape[1]] = m.cpu()
+        self.bsum[i0 : i0 + m.shape[0], b0 : b0 + m.shape[1]] = sums.cpu().double()
+        return row_max
+
+    def band(self, i0: int, i1: int, counts: torch.Tensor) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+        return self.bmax[i0:i1].numpy(), (self.bsum[i0:i1] / counts[i0:i1]).float().numpy()
 
 
 class HeadSummariser:
@@ -64,9 +91,8 @@ class HeadSummariser:
         self.engine, self.layer, self.head, self.block, self.chunk = engine, layer, head, block, chunk
         self.grid = -(-n // block)
         self.k = max(0, min(top_k, n))
-        self.lse = torch.empty(n, dtype=torch.float32, device=engine.q.device)
-        self.bmax = torch.zeros(self.grid, self.grid, dtype=torch.float32)
-        self.bsum = torch.zeros(self.grid, self.grid, dtype=torch.float64)
+        self.raw = _Aggregates(n, self.grid, engine.q.device)
+        self.value = None if engine.norms is None else _Aggregates(n, self.grid, engine.q.device)
         self.top_sources = np.full((n, self.k), -1, dtype=np.int32)
         self.top_weights = np.zeros((n, self.k), dtype=np.float32)
         self.next_row = 0
@@ -98,15 +124,9 @@ class HeadSummariser:
         e = e_.scores(self.layer, self.head, r0, r1, c0, c1)
         top = e.amax(-1, keepdim=True)
         total = e.sub_(top).exp_().sum(-1, keepdim=True)
-        self.lse[r0:r1] = (top + total.log()).squeeze(-1)
+        self.raw.lse[r0:r1] = (top + total.log()).squeeze(-1)
         inv = total.reciprocal_()
-        row_max, row_sum = column_blocks(e, block)
-        row_max.mul_(inv)
-        row_sum.mul_(inv)
-        m, sums = fold_rows(row_max, row_sum, block)
-        i0 = r0 // block
-        self.bmax[i0 : i0 + m.shape[0], b0 : b0 + m.shape[1]] = m.cpu()
-        self.bsum[i0 : i0 + m.shape[0], b0 : b0 + m.shape[1]] = sums.cpu().double()
+        row_max = self.raw.add(e, inv, r0, b0, block)
         if self.k:
             w, idx = top_k_cells(e, row_max, block, self.k)
             kk = w.shape[1]
@@ -114,23 +134,40 @@ class HeadSummariser:
             self.top_weights[r0:r1, :kk] = weights
             # rows with fewer allowed sources than k: their extra picks have weight 0
             self.top_sources[r0:r1, :kk] = np.where(weights > 0, (idx + c0).to(torch.int32).cpu().numpy(), -1)
+        if self.value is not None:
+            self._add_value(self.value, e, top, r0, c0, b0)
         self.next_row = r1
-        return i0, self.rows_done
+        return r0 // block, self.rows_done
 
-    def band(self, i0: int, i1: int) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
-        """Block max and mean of overview rows ``[i0, i1)`` (final once :attr:`rows_done` ``≥ i1``), ``[i1 − i0, G]`` each."""
+    def _add_value(self, value: _Aggregates, e: torch.Tensor, top: torch.Tensor, r0: int, c0: int, b0: int) -> None:
+        """The value-weighted pattern of the chunk: ``e · n_j``, each row over its own total (0 when the total is 0)."""
+        norms = self.engine._value_norms(self.layer, self.head)[c0 : c0 + e.shape[1]]
+        e.mul_(norms)  # (e is not needed after this)
+        total = e.sum(-1, keepdim=True)
+        empty = total == 0
+        value.lse[r0 : r0 + e.shape[0]] = (top + total.log()).masked_fill_(empty, float("inf")).squeeze(-1)
+        value.add(e, total.reciprocal_().masked_fill_(empty, 0.0), r0, b0, self.block)
+
+    def band(self, i0: int, i1: int, kind: str = "raw") -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+        """Block max and mean of ``kind``'s overview rows ``[i0, i1)`` (final once :attr:`rows_done` ``≥ i1``), ``[i1 − i0, G]`` each."""
         if self._counts is None:
             self._counts = block_counts_rect(self.engine.n_tokens, self.engine.n_tokens, self.block)
-        mean = (self.bsum[i0:i1] / self._counts[i0:i1]).float()
-        return self.bmax[i0:i1].numpy(), mean.numpy()
+        aggregates = self.value if kind == "value" else self.raw
+        if aggregates is None:
+            raise ValueError("kind: value-weighted patterns need value_norms")
+        return aggregates.band(i0, i1, self._counts)
 
     def result(self) -> HeadSummary:
-        """The finished summary (and the head's log-sum-exp kept by the engine for tiles)."""
+        """The finished summary (and the head's log-sum-exps kept by the engine for tiles)."""
         if not self.done:
             raise RuntimeError(f"head [{self.layer}, {self.head}]: summary taken before its last chunk")
-        self.engine.keep_lse(self.layer, self.head, self.lse)
+        self.engine.keep_lse(self.layer, self.head, self.raw.lse)
         bmax, mean = self.band(0, self.grid)
-        return HeadSummary(self.lse, bmax, mean, self.top_sources, self.top_weights)
+        value = None
+        if self.value is not None:
+            self.engine.keep_lse(self.layer, self.head, self.value.lse, "value")
+            value = (self.value.lse, *self.band(0, self.grid, "value"))
+        return HeadSummary(self.raw.lse, bmax, mean, self.top_sources, self.top_weights, value)
 
 
 def column_blocks(e: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:

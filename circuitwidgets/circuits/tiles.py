@@ -13,6 +13,12 @@ chunk of rows by chunk of rows (``O(chunk · N)`` memory, like flash attention):
 - then any *tile* on demand: ``TILE × TILE`` cells of block size ``2^level``
   (level 0: single weights), again as exact block max and mean.
 
+Given each source's value norm ``n_j = ‖v_j W_O‖`` (``value_norms``), the same
+holds for the value-weighted pattern ``A_ij n_j / Σ_k A_ik n_k`` (kind
+``"value"``): it is the softmax of the scores plus ``log n_j``, so it has its own
+log-sum-exp and is tiled exactly like the raw pattern (a row whose norms are all
+zero stays zero, as in :func:`circuitwidgets.circuits.attention.value_weighted`).
+
 Scores are ``s_ij = softcap(q_i · k_j / scale)`` with ``softcap(x) = c ·
 tanh(x / c)``, masked to ``j ≤ i`` when causal and to ``i − w < j`` (and ``j <
 i + w`` when not causal) with a sliding window ``w``, as in the model's forward
@@ -32,7 +38,7 @@ from numpy.typing import NDArray
 from circuitwidgets.circuits._tile_summary import HeadSummariser, HeadSummary, block_counts_rect
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 
-__all__ = ["CHUNK_BYTES", "TILE", "HeadSummariser", "HeadSummary", "QKPatterns", "overview_block"]
+__all__ = ["CHUNK_BYTES", "KINDS", "TILE", "HeadSummariser", "HeadSummary", "QKPatterns", "overview_block"]
 
 #: Cells along a tile's side (at any level).
 TILE = 64
@@ -44,6 +50,9 @@ CHUNK_BYTES = 4 * 2**20
 
 #: Cells along the overview's side at most.
 OVERVIEW_CELLS = 256
+
+#: Patterns a :class:`QKPatterns` can tile: raw weights, and value-weighted when it has value norms.
+KINDS = ("raw", "value")
 
 
 def overview_block(n_tokens: int, cells: int = OVERVIEW_CELLS) -> int:
@@ -86,6 +95,35 @@ def _windows(sliding_window: int | Sequence[int | None] | None, n_layers: int) -
     return windows
 
 
+def _norms(value_norms: Any, shape: tuple[int, int, int]) -> torch.Tensor | None:
+    """``value_norms`` as float32 ``[n_layers, n_heads, N]``, finite and ``≥ 0`` (or ``None``)."""
+    if value_norms is None:
+        return None
+    t = value_norms.detach() if isinstance(value_norms, torch.Tensor) else None
+    if t is None:
+        try:
+            t = torch.as_tensor(np.asarray(value_norms, dtype=np.float32))
+        except (TypeError, ValueError) as exc:
+            raise ArgumentTypeError(
+                f"value_norms: expected an array of numbers, got {type(value_norms).__name__} ({exc})"
+            ) from None
+    if not t.is_floating_point():
+        raise ArgumentTypeError(f"value_norms: expected real floating-point values, got dtype {t.dtype}")
+    if tuple(t.shape) != shape:
+        raise ShapeError(f"value_norms: expected [n_layers, n_heads, n_tokens] = {list(shape)}, got {list(t.shape)}")
+    t = t.to(torch.float32)
+    if not bool(torch.isfinite(t).all()):
+        raise NonFiniteError("value_norms: expected finite values, got NaN or infinite entries")
+    if bool((t < 0).any()):
+        raise ArgumentError(f"value_norms: expected norms ≥ 0, got minimum {float(t.min()):.4g}")
+    return t
+
+
+def _empty_rows_to_inf_(lse: torch.Tensor) -> torch.Tensor:
+    """Rows with no weight at all (value norms all zero) get ``lse = +inf``, so their weights are 0, not NaN."""
+    return lse.masked_fill_(lse == float("-inf"), float("inf"))
+
+
 def _positive(value: float | None, name: str) -> float | None:
     if value is None:
         return None
@@ -114,6 +152,9 @@ class QKPatterns:
         (and ``j < i + w`` when not causal).
     softcap
         ``c``: scores become ``c · tanh(s / c)`` (Gemma 2).
+    value_norms
+        ``‖v_j W_O‖`` per layer, head and source ``[n_layers, n_heads, N]`` (``≥ 0``): enables
+        the value-weighted pattern (``kind="value"`` in :meth:`weights` and :meth:`tile`).
 
     Cost: holds ``q`` and ``k`` as float32 (``4 · (n_heads + n_kv_heads) · N · d_head`` bytes
     per layer) and ``4 N`` bytes of log-sum-exp per summarised head.
@@ -128,6 +169,7 @@ class QKPatterns:
         scale: float | None = None,
         sliding_window: int | Sequence[int | None] | None = None,
         softcap: float | None = None,
+        value_norms: Any = None,
     ) -> None:
         qt, kt = _as_tensor(q, "q"), _as_tensor(k, "k")
         n_layers, n_heads, n, d = (int(s) for s in qt.shape)
@@ -154,7 +196,10 @@ class QKPatterns:
         self.softcap = _positive(softcap, "softcap")
         self.windows = _windows(sliding_window, n_layers)
         self.n_layers, self.n_heads, self.n_kv_heads, self.n_tokens, self.d_head = n_layers, n_heads, n_kv, n, d
-        self._lse: dict[tuple[int, int], torch.Tensor] = {}
+        norms = _norms(value_norms, (n_layers, n_heads, n))
+        self.norms = None if norms is None else norms.to(self.q.device)
+        self.kinds: tuple[str, ...] = KINDS if norms is not None else KINDS[:1]
+        self._lse: dict[tuple[int, int, str], torch.Tensor] = {}
 
     # ------------------------------------------------------------ scores
 
@@ -163,6 +208,11 @@ class QKPatterns:
             raise ArgumentError(
                 f"head: expected layer < {self.n_layers} and head < {self.n_heads}, got [{layer}, {head}]"
             )
+
+    def _check_kind(self, kind: str) -> None:
+        if kind not in self.kinds:
+            why = " (value-weighted patterns need value_norms)" if kind in KINDS else ""
+            raise ArgumentError(f"kind: expected one of {self.kinds}{why}, got {kind!r}")
 
     def _mask_(self, s: torch.Tensor, layer: int, r0: int, r1: int, c0: int, c1: int) -> None:
         """Set the masked cells of scores ``s [r1 - r0, c1 - c0]`` to ``-inf`` in place.
@@ -194,14 +244,24 @@ class QKPatterns:
         c1 = r1 if self.causal else (self.n_tokens if w is None else min(self.n_tokens, r1 - 1 + w))
         return c0, c1
 
-    def scores(self, layer: int, head: int, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
-        """Scores ``[r1 - r0, c1 - c0]`` float32, ``-inf`` where masked. Cost: ``O(rows · cols · d_head)``."""
+    def scores(self, layer: int, head: int, r0: int, r1: int, c0: int, c1: int, kind: str = "raw") -> torch.Tensor:
+        """Scores ``[r1 - r0, c1 - c0]`` float32, ``-inf`` where masked; for ``kind="value"`` plus ``log n_j``.
+
+        Cost: ``O(rows · cols · d_head)``.
+        """
         kv = head // (self.n_heads // self.n_kv_heads)
         s = self.q[layer, head, r0:r1] @ self.k[layer, kv, c0:c1].T  # q is stored divided by the scale
         if self.softcap is not None:
             s.div_(self.softcap).tanh_().mul_(self.softcap)
+        if kind == "value":
+            s.add_(self._value_norms(layer, head)[c0:c1].log())
         self._mask_(s, layer, r0, r1, c0, c1)
         return s
+
+    def _value_norms(self, layer: int, head: int) -> torch.Tensor:
+        if self.norms is None:
+            raise ArgumentError("kind: value-weighted patterns need value_norms")
+        return self.norms[layer, head]
 
     def _chunk_rows(self, block: int) -> int:
         rows = max(1, CHUNK_BYTES // (4 * self.n_tokens))
@@ -217,6 +277,8 @@ class QKPatterns:
     def summarise(self, layer: int, head: int, block: int, top_k: int) -> HeadSummary:
         """Log-sum-exp, overview (block max and mean) and each row's top-``k`` sources, in one chunked pass.
 
+        With value norms the value-weighted pattern's log-sum-exp and overview come in the same pass.
+
         Cost: ``O(N² · d_head)`` time (half when causal), ``O(chunk · N)`` memory.
         """
         summariser = self.summariser(layer, head, block, top_k)
@@ -224,14 +286,15 @@ class QKPatterns:
             summariser.step()
         return summariser.result()
 
-    def keep_lse(self, layer: int, head: int, lse: torch.Tensor) -> None:
+    def keep_lse(self, layer: int, head: int, lse: torch.Tensor, kind: str = "raw") -> None:
         """Keep a head's log-sum-exp computed elsewhere (a finished summary), so tiles need not recompute it."""
-        self._lse[layer, head] = lse
+        self._lse[layer, head, kind] = lse
 
-    def lse(self, layer: int, head: int) -> torch.Tensor:
-        """Each row's log-sum-exp ``[N]`` (computed once, chunked, then kept)."""
+    def lse(self, layer: int, head: int, kind: str = "raw") -> torch.Tensor:
+        """Each row's log-sum-exp ``[N]`` of ``kind``'s scores (computed once, chunked, then kept; ``+inf`` for an empty row)."""
         self._check_head(layer, head)
-        cached = self._lse.get((layer, head))
+        self._check_kind(kind)
+        cached = self._lse.get((layer, head, kind))
         if cached is not None:
             return cached
         n = self.n_tokens
@@ -240,21 +303,22 @@ class QKPatterns:
         for r0 in range(0, n, step):
             r1 = min(n, r0 + step)
             c0, c1 = self.columns(layer, r0, r1)
-            s = self.scores(layer, head, r0, r1, c0, c1)
+            s = self.scores(layer, head, r0, r1, c0, c1, kind)
             top = s.amax(-1, keepdim=True)
+            top.masked_fill_(top == float("-inf"), 0.0)  # a row of zero norms: its sum is 0, its lse -inf
             lse[r0:r1] = (top + s.sub_(top).exp_().sum(-1, keepdim=True).log()).squeeze(-1)
-        self._lse[layer, head] = lse
+        self._lse[layer, head, kind] = _empty_rows_to_inf_(lse)
         return lse
 
     # ------------------------------------------------------------ on demand
 
-    def weights(self, layer: int, head: int, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
-        """Exact weights ``A[r0:r1, c0:c1]`` float32. Cost: ``O(rows · cols · d_head)`` (after the log-sum-exp)."""
-        lse = self.lse(layer, head)
-        return self.scores(layer, head, r0, r1, c0, c1).sub_(lse[r0:r1, None]).exp_()
+    def weights(self, layer: int, head: int, r0: int, r1: int, c0: int, c1: int, kind: str = "raw") -> torch.Tensor:
+        """Exact weights ``A[r0:r1, c0:c1]`` (or value-weighted) float32. Cost: ``O(rows · cols · d_head)`` (after the log-sum-exp)."""
+        lse = self.lse(layer, head, kind)
+        return self.scores(layer, head, r0, r1, c0, c1, kind).sub_(lse[r0:r1, None]).exp_()
 
     def tile(
-        self, layer: int, head: int, level: int, row: int, col: int
+        self, layer: int, head: int, level: int, row: int, col: int, kind: str = "raw"
     ) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
         """Tile ``(row, col)`` at ``level``: block max and mean ``[rows, cols]`` (≤ ``TILE``), block ``2^level``.
 
@@ -264,6 +328,7 @@ class QKPatterns:
         memory; nothing when the tile is wholly masked.
         """
         self._check_head(layer, head)
+        self._check_kind(kind)
         block = 2**level
         span = TILE * block
         n = self.n_tokens
@@ -285,16 +350,16 @@ class QKPatterns:
             lo, hi = max(c0, lo // block * block), min(c1, -(-hi // block) * block)  # whole blocks
             if hi <= lo:
                 continue
-            m, total = _reduce(self.weights(layer, head, a, b, lo, hi), block)
+            m, total = _reduce(self.weights(layer, head, a, b, lo, hi, kind), block)
             i, j = (a - r0) // block, (lo - c0) // block
             bmax[i : i + m.shape[0], j : j + m.shape[1]] = m.cpu()
             bsum[i : i + m.shape[0], j : j + m.shape[1]] = total.cpu().double()
         counts = block_counts_rect(r1 - r0, c1 - c0, block)
         return bmax.numpy(), (bsum / counts).float().numpy()
 
-    def dense(self, layer: int, head: int) -> torch.Tensor:
-        """The whole pattern ``[N, N]`` (for tests and small inputs). Cost: ``4 N²`` bytes."""
-        return self.weights(layer, head, 0, self.n_tokens, 0, self.n_tokens)
+    def dense(self, layer: int, head: int, kind: str = "raw") -> torch.Tensor:
+        """The whole pattern ``[N, N]`` of ``kind`` (for tests and small inputs). Cost: ``4 N²`` bytes."""
+        return self.weights(layer, head, 0, self.n_tokens, 0, self.n_tokens, kind)
 
 
 def _reduce(p: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:

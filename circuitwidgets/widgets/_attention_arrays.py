@@ -23,6 +23,7 @@ from circuitwidgets.widgets._attention_batch import (
 )
 from circuitwidgets.widgets._attention_codec import Heads, check_state_bytes, check_tokens, per_position
 from circuitwidgets.widgets._attention_source import Source
+from circuitwidgets.widgets._attention_tiles import LongText
 from circuitwidgets.widgets._spec import NONE
 
 if TYPE_CHECKING:
@@ -144,6 +145,8 @@ def from_qk(
     scale: float | None = None,
     sliding_window: int | Sequence[int | None] | None = None,
     softcap: float | None = None,
+    value_norms: Any = None,
+    logit_effect: Any = None,
     **kwargs: Any,
 ) -> AttentionPatterns:
     """A widget for long contexts: patterns computed exactly, on demand, from queries and keys.
@@ -160,6 +163,12 @@ def from_qk(
     causal, scale, sliding_window, softcap
         As in :class:`~circuitwidgets.circuits.tiles.QKPatterns`: scores ``softcap(q · k / scale)``
         (``scale`` defaults to ``sqrt(d_head)``), masked causally and to the window.
+    value_norms
+        Optional ``‖v_j W_O‖`` per layer, head and position ``[n_layers, n_heads, N]`` (``≥ 0``):
+        enables the value-weighted pattern, summarised with the raw one and tiled on demand.
+    logit_effect
+        Optional per-position logit effects ``[n_layers, n_heads, N]`` (NaN allowed): the
+        token strip's "Logit effect" shading and the strip beside the pattern.
     **kwargs
         Initial traits, for example ``selected_head=3``.
 
@@ -169,7 +178,8 @@ def from_qk(
     ``N × N`` array. The view shows an overview (block max) of every head, then asks for
     finer tiles as it zooms, down to single weights. Exported pages carry the overview
     and each row's top-``k`` sources within :data:`EXPORT_BUDGET_BYTES`; finer zoom there
-    needs a live kernel. Value-weighted patterns and logit effects are not computed here.
+    needs a live kernel (the value-weighted pattern's export is its overview).
+    ``AttentionPatterns(model, long_text)`` passes the model's value norms and logit effects.
 
     Raises
     ------
@@ -177,10 +187,13 @@ def from_qk(
         Naming the argument.
     """
     token_list = check_tokens(tokens)
-    engine = QKPatterns(q, k, causal=causal, scale=scale, sliding_window=sliding_window, softcap=softcap)
+    engine = QKPatterns(
+        q, k, causal=causal, scale=scale, sliding_window=sliding_window, softcap=softcap, value_norms=value_norms
+    )
     if engine.n_tokens != len(token_list):
         raise ShapeError(f"q: expected {len(token_list)} positions (one per token), got {engine.n_tokens}")
-    return cls(_qk=(token_list, engine), **kwargs)
+    effect = per_position(logit_effect, "logit_effect", (engine.n_layers, engine.n_heads, engine.n_tokens), nan_ok=True)
+    return cls(_qk=LongText(token_list, engine, effect), **kwargs)
 
 
 def set_data(

@@ -308,8 +308,10 @@ def check_tokens(tokens: Any, name: str = "tokens") -> list[str]:
     return list(tokens)
 
 
-def per_position(values: Any, name: str, heads: Heads, *, nan_ok: bool) -> NDArray[np.float32] | None:
-    """``[n_heads, n]`` or ``[n_layers, n_heads, n]`` → float32 ``[n_layers, n_heads, n]``."""
+def per_position(
+    values: Any, name: str, heads: Heads | tuple[int, int, int], *, nan_ok: bool
+) -> NDArray[np.float32] | None:
+    """``[n_heads, n]`` or ``[n_layers, n_heads, n]`` → float32 ``[n_layers, n_heads, n]`` (``heads``: the patterns, or that shape)."""
     if values is None:
         return None
     if isinstance(values, torch.Tensor):
@@ -320,7 +322,7 @@ def per_position(values: Any, name: str, heads: Heads, *, nan_ok: bool) -> NDArr
         raise ArgumentTypeError(f"{name}: expected an array of numbers, got {type(values).__name__} ({exc})") from None
     if v.ndim == 2:
         v = v[None]
-    expected = (heads.n_layers, heads.n_heads, heads.n)
+    expected = heads if isinstance(heads, tuple) else (heads.n_layers, heads.n_heads, heads.n)
     if v.shape != expected:
         raise ShapeError(
             f"{name}: expected shape {expected} [n_layers, n_heads, n_tokens] (like attention), got {tuple(np.shape(values))}"

@@ -27,6 +27,7 @@ from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets._attention_batch import Prepared, stack_prompts
 from circuitwidgets.widgets._attention_codec import Heads, check_state_bytes
 from circuitwidgets.widgets._attention_source import Source, build_bar
+from circuitwidgets.widgets._attention_tiles import LongText
 from circuitwidgets.widgets._attention_window import check_window, windowed_data
 from circuitwidgets.widgets._context import check_context, context_limited
 
@@ -138,20 +139,28 @@ def from_model_source(model: CircuitModel, ids: torch.Tensor) -> Source:
     return Source(tokens, heads, True, value_norms(model, cache), logit_effects(model, cache, ids), known_causal=True)
 
 
-def qk_from_model(model: CircuitModel, ids: torch.Tensor) -> tuple[list[str], QKPatterns]:
-    """Tokens and the post-rotary queries and keys of every layer (one forward pass, no pattern kept).
+def qk_from_model(model: CircuitModel, ids: torch.Tensor) -> LongText:
+    """Tokens, post-rotary queries and keys of every layer with the value norms, and the logit effects.
 
-    The cache records ``q`` and ``k`` as ``[batch, pos, head, d_head]`` (keys already repeated
-    per query head); the model's scale, soft-cap and per-layer sliding windows go with them.
-    Cost: ``8 · n_layers · n_heads · pos · d_head`` bytes.
+    One forward pass that keeps no pattern (attention runs in chunks of rows). The cache
+    records ``q``, ``k`` and ``v`` as ``[batch, pos, head, d_head]`` (keys and values already
+    repeated per query head) and each head's mixed values ``z``; the model's scale, soft-cap
+    and per-layer sliding windows go with them. The value norms make the value-weighted
+    pattern available on demand; the logit effects (``[n_layers, n_heads, pos]``) come from
+    ``z`` as in :func:`~circuitwidgets.circuits.attention.logit_effects`.
+    Cost: ``16 · n_layers · n_heads · pos · d_head`` bytes while the pass's cache lives.
     """
     cfg = model.cfg
-    _, cache = model.run_with_cache(ids[None], names=["q", "k"])
+    _, cache = model.run_with_cache(ids[None], names=["q", "k", "v", "z"])
     q = torch.stack([cache["q", layer][0].transpose(0, 1) for layer in range(cfg.n_layers)]).float()
     k = torch.stack([cache["k", layer][0].transpose(0, 1) for layer in range(cfg.n_layers)]).float()
+    norms, effects = value_norms(model, cache), logit_effects(model, cache, ids)
+    del cache
     windows = [cfg.window(layer) for layer in range(cfg.n_layers)]
-    engine = QKPatterns(q, k, causal=True, scale=cfg.scale, sliding_window=windows, softcap=cfg.attn_softcap)
-    return model.to_str_tokens(ids), engine
+    engine = QKPatterns(
+        q, k, causal=True, scale=cfg.scale, sliding_window=windows, softcap=cfg.attn_softcap, value_norms=norms
+    )
+    return LongText(model.to_str_tokens(ids), engine, effects)
 
 
 def batch_from_model(model: CircuitModel, prompts: Sequence[Any], progress_bar: bool | None = None) -> Prepared:
@@ -189,7 +198,7 @@ def model_data(
     stride: int | None,
     long: bool | None,
     progress_bar: bool | None,
-) -> Source | Prepared | tuple[list[str], QKPatterns]:
+) -> Source | Prepared | LongText:
     """What a widget built from ``model`` starts with: one text's source, a batch, windows, or queries and keys."""
     prompts = prompt_list(text_or_tokens)
     if prompts is not None:

@@ -11,27 +11,29 @@ Overview
     so that tile requests and selections are answered within a slice, not after a
     whole head (seconds at 32K tokens). Once the view has asked (``want_heads``),
     finished heads go to it as ``{"type": "overview", "heads": [[l, h], ...]}``
-    with one float16 buffer ``[2, G, G]`` (max, mean) per head, and a head in
+    with one float16 buffer ``[C, G, G]`` per head, and a head in
     progress as bands of finished overview rows, at most one per
     :data:`BAND_INTERVAL_S` (the first at once): ``{"type": "overview", "heads":
-    [[l, h]], "rows": [i0, i1], "done": bool}`` with one buffer ``[2, i1 − i0,
-    G]``; ``done`` marks the head's last band. When all are done the traits
+    [[l, h]], "rows": [i0, i1], "done": bool}`` with one buffer ``[C, i1 − i0,
+    G]``; ``done`` marks the head's last band. The ``C`` channels are the raw
+    pattern's block max and mean, then (``C = 4``, when the engine has value
+    norms) the value-weighted pattern's, computed in the same pass. When all are done the traits
     ``overview``, ``top_sources`` and ``top_weights`` are set, so saved state and
     exported pages hold them.
 
 Export budget
-    ``overview`` (float16 ``[L, H, 2, G, G]``, ``G ≤ 256``) and, for every
+    ``overview`` (float16 ``[L, H, C, G, G]``, ``G ≤ 256``) and, for every
     query row, its top-``k`` sources (int32) and weights (float16), with ``k``
     the largest (≤ :data:`MAX_TOP_K`) whose bytes fit :data:`EXPORT_BUDGET_BYTES`
     together with the overview. Anything finer needs a live kernel.
 
 Tile protocol (custom messages)
-    view → kernel ``{"type": "tile", "id": int, "layer", "head", "level", "row", "col"}``:
+    view → kernel ``{"type": "tile", "id": int, "layer", "head", "level", "row", "col", "kind"?}``:
     the block max and mean of tile ``(row, col)`` at ``level`` (blocks of ``2^level``
-    tokens, ``TILE`` blocks a side); ``{"type": "cancel", "ids": [int, ...]}`` drops
+    tokens, ``TILE`` blocks a side) of the ``"raw"`` (default) or ``"value"`` pattern; ``{"type": "cancel", "ids": [int, ...]}`` drops
     requests not yet computed.
     kernel → view ``{"type": "tile", "id", "layer", "head", "level", "row", "col",
-    "rows", "cols"}`` with two float32 buffers ``[rows, cols]`` (max, mean), or
+    "kind", "rows", "cols"}`` with two float32 buffers ``[rows, cols]`` (max, mean), or
     ``{"type": "tile_error", "id": int | None, "message": str}`` for a request that
     is malformed, out of range or oversized (never an exception in the kernel).
 """
@@ -43,6 +45,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,8 +53,9 @@ import torch
 from numpy.typing import NDArray
 
 from circuitwidgets.circuits.tiles import TILE, HeadSummariser, QKPatterns, overview_block
-from circuitwidgets.errors import ArgumentError, MemoryBudgetError
+from circuitwidgets.errors import MemoryBudgetError
 from circuitwidgets.widgets._attention_source import YIELD_S, running_loop
+from circuitwidgets.widgets._attention_tile_requests import MAX_PENDING, TileRequests
 
 __all__ = [
     "BACKGROUND_THREADS",
@@ -61,6 +65,7 @@ __all__ = [
     "MAX_TOP_K",
     "OVERVIEW_BUDGET_BYTES",
     "SLICE_S",
+    "LongText",
     "TileSource",
     "on_custom",
     "top_k_for_budget",
@@ -75,9 +80,6 @@ OVERVIEW_BUDGET_BYTES = 256 * 2**20
 #: Most sources kept per query row for exported pages.
 MAX_TOP_K = 16
 
-#: Tile requests waiting at most; more are answered with an error.
-MAX_PENDING = 256
-
 #: Seconds of summarising between two turns of the event loop (a turn answers waiting messages).
 SLICE_S = 0.02
 
@@ -90,19 +92,28 @@ BACKGROUND_THREADS = 1
 #: Seconds at least between two bands of the same unfinished head (its first band goes at once).
 BAND_INTERVAL_S = 0.1
 
-_ID_LIMIT = 2**31
-
 Send = Callable[[dict[str, Any], list[memoryview]], None]
 
 
-def top_k_for_budget(n_layers: int, n_heads: int, n_tokens: int, grid: int, budget: int = EXPORT_BUDGET_BYTES) -> int:
+def top_k_for_budget(
+    n_layers: int, n_heads: int, n_tokens: int, grid: int, budget: int = EXPORT_BUDGET_BYTES, channels: int = 2
+) -> int:
     """Largest ``k ≤ MAX_TOP_K`` whose top-``k`` arrays (6 bytes a source) fit ``budget`` beside the overview (0 if none)."""
-    left = budget - n_layers * n_heads * 2 * grid * grid * 2
+    left = budget - n_layers * n_heads * channels * grid * grid * 2
     per_k = n_layers * n_heads * n_tokens * 6
     return max(0, min(MAX_TOP_K, n_tokens, left // per_k))
 
 
-class TileSource:
+@dataclass(frozen=True)
+class LongText:
+    """What a long-context widget starts from: its tokens, the engine, and optionally each position's logit effect."""
+
+    tokens: list[str]
+    engine: QKPatterns
+    logit_effect: NDArray[np.float32] | None = None
+
+
+class TileSource(TileRequests):
     """The kernel side of a long-context widget: summaries, their stream, and tile requests.
 
     Parameters
@@ -118,15 +129,17 @@ class TileSource:
         n_layers, n_heads, n = engine.n_layers, engine.n_heads, engine.n_tokens
         self.block = overview_block(n)
         self.grid = -(-n // self.block)
-        overview_bytes = n_layers * n_heads * 2 * self.grid * self.grid * 2
+        self.kinds = engine.kinds
+        channels = 2 * len(self.kinds)
+        overview_bytes = n_layers * n_heads * channels * self.grid * self.grid * 2
         if overview_bytes > OVERVIEW_BUDGET_BYTES:
             raise MemoryBudgetError(
                 f"q: {n_layers} layers × {n_heads} heads would need {overview_bytes:,} bytes of overview, over the budget "
                 f"of {OVERVIEW_BUDGET_BYTES:,}; pass fewer layers or heads"
             )
-        self.top_k = top_k_for_budget(n_layers, n_heads, n, self.grid)
+        self.top_k = top_k_for_budget(n_layers, n_heads, n, self.grid, channels=channels)
         self.max_level = max(0, int(math.log2(self.block)) - 1)
-        self.overview = np.zeros((n_layers, n_heads, 2, self.grid, self.grid), dtype=np.float16)
+        self.overview = np.zeros((n_layers, n_heads, channels, self.grid, self.grid), dtype=np.float16)
         self.top_sources = np.full((n_layers, n_heads, n, self.top_k), -1, dtype=np.int32)
         self.top_weights = np.zeros((n_layers, n_heads, n, self.top_k), dtype=np.float16)
         self.ready = np.zeros((n_layers, n_heads), dtype=bool)
@@ -141,14 +154,17 @@ class TileSource:
 
     # ------------------------------------------------------------ the widget's side
 
-    def initial_traits(self, tokens: list[str]) -> dict[str, Any]:
-        """The widget's data traits before any head is summarised."""
+    def initial_traits(self, text: LongText) -> dict[str, Any]:
+        """The widget's data traits before any head is summarised (value norms and logit effects when known)."""
         shape = (self.engine.n_layers, self.engine.n_heads)
+        norms = self.engine.norms
         return {
-            "tokens": tokens,
+            "tokens": text.tokens,
+            "value_norms": None if norms is None else norms.to("cpu").numpy(),
+            "logit_effect": text.logit_effect,
             "causal": self.engine.causal,
             "patterns": np.zeros((*shape, 0), dtype=np.uint8),
-            "overview": np.zeros((*shape, 2, 0, 0), dtype=np.float16),
+            "overview": np.zeros((*shape, self.overview.shape[2], 0, 0), dtype=np.float16),
             "tile_block": self.block,
             "tile_size": TILE,
             "diagonals": [{"offset": 1, "label": "previous token"}],
@@ -190,6 +206,8 @@ class TileSource:
         summary = summariser.result()
         self.overview[layer, head, 0] = summary.max
         self.overview[layer, head, 1] = summary.mean
+        if summary.value is not None:
+            self.overview[layer, head, 2:4] = summary.value[1:]
         self.top_sources[layer, head] = summary.top_sources
         self.top_weights[layer, head] = summary.top_weights
         self.ready[layer, head] = True
@@ -226,7 +244,8 @@ class TileSource:
         if summariser is None:
             summariser = self.active[layer, head] = self.engine.summariser(layer, head, self.block, self.top_k)
         i0, i1 = summariser.step()
-        self.overview[layer, head, 0, i0:i1], self.overview[layer, head, 1, i0:i1] = summariser.band(i0, i1)
+        for c, kind in enumerate(self.kinds):
+            self.overview[layer, head, 2 * c : 2 * c + 2, i0:i1] = summariser.band(i0, i1, kind)
         if summariser.done:
             self.queue.pop(0)
             del self.active[layer, head]
@@ -261,85 +280,6 @@ class TileSource:
             # a zero sleep is one turn of the loop, too few for a message to reach its handler
             await asyncio.sleep(YIELD_S)
 
-    # ------------------------------------------------------------ tiles
-
-    def check_request(self, content: dict[str, Any]) -> tuple[int, int, int, int, int, int]:
-        """``(id, layer, head, level, row, col)`` of a tile request, or :class:`ArgumentError` saying what is wrong."""
-        e = self.engine
-        fields = ("id", "layer", "head", "level", "row", "col")
-        values = {f: content.get(f) for f in fields}
-        bad = [f for f, v in values.items() if isinstance(v, bool) or not isinstance(v, int)]
-        if bad:
-            raise ArgumentError(
-                f"tile request: expected integer {', '.join(bad)}, got {', '.join(repr(values[f])[:20] for f in bad)}"
-            )
-        rid, layer, head, level, row, col = (int(str(values[f])) for f in fields)
-        if not 0 <= rid < _ID_LIMIT:
-            raise ArgumentError(f"tile request: id must be in [0, {_ID_LIMIT}), got {rid}")
-        if not (0 <= layer < e.n_layers and 0 <= head < e.n_heads):
-            raise ArgumentError(f"tile request: no head [{layer}, {head}] (layers < {e.n_layers}, heads < {e.n_heads})")
-        if not 0 <= level <= self.max_level:
-            raise ArgumentError(
-                f"tile request: level {level} is out of range [0, {self.max_level}] (coarser than that is the overview)"
-            )
-        per_side = -(-e.n_tokens // (TILE * 2**level))
-        if not (0 <= row < per_side and 0 <= col < per_side):
-            raise ArgumentError(
-                f"tile request: tile ({row}, {col}) lies outside the {per_side} × {per_side} tiles of level {level}"
-            )
-        return rid, layer, head, level, row, col
-
-    def answer(self, content: dict[str, Any]) -> None:
-        """Compute and send one tile (or an error message)."""
-        raw_id = content.get("id")
-        rid = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else None
-        try:
-            rid, layer, head, level, row, col = self.check_request(content)
-            bmax, bmean = self.engine.tile(layer, head, level, row, col)
-        except (ArgumentError, MemoryError) as exc:
-            self.send({"type": "tile_error", "id": rid, "message": str(exc)}, [])
-            return
-        header = {"type": "tile", "id": rid, "layer": layer, "head": head, "level": level, "row": row, "col": col}
-        header |= {"rows": int(bmax.shape[0]), "cols": int(bmax.shape[1])}
-        self.send(header, [_bytes(bmax), _bytes(bmean)])
-
-    def receive(self, content: dict[str, Any], loop: asyncio.AbstractEventLoop | None) -> None:
-        """Handle a ``tile`` or ``cancel`` message: queue it (with a loop) or answer at once."""
-        kind = content.get("type")
-        if kind == "cancel":
-            ids = content.get("ids")
-            if not isinstance(ids, list) or len(ids) > 10 * MAX_PENDING:
-                self.send(
-                    {"type": "tile_error", "id": None, "message": "cancel: expected 'ids', a list of request ids"}, []
-                )
-                return
-            drop = {i for i in ids if isinstance(i, int)}
-            self.pending = [p for p in self.pending if p.get("id") not in drop]
-            return
-        if loop is None:
-            self.answer(content)
-            return
-        if len(self.pending) >= MAX_PENDING:
-            self.send(
-                {
-                    "type": "tile_error",
-                    "id": content.get("id") if isinstance(content.get("id"), int) else None,
-                    "message": f"tile request: more than {MAX_PENDING} requests waiting; cancel some first",
-                },
-                [],
-            )
-            return
-        self.pending.append(content)
-        if self.tile_task is None or self.tile_task.done():
-            self.tile_task = loop.create_task(self._serve())
-
-    async def _serve(self) -> None:
-        """Answer waiting requests, newest first (the view's latest viewport), yielding in between."""
-        await asyncio.sleep(YIELD_S)  # let cancels that arrive with the requests land first
-        while self.pending:
-            self.answer(self.pending.pop())
-            await asyncio.sleep(YIELD_S)
-
 
 @contextmanager
 def _torch_threads(n: int) -> Iterator[None]:
@@ -353,10 +293,6 @@ def _torch_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def _bytes(a: NDArray[np.float32]) -> memoryview:
-    return memoryview(np.ascontiguousarray(a, dtype=np.float32).tobytes())
 
 
 def on_custom(widget: Any, stream: Any, tiles: TileSource | None, content: Any) -> None:

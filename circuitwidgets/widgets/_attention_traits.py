@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from circuitwidgets.widgets._attention_codec import head_size
 from circuitwidgets.widgets._spec import trait_error
 
-__all__ = ["check_diagonals", "check_patterns_trait", "check_per_position_trait", "wire_layout"]
+__all__ = ["check_diagonals", "check_patterns_trait", "check_per_position_trait", "kind_problem", "wire_layout"]
 
 _MAX_LABEL = 40
 _MAX_OFFSET = 2**20
@@ -89,3 +89,13 @@ def check_diagonals(widget: Any, value: list[dict[str, Any]]) -> list[dict[str, 
             raise trait_error(widget, "diagonals", f"offsets in [-{_MAX_OFFSET}, {_MAX_OFFSET}]", f"{offset} at {i}")
         out.append({"offset": int(offset), "label": label[:_MAX_LABEL]})
     return out
+
+
+def kind_problem(view: Any, kind: str) -> str | None:
+    """Why ``pattern_kind`` cannot be ``kind`` (value-weighted patterns need their data or, long, value norms), or ``None``."""
+    long = getattr(view, "_tiles", None)
+    if long is not None and kind in long.kinds:
+        return None
+    if kind == "value" and view.value_patterns is None:
+        return "'raw': value-weighted patterns need a model (or value_norms)"
+    return None

@@ -42,7 +42,6 @@ import traitlets
 from numpy.typing import NDArray
 
 from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
-from circuitwidgets.circuits.tiles import QKPatterns
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets import _attention_arrays
@@ -58,8 +57,13 @@ from circuitwidgets.widgets._attention_codec import (
 from circuitwidgets.widgets._attention_live import LiveData
 from circuitwidgets.widgets._attention_model import LONG_TOKENS, from_model_source, model_data, token_ids
 from circuitwidgets.widgets._attention_source import STREAM_BYTES, build_bar, repeat_period, running_loop
-from circuitwidgets.widgets._attention_tiles import EXPORT_BUDGET_BYTES, TileSource
-from circuitwidgets.widgets._attention_traits import check_diagonals, check_patterns_trait, check_per_position_trait
+from circuitwidgets.widgets._attention_tiles import EXPORT_BUDGET_BYTES, LongText, TileSource
+from circuitwidgets.widgets._attention_traits import (
+    check_diagonals,
+    check_patterns_trait,
+    check_per_position_trait,
+    kind_problem,
+)
 from circuitwidgets.widgets._spec import NONE, head_selection, view_data, view_setting
 from circuitwidgets.widgets._traits import Choice, SelectionIndex
 
@@ -82,13 +86,6 @@ __all__ = [
 _KINDS = ("raw", "value")
 
 TextOrTokens = str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]] | torch.Tensor
-
-
-def _value_patterns_present(view: Any, kind: str) -> str | None:
-    """Why ``kind`` cannot be drawn (value-weighted patterns need their data), or ``None``."""
-    if kind == "value" and view.value_patterns is None:
-        return "'raw': value-weighted patterns need a model (or value_norms)"
-    return None
 
 
 class AttentionPatterns(LiveData):
@@ -177,7 +174,7 @@ class AttentionPatterns(LiveData):
     """A text analysed in windows: ``{"size": W, "stride": S, "starts": [a_k, ...]}`` (each window's
     first text position after its BOS); ``{}`` otherwise."""
 
-    pattern_kind = view_setting(Choice(_KINDS, default_value="raw", requires=_value_patterns_present))
+    pattern_kind = view_setting(Choice(_KINDS, default_value="raw", requires=kind_problem))
     """Pattern drawn: ``"raw"`` or ``"value"`` (value-weighted; needs ``value_patterns``)."""
 
     show_diagonals = view_setting(traitlets.Bool(False))
@@ -232,7 +229,7 @@ class AttentionPatterns(LiveData):
         long: bool | None = None,
         progress_bar: bool | None = None,
         _source: Any = None,
-        _qk: tuple[list[str], QKPatterns] | None = None,
+        _qk: LongText | None = None,
         **kwargs: Any,
     ) -> None:
         self._stream = None
@@ -245,7 +242,7 @@ class AttentionPatterns(LiveData):
             built = model_data(
                 model, text_or_tokens, window=window, stride=stride, long=long, progress_bar=progress_bar
             )
-            if isinstance(built, tuple):
+            if isinstance(built, LongText):
                 _qk = built
             else:
                 _source = built
@@ -263,8 +260,8 @@ class AttentionPatterns(LiveData):
                 bar.close()
             kwargs = {**data, **kwargs}
         if _qk is not None:
-            self._tiles = TileSource(_qk[1], lambda content, buffers: self.send(content, buffers))
-            kwargs = {**self._tiles.initial_traits(_qk[0]), **kwargs}
+            self._tiles = TileSource(_qk.engine, lambda content, buffers: self.send(content, buffers))
+            kwargs = {**self._tiles.initial_traits(_qk), **kwargs}
         super().__init__(**kwargs)
         self._follow_prompt()
         self._opened = True
@@ -391,7 +388,14 @@ class AttentionPatterns(LiveData):
 
     @property
     def value_attention(self) -> NDArray[np.float32] | None:
-        """The value-weighted patterns as the view sees them (rows normalised; a batch: the shown prompt's), or ``None``."""
+        """The value-weighted patterns as the view sees them (rows normalised; a batch: the shown prompt's), or ``None``.
+
+        A long-context widget holds none: use ``qk.dense(layer, head, "value")``.
+        """
+        if self._tiles is not None:
+            raise ArgumentError(
+                "value_attention: a long-context widget holds no dense patterns; use .qk.dense(layer, head, 'value')"
+            )
         self.finish()
         vp = self.value_patterns
         return None if vp is None else self._shown(vp)
