@@ -3,6 +3,7 @@ import type { RenderProps } from "@anywidget/types";
 import { afterEach, describe, expect, it } from "vitest";
 import widget from "../src/index";
 import type { AttentionTraits } from "../src/views/attention";
+import { LongSource } from "../src/views/attention/long";
 import { FakeModel } from "./fake-model";
 
 const N = 5000; // over the token strip's limit: the strip is virtualised
@@ -159,6 +160,44 @@ describe("attention view over a long context", () => {
     expect(status(el)).toMatch(/→ source 90 “t90”: 0\.125/);
   });
 
+  it("with value norms, draws the value-weighted overview from the same bands and asks for value tiles", async () => {
+    const per = (v: number) => wire(new Float32Array(L * H * N).fill(v), "float32", [L, H, N]);
+    const { m, el } = mount(
+      state({ overview: wire(new Uint16Array(0), "float16", [L, H, 4, 0, 0]), value_norms: per(1), logit_effect: per(0.5) }),
+    );
+    const valueButton = el.querySelector('button[data-value="value"]') as HTMLButtonElement;
+    const logitButton = el.querySelector('button[data-value="logit"]') as HTMLButtonElement;
+    // one head's whole overview: raw max, mean, then the value-weighted max, mean
+    const bits = new Uint16Array(4 * G * G);
+    bits.set(overviewBytes(0.5).subarray(0, G * G), 0);
+    bits.set(overviewBytes(0.25).subarray(0, G * G), 2 * G * G);
+    m.custom({ type: "overview", heads: [[0, 1]] }, [bits.buffer as ArrayBuffer]);
+    await nextFrame();
+    expect(valueButton.disabled).toBe(false);
+    expect(logitButton.disabled).toBe(false);
+    const before = m.sent.length;
+    m.fromKernel({ pattern_kind: "value", selected_dest: 100, selected_src: 90 });
+    await nextFrame();
+    // the value-weighted overview's block, and the head's logit effect at the selected destination
+    expect(status(el)).toMatch(/value-weighted pattern\) · destination 100 “t100” → source 90 “t90”: ≤ 0\.250/);
+    expect(status(el)).toMatch(/logit effect on next token “t101”: \+0\.50/);
+    await zoomTo(m, el);
+    const tiles = m.sent.slice(before).filter((s) => s.type === "tile");
+    expect(tiles.length).toBeGreaterThan(0);
+    expect(tiles.every((t) => t.kind === "value")).toBe(true);
+    const t = tiles.filter((x) => x.level === 0).find((x) => x.row === 1 && x.col === 1);
+    expect(t).toBeDefined();
+    const max = new Float32Array(64 * 64).fill(0.375);
+    m.custom({ ...t, rows: 64, cols: 64 }, [max.buffer, max.slice().buffer]);
+    await nextFrame();
+    expect(status(el)).toMatch(/→ source 90 “t90”: 0\.375/);
+    // back to raw: the raw overview, and raw tiles asked for
+    m.fromKernel({ pattern_kind: "raw" });
+    await nextFrame();
+    expect(status(el)).not.toMatch(/0\.375/);
+    expect(m.sent.filter((s) => s.type === "tile" && s.kind === "raw").length).toBeGreaterThan(0);
+  });
+
   it("shows a kernel's refusal in the status line", async () => {
     const { m, el } = mount();
     m.custom({ type: "tile_error", id: 3, message: "tile request: level 9 is out of range" }, []);
@@ -188,5 +227,35 @@ describe("attention view over a long context", () => {
     expect(m.sent.filter((s) => s.type === "tile")).toEqual([]);
     expect(el.querySelector(".cw-zoom")?.textContent).toMatch(/top 2 sources at full resolution; finer zoom needs a live kernel/);
     expect(status(el)).toMatch(/→ source 90 “t90”: 0\.750/);
+  });
+});
+
+describe("LongSource with a value-weighted pattern", () => {
+  it("reads both kinds from each band's four channels and asks for tiles of the kind it draws", () => {
+    const sent: Record<string, unknown>[] = [];
+    const n = 256; // blocks of 32: an 8 × 8 overview
+    const shape = { nLayers: 1, nHeads: 1, nTokens: n, causal: false, block: 32, tileSize: 64 };
+    const raw = new LongSource(shape, wire(new Uint16Array(0), "float16", [1, 1, 4, 0, 0]), null, null, (m) => sent.push(m), false);
+    const value = raw.withKind("value");
+    expect(raw.kinds).toEqual(["raw", "value"]);
+    expect(value).not.toBeNull();
+    // a band of the first two overview rows: [4 channels, 2 rows, 8 columns]
+    const band = new Uint16Array(4 * 2 * 8);
+    band.fill(half(0.5), 0, 16); // raw max
+    band.fill(half(0.125), 32, 48); // value max
+    expect(raw.receiveOverview({ type: "overview", heads: [[0, 0]], rows: [0, 2], done: false }, [band.buffer])).toEqual([0]);
+    expect(raw.ready(0, 0) && value?.ready(0, 0)).toBe(true);
+    expect(raw.complete(0, 0)).toBe(false);
+    expect(raw.weight(0, 0, 40, 3).value).toBe(0.5);
+    expect(value?.weight(0, 0, 40, 3).value).toBe(0.125);
+    expect(Number.isNaN(value?.weight(0, 0, 100, 3).value)).toBe(true); // rows still to come
+    // a band sized for the raw pattern alone does not fit and is ignored
+    expect(raw.receiveOverview({ type: "overview", heads: [[0, 0]], rows: [2, 3], done: false }, [new Uint16Array(2 * 8).buffer])).toEqual([]);
+    value?.need(0, 0, { r0: 0, c0: 0, size: 64 }, 440);
+    expect(sent.length).toBeGreaterThan(0);
+    expect(sent.every((m) => m.type === "tile" && m.kind === "value")).toBe(true);
+    // without value norms (two channels) there is no value-weighted source
+    const plain = new LongSource(shape, wire(new Uint16Array(0), "float16", [1, 1, 2, 0, 0]), null, null, () => {}, false);
+    expect(plain.withKind("value")).toBeNull();
   });
 });

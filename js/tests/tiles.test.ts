@@ -108,7 +108,8 @@ describe("TileStore: request, cancel, cache", () => {
     new DataView(bytes.buffer).setFloat32(1, 0.25, true);
     expect(Array.from(asFloat32(new DataView(bytes.buffer, 1, 4)) ?? [])).toEqual([0.25]);
     expect(asFloat32("x")).toBeNull();
-    expect(keyOf(K(2, 3, 1))).toBe("0.1.1.2.3");
+    expect(keyOf(K(2, 3, 1))).toBe("raw.0.1.1.2.3");
+    expect(keyOf({ ...K(2, 3, 1), kind: "value" })).toBe("value.0.1.1.2.3");
   });
 });
 

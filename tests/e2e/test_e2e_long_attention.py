@@ -1,5 +1,5 @@
 """Long texts. JupyterLab 4, live: a long-context attention widget (from_qk) paints its overview and zooms to single
-cells at 32,768 tokens. Offline: a text longer than the context, in windows, says how it was computed.
+cells at 32,768 tokens, raw and value-weighted. Offline: a text longer than the context, in windows, says how it was computed.
 
 The kernel holds queries and keys only; the view paints each head's overview
 (block max) and, as it zooms, asks the kernel for finer tiles until single
@@ -29,7 +29,8 @@ import torch, circuitwidgets as cw
 _g = torch.Generator().manual_seed(0)
 q = torch.randn(1, 2, {N_TOKENS}, 16, generator=_g)
 k = torch.randn(1, 2, {N_TOKENS}, 16, generator=_g)
-long_w = cw.AttentionPatterns.from_qk([f"w{{i}}" for i in range({N_TOKENS})], q, k, selected_head=1)
+norms = torch.rand(1, 2, {N_TOKENS}, generator=_g) * 2
+long_w = cw.AttentionPatterns.from_qk([f"w{{i}}" for i in range({N_TOKENS})], q, k, value_norms=norms, selected_head=1)
 long_w"""
 
 
@@ -62,11 +63,14 @@ def test_a_long_context_zooms_to_single_cells_with_exact_tiles_from_the_kernel(l
     for _ in range(22):  # keyboard zoom around the centre, down to the fewest cells a side
         canvas.press("+")
     zoom = view.locator(".cw-zoom").first
-    text = wait_for(
-        lambda: re.search(r"rows (\d+)–(\d+), columns (\d+)–(\d+)", zoom.text_content() or ""), "a zoomed view"
-    )
-    r0, r1, c0, _ = (int(x) for x in text.groups())
-    assert r1 - r0 + 1 <= 16, f"not zoomed to single cells: {zoom.text_content()}"
+
+    def zoomed_in() -> re.Match[str] | None:
+        # (the keys are drawn a frame each: wait for the last, not the first view that reads as zoomed)
+        m = re.search(r"rows (\d+)–(\d+), columns (\d+)–(\d+)", zoom.text_content() or "")
+        return m if m is not None and int(m.group(2)) - int(m.group(1)) + 1 <= 16 else None
+
+    text = wait_for(zoomed_in, "a view zoomed to at most 16 cells a side")
+    _, r1, c0, _ = (int(x) for x in text.groups())
     wait_for(lambda: int(view.get_attribute("data-cw-tiles-cached") or 0) > 0, "tiles from the kernel", timeout_s=60)
     wait_for(lambda: view.get_attribute("data-cw-tiles-pending") == "0", "every tile asked for", timeout_s=60)
 
@@ -78,6 +82,15 @@ def test_a_long_context_zooms_to_single_cells_with_exact_tiles_from_the_kernel(l
     exact = lab.value(f"float(long_w.qk.weights(0, 1, {dest}, {dest} + 1, {src}, {src} + 1)[0, 0])")
     assert abs(shown - exact) <= 0.0005 + 1e-9, (shown, exact)
     assert "≤" not in status and "kernel:" not in status
+
+    # the value-weighted pattern at the same zoom: its own tiles, exact too
+    lab.run('long_w.pattern_kind = "value"')
+    status = wait_status(
+        view, rf"value-weighted pattern\) · destination {dest} .*→ source {src} .*: \d\.\d{{3}}", timeout_s=60
+    )
+    shown = float(re.search(r"→ source \d+ “[^”]*”: (\d\.\d{3})", status).group(1))  # type: ignore[union-attr]
+    exact = lab.value(f"float(long_w.qk.weights(0, 1, {dest}, {dest} + 1, {src}, {src} + 1, 'value')[0, 0])")
+    assert abs(shown - exact) <= 0.0005 + 1e-9, (shown, exact)
     assert not lab.log.page_errors[seen:], lab.log.page_errors[seen:]
     print(f"first paint {painted_s:.1f}s after Shift+Enter (the selected head's first band of overview rows)")
 

@@ -5,9 +5,11 @@
 // max and mean over `block` × `block` tokens) and asks for finer tiles as it
 // zooms: a tile at `level` has `tileSize` × `tileSize` cells of 2^level tokens
 // a side (level 0: single weights). Messages:
-//   view → kernel {type: "tile", id, layer, head, level, row, col}
+//   view → kernel {type: "tile", id, layer, head, level, row, col, kind}
 //                 {type: "cancel", ids: [...]}
-//   kernel → view {type: "tile", id, layer, head, level, row, col, rows, cols} + [max, mean] float32
+//   kernel → view {type: "tile", id, layer, head, level, row, col, kind, rows, cols} + [max, mean] float32
+// `kind` is "raw" (the weights) or "value" (the value-weighted pattern, when
+// the kernel has value norms); a missing kind is "raw".
 //                 {type: "tile_error", id, message}
 // Pure logic (which tiles a viewport needs, the cache, requests in flight),
 // so that request / cancel / cache are tested without a browser.
@@ -23,12 +25,17 @@ export interface TileGrid {
   block: number;
 }
 
+/** Which pattern a tile or overview holds. */
+export type TileKind = "raw" | "value";
+
 export interface TileKey {
   layer: number;
   head: number;
   level: number;
   row: number;
   col: number;
+  /** Absent: "raw". */
+  kind?: TileKind;
 }
 
 export interface Tile extends TileKey {
@@ -84,7 +91,7 @@ export function maskedTile(key: TileKey, grid: TileGrid, causal: boolean): boole
 
 /** A cache key. */
 export function keyOf(k: TileKey): string {
-  return `${k.layer}.${k.head}.${k.level}.${k.row}.${k.col}`;
+  return `${k.kind ?? "raw"}.${k.layer}.${k.head}.${k.level}.${k.row}.${k.col}`;
 }
 
 export type Send = (message: Record<string, unknown>) => void;
@@ -151,7 +158,7 @@ export class TileStore {
       const id = this.nextId++;
       this.inflight.set(key, id);
       asked.push(id);
-      this.send({ type: "tile", id, layer: k.layer, head: k.head, level: k.level, row: k.row, col: k.col });
+      this.send({ type: "tile", id, layer: k.layer, head: k.head, level: k.level, row: k.row, col: k.col, kind: k.kind ?? "raw" });
     }
     return asked;
   }
@@ -173,14 +180,16 @@ export class TileStore {
     const ints = ["layer", "head", "level", "row", "col", "rows", "cols"].map((f) => msg[f]);
     if (!ints.every((v) => Number.isInteger(v) && (v as number) >= 0)) return null;
     const [layer, head, level, row, col, rows, cols] = ints as number[];
-    const key = keyOf({ layer, head, level, row, col } as TileKey);
+    const kind = msg.kind ?? "raw";
+    if (kind !== "raw" && kind !== "value") return null;
+    const key = keyOf({ layer, head, level, row, col, kind } as TileKey);
     if (this.inflight.get(key) !== msg.id) return null; // cancelled or never asked
     this.inflight.delete(key);
     const max = asFloat32(buffers[0]);
     const mean = asFloat32(buffers[1]);
     const cells = (rows as number) * (cols as number);
     if (max === null || mean === null || max.length !== cells || mean.length !== cells) return null;
-    const tile: Tile = { layer, head, level, row, col, rows, cols, max, mean } as Tile;
+    const tile: Tile = { layer, head, level, row, col, kind, rows, cols, max, mean } as Tile;
     this.cache.set(key, tile);
     while (this.cache.size > this.capacity) {
       const oldest = this.cache.keys().next().value as string;
@@ -206,6 +215,8 @@ export function asFloat32(b: unknown): Float32Array | null {
 export interface HeadView {
   layer: number;
   head: number;
+  /** Absent: "raw". */
+  kind?: TileKind;
   /** Overview block max, `g × g` row-major (g = ceil(n / block)); null while not yet summarised. */
   overview: Float32Array | null;
 }
@@ -227,9 +238,8 @@ export function valueAt(
     const span = tileSpan(level, grid);
     const row = Math.floor(r / span);
     const col = Math.floor(c / span);
-    const tile = store.has({ layer: head.layer, head: head.head, level, row, col })
-      ? store.get({ layer: head.layer, head: head.head, level, row, col })
-      : undefined;
+    const key: TileKey = { layer: head.layer, head: head.head, level, row, col, kind: head.kind ?? "raw" };
+    const tile = store.has(key) ? store.get(key) : undefined;
     if (tile !== undefined) {
       const i = Math.floor((r - row * span) / 2 ** level);
       const j = Math.floor((c - col * span) / 2 ** level);

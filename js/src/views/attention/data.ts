@@ -80,7 +80,8 @@ export function loadData(model: Model, offline: boolean, previous: Data | null =
       offline,
       previous?.long ?? null,
     );
-    return { tokens, raw: long, value: null, dense: null, long, norms: null, effect: null, batch: null };
+    const per = (name: "value_norms" | "logit_effect") => perPosition(model.get(name), nLayers, nHeads, tokens.length);
+    return { tokens, raw: long, value: long.withKind("value"), dense: null, long, norms: per("value_norms"), effect: per("logit_effect"), batch: null };
   }
   const prompts = model.get("prompts") ?? [];
   if (prompts.length > 0) return loadBatch(model, prompts, causal);

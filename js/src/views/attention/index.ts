@@ -29,6 +29,7 @@ import { drawScene } from "./canvas";
 import { makeControls, makeElements } from "./controls";
 import { bindEvents } from "./interaction";
 import { type AttentionTraits, type Data, loadData, subtitleWords } from "./data";
+import { LongSource } from "./long";
 import { EMPTY_RGBA, HOVER, type Hover, type Layout, mainLayout, SELECT, type Sel } from "./layout";
 import { PromptPicker } from "./prompts";
 import { fillStreamedHeads, type PatternSource } from "./source";
@@ -201,7 +202,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     if (main.style.width !== `${L.width}px`) main.style.width = `${L.width}px`;
     const dpr = globalThis.devicePixelRatio || 1;
     const ready = p.ready(s.layer, s.head);
-    if (ready) d.long?.need(s.layer, s.head, view, L.size * dpr); // ask first: tiles are computed while this frame draws
+    if (ready && p instanceof LongSource) p.need(s.layer, s.head, view, L.size * dpr); // ask first: tiles are computed while this frame draws
     const ctx = sizeCanvas(canvas, L.width, L.height);
     if (ctx === null) return;
     if (ready) {
@@ -267,7 +268,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     if (logitButton) logitButton.disabled = d.effect === null;
     diagBox.checked = Boolean(model.get("show_diagonals"));
     resetButton.disabled = isFull(view, p.nTokens);
-    setText(zoomText, zoomWords(view, p.nTokens, d.long, layout().size * (globalThis.devicePixelRatio || 1)));
+    setText(zoomText, zoomWords(view, p.nTokens, p instanceof LongSource ? p : null, layout().size * (globalThis.devicePixelRatio || 1)));
     setText(caption, `${headName(s.layer, s.head)}: rows are destinations (queries), columns sources (keys)`);
     canvas.setAttribute("aria-label", `Attention pattern of layer ${s.layer}, head ${s.head}`);
     legend.replaceChildren(...legendItems(doc, s, subject(d, p), model.get("show_diagonals") ? (model.get("diagonals") ?? []) : null));

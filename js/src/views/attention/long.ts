@@ -3,11 +3,26 @@
 // and asks for finer tiles as it zooms (lib/tiles.ts). In an exported page
 // there is no kernel: the overview and each row's top-k sources (traits
 // `top_sources`, `top_weights`) are all there is, and the view says so.
+// With value norms the kernel summarises the value-weighted pattern in the
+// same pass: the overview has four channels (raw max, mean; value max, mean)
+// and `withKind("value")` is the same source drawing that pattern.
 
 import { decodeOptional, float16ToFloat32, type WireArray } from "../../lib/arrays";
 import type { ColourScale } from "../../lib/attentionui";
 import type { CellSource } from "../../lib/heatmap";
-import { type HeadView, levelFor, maskedTile, maxLevel, type Send, type TileGrid, TileStore, tilesFor, valueAt, viewCells } from "../../lib/tiles";
+import {
+  type HeadView,
+  levelFor,
+  maskedTile,
+  maxLevel,
+  type Send,
+  type TileGrid,
+  type TileKind,
+  TileStore,
+  tilesFor,
+  valueAt,
+  viewCells,
+} from "../../lib/tiles";
 import type { Viewport } from "../../lib/viewport";
 import type { PatternSource, Weight } from "./source";
 
@@ -25,8 +40,12 @@ export class LongSource implements PatternSource {
   readonly causal: boolean;
   readonly grid: TileGrid;
   readonly store: TileStore;
-  /** Per head (`layer * nHeads + head`): overview block max, `g × g` (NaN: rows still to come), or null before any row. */
-  private readonly overview: (Float32Array | null)[];
+  /** The pattern this source draws (`withKind` shares everything else). */
+  readonly kind: TileKind = "raw";
+  /** Patterns the kernel summarises: raw, and value-weighted when it has value norms. */
+  readonly kinds: TileKind[];
+  /** Per kind, per head (`layer * nHeads + head`): overview block max, `g × g` (NaN: rows still to come), or null before any row. */
+  private readonly overviews: Record<TileKind, (Float32Array | null)[]>;
   /** Per head: 1 once every overview row has arrived. */
   private readonly done: Uint8Array;
   private readonly topSources: Int32Array | null;
@@ -57,14 +76,20 @@ export class LongSource implements PatternSource {
       previous.grid.tileSize === this.grid.tileSize;
     this.store = same ? previous.store : new TileStore(send);
     const g = this.side();
-    this.overview = new Array(this.nLayers * this.nHeads).fill(null);
-    this.done = new Uint8Array(this.overview.length);
+    const heads = this.nLayers * this.nHeads;
     const o = decodeOptional(overview);
+    this.kinds = o !== null && o.shape.length === 5 && o.shape[2] === 4 ? ["raw", "value"] : ["raw"];
+    this.overviews = { raw: new Array(heads).fill(null), value: new Array(heads).fill(null) };
+    this.done = new Uint8Array(heads);
+    const channels = 2 * this.kinds.length;
     if (o !== null && o.shape.length === 5 && o.shape[3] === g && o.shape[4] === g && o.data instanceof Float32Array) {
-      for (let i = 0; i < this.overview.length; i++) this.overview[i] = o.data.subarray(i * 2 * g * g, i * 2 * g * g + g * g);
+      const data = o.data;
+      this.kinds.forEach((kind, c) => {
+        for (let i = 0; i < heads; i++) this.overviews[kind][i] = data.subarray((i * channels + 2 * c) * g * g, (i * channels + 2 * c + 1) * g * g);
+      });
       this.done.fill(1);
     } else if (same) {
-      for (let i = 0; i < this.overview.length; i++) this.overview[i] = previous.overview[i] ?? null; // streamed so far
+      for (const kind of this.kinds) for (let i = 0; i < heads; i++) this.overviews[kind][i] = previous.overviews[kind][i] ?? null; // streamed so far
       this.done.set(previous.done);
     }
     const s = decodeOptional(topSources);
@@ -81,12 +106,19 @@ export class LongSource implements PatternSource {
     return Math.ceil(this.grid.n / this.grid.block);
   }
 
+  /** The same data drawing the `kind` pattern (null when the kernel has no value norms). */
+  withKind(kind: TileKind): LongSource | null {
+    if (!this.kinds.includes(kind)) return null;
+    // every field is shared by reference (the overviews filled as bands arrive, the tile store): only the kind differs
+    return Object.assign(Object.create(LongSource.prototype) as LongSource, this, { kind });
+  }
+
   private headView(layer: number, head: number): HeadView {
-    return { layer, head, overview: this.overview[layer * this.nHeads + head] ?? null };
+    return { layer, head, kind: this.kind, overview: this.overviews[this.kind][layer * this.nHeads + head] ?? null };
   }
 
   ready(layer: number, head: number): boolean {
-    return this.overview[layer * this.nHeads + head] != null;
+    return this.overviews[this.kind][layer * this.nHeads + head] != null;
   }
 
   complete(layer: number, head: number): boolean {
@@ -98,8 +130,8 @@ export class LongSource implements PatternSource {
   }
 
   /**
-   * An `overview` message: whole heads (one float16 buffer `[2, g, g]` each), or
-   * a band of one head's finished rows (`rows: [i0, i1]`, one buffer `[2, i1 - i0, g]`,
+   * An `overview` message: whole heads (one float16 buffer `[C, g, g]` each, C = 2 per kind), or
+   * a band of one head's finished rows (`rows: [i0, i1]`, one buffer `[C, i1 - i0, g]`,
    * `done` on its last band). Returns the heads filled; a message that does not fit is ignored.
    */
   receiveOverview(content: unknown, buffers: unknown): number[] {
@@ -114,9 +146,11 @@ export class LongSource implements PatternSource {
       const b = (buffers as unknown[])[i];
       if (!(b instanceof ArrayBuffer || ArrayBuffer.isView(b))) return;
       const bytes = b instanceof ArrayBuffer ? new Uint8Array(b) : new Uint8Array(b.buffer as ArrayBuffer, b.byteOffset, b.byteLength);
-      if (bytes.byteLength !== 2 * 2 * g * g || !(layer >= 0 && layer < this.nLayers && head >= 0 && head < this.nHeads)) return;
+      if (bytes.byteLength !== 2 * 2 * this.kinds.length * g * g || !(layer >= 0 && layer < this.nLayers && head >= 0 && head < this.nHeads)) return;
       const bits = new Uint16Array(bytes.slice().buffer);
-      this.overview[layer * this.nHeads + head] = float16ToFloat32(bits.subarray(0, g * g));
+      this.kinds.forEach((kind, c) => {
+        this.overviews[kind][layer * this.nHeads + head] = float16ToFloat32(bits.subarray(2 * c * g * g, (2 * c + 1) * g * g));
+      });
       this.done[layer * this.nHeads + head] = 1;
       filled.push(layer * this.nHeads + head);
     });
@@ -135,10 +169,12 @@ export class LongSource implements PatternSource {
     const bytes = buffer instanceof ArrayBuffer ? new Uint8Array(buffer) : new Uint8Array(buffer.buffer as ArrayBuffer, buffer.byteOffset, buffer.byteLength);
     const cells = (i1 - i0) * g;
     const i = layer * this.nHeads + head;
-    if (bytes.byteLength !== 2 * 2 * cells || this.done[i] === 1) return [];
-    let o = this.overview[i];
-    if (o == null) o = this.overview[i] = new Float32Array(g * g).fill(Number.NaN);
-    if (cells > 0) o.set(float16ToFloat32(new Uint16Array(bytes.slice(0, 2 * cells).buffer)), i0 * g);
+    if (bytes.byteLength !== 2 * 2 * this.kinds.length * cells || this.done[i] === 1) return [];
+    this.kinds.forEach((kind, c) => {
+      let o = this.overviews[kind][i];
+      if (o == null) o = this.overviews[kind][i] = new Float32Array(g * g).fill(Number.NaN);
+      if (cells > 0) o.set(float16ToFloat32(new Uint16Array(bytes.slice(2 * 2 * c * cells, 2 * (2 * c + 1) * cells).buffer)), i0 * g);
+    });
     if (last) this.done[i] = 1;
     return [i];
   }
@@ -147,7 +183,7 @@ export class LongSource implements PatternSource {
   need(layer: number, head: number, view: Viewport, px: number): void {
     if (this.offline) return;
     const level = levelFor(view.size, px, this.grid);
-    const keys = level === null ? [] : tilesFor(view, level, this.grid).map((t) => ({ layer, head, level, ...t }));
+    const keys = level === null ? [] : tilesFor(view, level, this.grid).map((t) => ({ layer, head, level, kind: this.kind, ...t }));
     this.store.want(keys.filter((k) => !maskedTile(k, this.grid, this.causal)));
   }
 
@@ -159,7 +195,7 @@ export class LongSource implements PatternSource {
   cells(layer: number, head: number, view: Viewport, maxPx: number, scale: ColourScale): CellSource {
     const hv = this.headView(layer, head);
     const { rows, values } =
-      this.finerThanExport(view, maxPx) && this.topSources !== null
+      this.finerThanExport(view, maxPx) && this.topSources !== null && this.kind === "raw"
         ? this.topCells(layer, head, view, maxPx)
         : viewCells(this.store, hv, this.grid, view, maxPx, this.causal);
     const rowMax = new Float32Array(rows);
@@ -200,7 +236,7 @@ export class LongSource implements PatternSource {
 
   /** The top-k weight of (dest, src) when src is among dest's top-k sources, else NaN. */
   private topWeight(layer: number, head: number, dest: number, src: number): number {
-    if (this.topSources === null || this.topWeights === null) return Number.NaN;
+    if (this.topSources === null || this.topWeights === null || this.kind !== "raw") return Number.NaN; // (the raw pattern's)
     const base = ((layer * this.nHeads + head) * this.nTokens + dest) * this.topK;
     for (let t = 0; t < this.topK; t++) if (this.topSources[base + t] === src) return this.topWeights[base + t] as number;
     return Number.NaN;

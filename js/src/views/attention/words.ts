@@ -163,7 +163,8 @@ export function zoomWords(view: Viewport, n: number, long: LongSource | null, si
   if (isFull(view, n)) return n > 16 ? WHEEL_HINT : "";
   const where = `rows ${view.r0}–${view.r0 + view.size - 1}, columns ${view.c0}–${view.c0 + view.size - 1} of ${n}`;
   if (long?.finerThanExport(view, sidePx)) {
-    return `${where} · exported page: each row's top ${long.topK} sources at full resolution; finer zoom needs a live kernel`;
+    const holds = long.kind === "raw" ? `each row's top ${long.topK} sources at full resolution` : "the value-weighted overview only";
+    return `${where} · exported page: ${holds}; finer zoom needs a live kernel`;
   }
   return where;
 }
