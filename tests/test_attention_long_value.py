@@ -107,3 +107,18 @@ def test_from_qk_refuses_bad_norms_and_effects_naming_the_argument(
 ) -> None:
     with pytest.raises(error, match=says):
         _widget(monkeypatch, **kwargs)
+
+
+def test_the_export_budget_counts_the_value_overview_the_norms_and_the_effects(monkeypatch: pytest.MonkeyPatch) -> None:
+    import circuitwidgets.widgets._attention_tiles as tiles_module
+
+    overview = 2 * 4 * 4 * 150 * 150 * 2  # [L, H, 4 channels, G, G] float16
+    per_position = 2 * (2 * 4 * N * 4)  # value norms and logit effects, float32
+    per_k = 2 * 4 * N * 6  # one more source per row: int32 index and float16 weight
+    monkeypatch.setattr(tiles_module, "EXPORT_BUDGET_BYTES", overview + per_position + 3 * per_k + per_k // 2)
+    w, _ = _widget(monkeypatch)
+    assert w.top_sources is not None and w.top_weights is not None and w.overview is not None
+    assert w.top_sources.shape[-1] == 3
+    assert w.value_norms is not None and w.logit_effect is not None
+    carried = sum(a.nbytes for a in (w.overview, w.top_sources, w.top_weights, w.value_norms, w.logit_effect))
+    assert carried <= tiles_module.EXPORT_BUDGET_BYTES

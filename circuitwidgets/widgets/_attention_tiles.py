@@ -112,6 +112,13 @@ class LongText:
     engine: QKPatterns
     logit_effect: NDArray[np.float32] | None = None
 
+    @property
+    def per_position_bytes(self) -> int:
+        """Bytes of the per-position traits an exported page carries besides the overview (value norms, logit effects)."""
+        e = self.engine
+        norms = 0 if e.norms is None else 4 * e.n_layers * e.n_heads * e.n_tokens
+        return norms + (0 if self.logit_effect is None else int(self.logit_effect.nbytes))
+
 
 class TileSource(TileRequests):
     """The kernel side of a long-context widget: summaries, their stream, and tile requests.
@@ -122,9 +129,12 @@ class TileSource(TileRequests):
         Queries and keys of every head.
     send
         Sends a custom message with buffers to the view (the widget's ``send``).
+    exported_bytes
+        Bytes an exported page spends on the widget's other data (value norms, logit
+        effects): taken from :data:`EXPORT_BUDGET_BYTES` before ``k`` is chosen.
     """
 
-    def __init__(self, engine: QKPatterns, send: Send) -> None:
+    def __init__(self, engine: QKPatterns, send: Send, exported_bytes: int = 0) -> None:
         self.engine, self.send = engine, send
         n_layers, n_heads, n = engine.n_layers, engine.n_heads, engine.n_tokens
         self.block = overview_block(n)
@@ -137,7 +147,8 @@ class TileSource(TileRequests):
                 f"q: {n_layers} layers × {n_heads} heads would need {overview_bytes:,} bytes of overview, over the budget "
                 f"of {OVERVIEW_BUDGET_BYTES:,}; pass fewer layers or heads"
             )
-        self.top_k = top_k_for_budget(n_layers, n_heads, n, self.grid, channels=channels)
+        budget = max(0, EXPORT_BUDGET_BYTES - exported_bytes)
+        self.top_k = top_k_for_budget(n_layers, n_heads, n, self.grid, budget, channels=channels)
         self.max_level = max(0, int(math.log2(self.block)) - 1)
         self.overview = np.zeros((n_layers, n_heads, channels, self.grid, self.grid), dtype=np.float16)
         self.top_sources = np.full((n_layers, n_heads, n, self.top_k), -1, dtype=np.int32)

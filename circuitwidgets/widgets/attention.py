@@ -260,7 +260,7 @@ class AttentionPatterns(LiveData):
                 bar.close()
             kwargs = {**data, **kwargs}
         if _qk is not None:
-            self._tiles = TileSource(_qk.engine, lambda content, buffers: self.send(content, buffers))
+            self._tiles = TileSource(_qk.engine, lambda c, b: self.send(c, b), exported_bytes=_qk.per_position_bytes)
             kwargs = {**self._tiles.initial_traits(_qk), **kwargs}
         super().__init__(**kwargs)
         self._follow_prompt()
@@ -397,5 +397,4 @@ class AttentionPatterns(LiveData):
                 "value_attention: a long-context widget holds no dense patterns; use .qk.dense(layer, head, 'value')"
             )
         self.finish()
-        vp = self.value_patterns
-        return None if vp is None else self._shown(vp)
+        return None if self.value_patterns is None else self._shown(self.value_patterns)
