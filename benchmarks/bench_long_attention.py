@@ -18,6 +18,10 @@ instead of a comm):
 - *exported page*: ``save_html`` (bundle inlined, buffers compressed) size, and the top-k
   kept per row under the export budget.
 
+With ``--value-norms`` the widget also gets value norms ``U(0, 2)`` and logit effects
+``N(0, 1)`` per position: the value-weighted pattern is summarised in the same pass
+(four overview channels), and the zoom requests its tiles (``kind="value"``).
+
 Timings are wall-clock on whatever machine runs this; the 2-core development machine is
 shared with training runs, so read them as indicative. The exact computation is
 ``O(N² · d_head)`` per head (half of it when causal): on a CPU that, not the view, sets
@@ -27,6 +31,7 @@ Run::
 
     .venv/bin/python benchmarks/bench_long_attention.py                      # N = 4,096 (2 × 16 heads), 32,768 (1 × 2)
     .venv/bin/python benchmarks/bench_long_attention.py --sizes 32768 --layers 2 --heads 16
+    .venv/bin/python benchmarks/bench_long_attention.py --value-norms           # the same, value-weighted too
 """
 
 from __future__ import annotations
@@ -103,17 +108,21 @@ def zoom_requests(n: int, block: int, causal: bool, rng: np.random.Generator) ->
     return out
 
 
-def measure(n: int, n_layers: int, n_heads: int, d_head: int, seed: int = 0) -> dict[str, Any]:
+def measure(n: int, n_layers: int, n_heads: int, d_head: int, seed: int = 0, value: bool = False) -> dict[str, Any]:
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(n_layers, n_heads, n, d_head, generator=g)
     k = torch.randn(n_layers, n_heads, n, d_head, generator=g)
+    extra: dict[str, Any] = {}
+    if value:
+        extra["value_norms"] = 2 * torch.rand(n_layers, n_heads, n, generator=g)
+        extra["logit_effect"] = torch.randn(n_layers, n_heads, n, generator=g)
     tokens = [f"t{i}" for i in range(n)]
     sent: list[tuple[float, dict[str, Any], list[Any]]] = []
-    result: dict[str, Any] = {"N": n, "heads": f"{n_layers} × {n_heads}"}
+    result: dict[str, Any] = {"N": n, "heads": f"{n_layers} × {n_heads}", "kind": "value" if value else "raw"}
 
     async def build() -> AttentionPatterns:
         t0 = time.perf_counter()
-        w = AttentionPatterns.from_qk(tokens, q, k)
+        w = AttentionPatterns.from_qk(tokens, q, k, **extra)
         w._send = lambda msg, buffers=None: sent.append((time.perf_counter(), msg, list(buffers or [])))
         result["constructor_s"] = time.perf_counter() - t0
         w._on_custom(w, {"type": "want_heads"}, [])  # as the view does when it renders
@@ -135,7 +144,18 @@ def measure(n: int, n_layers: int, n_heads: int, d_head: int, seed: int = 0) -> 
         latencies = []
         for level, row, col in zoom_requests(n, tiles.block, True, np.random.default_rng(seed)):
             t = time.perf_counter()
-            tiles.answer({"type": "tile", "id": 0, "layer": 0, "head": 0, "level": level, "row": row, "col": col})
+            tiles.answer(
+                {
+                    "type": "tile",
+                    "id": 0,
+                    "layer": 0,
+                    "head": 0,
+                    "level": level,
+                    "row": row,
+                    "col": col,
+                    "kind": result["kind"],
+                }
+            )
             latencies.append(time.perf_counter() - t)
     result["peak_mb"] = rss.mb
     result["tiles"] = len(latencies)
@@ -156,6 +176,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--heads", type=int, default=None)
     parser.add_argument("--d-head", type=int, default=64)
+    parser.add_argument("--value-norms", action="store_true", help="value-weighted too (norms and logit effects)")
     args = parser.parse_args()
     plan = (
         [(n, args.layers or 2, args.heads or 16) for n in args.sizes]
@@ -166,6 +187,7 @@ def main() -> None:
     cols = [
         "N",
         "heads",
+        "kind",
         "constructor_s",
         "first_paint_s",
         "selected_whole_s",
@@ -181,7 +203,7 @@ def main() -> None:
     ]
     print(" | ".join(cols))
     for n, layers, heads in plan:
-        r = measure(n, layers, heads, args.d_head)
+        r = measure(n, layers, heads, args.d_head, value=args.value_norms)
         print(" | ".join(f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols), flush=True)
 
 

@@ -27,8 +27,8 @@ check, forward passes), ``_attention_batch`` (prompts padded on the right, each
 shown at its own length), ``_attention_window`` (which window each row comes
 from), ``_attention_arrays`` (the array constructors), ``_attention_source`` and
 ``_attention_live`` (streaming head by head), ``_attention_tiles`` (long contexts
-on demand from queries and keys: :meth:`AttentionPatterns.from_qk`, or
-``from_model`` over :data:`LONG_TOKENS` tokens), ``_attention_traits`` (validators).
+on demand from queries and keys: :meth:`AttentionPatterns.from_qk`, or ``from_model``
+over :data:`LONG_TOKENS` tokens; tiles: ``_attention_tile_requests``), ``_attention_traits``.
 """
 
 from __future__ import annotations

@@ -230,6 +230,27 @@ describe("attention view over a long context", () => {
   });
 });
 
+describe("an exported long-context page with value norms", () => {
+  it("shows the value-weighted overview and says that is all it holds at finer zoom", async () => {
+    const overview = new Uint16Array(L * H * 4 * G * G);
+    const head1 = 1 * 4 * G * G; // layer 0, head 1: channels raw max, raw mean, value max, value mean
+    overview.set(overviewBytes(0.25).subarray(0, G * G), head1);
+    overview.set(overviewBytes(0.625).subarray(0, G * G), head1 + 2 * G * G);
+    const { m, el } = mount(
+      state({
+        __offline__: true,
+        overview: wire(overview, "float16", [L, H, 4, G, G]),
+        value_norms: wire(new Float32Array(L * H * N).fill(1), "float32", [L, H, N]),
+        pattern_kind: "value",
+      } as Partial<AttentionTraits>),
+    );
+    await zoomTo(m, el);
+    expect(m.sent.filter((s) => s.type === "tile")).toEqual([]);
+    expect(el.querySelector(".cw-zoom")?.textContent).toMatch(/exported page: the value-weighted overview only; finer zoom needs a live kernel/);
+    expect(status(el)).toMatch(/value-weighted pattern\) · destination 100 “t100” → source 90 “t90”: ≤ 0\.625/);
+  });
+});
+
 describe("LongSource with a value-weighted pattern", () => {
   it("reads both kinds from each band's four channels and asks for tiles of the kind it draws", () => {
     const sent: Record<string, unknown>[] = [];
