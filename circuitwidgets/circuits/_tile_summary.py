@@ -141,11 +141,19 @@ class HeadSummariser:
 
     def _add_value(self, value: _Aggregates, e: torch.Tensor, top: torch.Tensor, r0: int, c0: int, b0: int) -> None:
         """The value-weighted pattern of the chunk: ``e · n_j``, each row over its own total (0 when the total is 0)."""
-        norms = self.engine._value_norms(self.layer, self.head)[c0 : c0 + e.shape[1]]
+        rows, cols = e.shape
+        norms = self.engine._value_norms(self.layer, self.head)[c0 : c0 + cols]
         e.mul_(norms)  # (e is not needed after this)
         total = e.sum(-1, keepdim=True)
+        if bool((total == 0).any()):
+            # a row whose raw weight sits on sources of norm 0 may have every other term under float32's
+            # range after exp(s − max): redo the chunk from the value-weighted scores (truly empty rows stay so)
+            e = self.engine.scores(self.layer, self.head, r0, r0 + rows, c0, c0 + cols, "value")
+            top = e.amax(-1, keepdim=True)
+            top.masked_fill_(top == float("-inf"), 0.0)
+            total = e.sub_(top).exp_().sum(-1, keepdim=True)
         empty = total == 0
-        value.lse[r0 : r0 + e.shape[0]] = (top + total.log()).masked_fill_(empty, float("inf")).squeeze(-1)
+        value.lse[r0 : r0 + rows] = (top + total.log()).masked_fill_(empty, float("inf")).squeeze(-1)
         value.add(e, total.reciprocal_().masked_fill_(empty, 0.0), r0, b0, self.block)
 
     def band(self, i0: int, i1: int, kind: str = "raw") -> tuple[NDArray[np.float32], NDArray[np.float32]]:
