@@ -46,6 +46,10 @@ class HeadSummary:
     value: tuple[torch.Tensor, NDArray[np.float32], NDArray[np.float32]] | None = None
 
 
+#: A value-weighted row total (relative to the raw row's largest term) below which a chunk is redone exactly.
+_REDO_BELOW = 1e-20
+
+
 class _Aggregates:
     """Block max and sum of one kind of pattern, filled band by band, and its log-sum-exp."""
 
@@ -145,9 +149,10 @@ class HeadSummariser:
         norms = self.engine._value_norms(self.layer, self.head)[c0 : c0 + cols]
         e.mul_(norms)  # (e is not needed after this)
         total = e.sum(-1, keepdim=True)
-        if bool((total == 0).any()):
-            # a row whose raw weight sits on sources of norm 0 may have every other term under float32's
-            # range after exp(s − max): redo the chunk from the value-weighted scores (truly empty rows stay so)
+        if bool((total < _REDO_BELOW).any()):
+            # a row whose raw weight sits on sources of norm 0 (or nearly) may have its other terms near or under
+            # float32's range after exp(s − max): redo the chunk from the value-weighted scores (exact; truly
+            # empty rows stay so)
             e = self.engine.scores(self.layer, self.head, r0, r0 + rows, c0, c0 + cols, "value")
             top = e.amax(-1, keepdim=True)
             top.masked_fill_(top == float("-inf"), 0.0)
