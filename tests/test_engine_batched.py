@@ -288,6 +288,21 @@ def test_blocked_products_of_half_precision_operands_are_exact_float32_products(
     torch.testing.assert_close(product, left.float() @ right.float(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_small_eigenproblems_split_among_threads_give_the_same_eigenvalues(threads: int) -> None:
+    batch = torch.randn(2, 7, 9, 9, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = _precision.small_eigvals(batch)
+        assert torch.get_num_threads() == threads  # the caller's setting is back
+    finally:
+        torch.set_num_threads(before)
+    assert got.shape == (2, 7, 9) and got.dtype == torch.complex128
+    assert torch.equal(got, torch.linalg.eigvals(batch))  # the same LAPACK call on each matrix
+    assert torch.equal(_precision.small_eigvals(batch[0, 0]), torch.linalg.eigvals(batch[0, 0]))  # a single matrix
+
+
 def test_weights_that_overflow_in_a_cast_are_refused_naming_the_tensor() -> None:
     model = make_random_model(dtype=torch.float32)
     weights = dict(model.weights())
