@@ -35,6 +35,7 @@ Run from the repository root (TransformerLens is used when installed)::
     nice -n 10 .venv/bin/python benchmarks/bench_engine.py                  # both shapes (the 8B part takes long on 2 cores)
     .venv/bin/python benchmarks/bench_engine.py --shapes gpt2 --no-tl       # one shape, circuitwidgets only
     .venv/bin/python benchmarks/bench_engine.py --shapes widgets            # EigenScatter / CompositionMap at 32 × 32 heads
+    .venv/bin/python benchmarks/bench_engine.py --shapes llama8b --analyses eigen   # eigen copying alone (minutes, not half an hour)
 
 Prints a markdown table per shape. Not part of the test suite.
 """
@@ -48,7 +49,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,7 +264,10 @@ def floors(shape: Shape, k_slice: int = 16384) -> dict[str, float]:
     }
 
 
-def run_shape(key: str, use_tl: bool, k: int) -> list[Row]:
+ANALYSES = ("eigen", "composition", "topk")
+
+
+def run_shape(key: str, use_tl: bool, k: int, analyses: Sequence[str] = ANALYSES) -> list[Row]:
     shape = SHAPES[key]
     print(f"{shape.name}: building the model", file=sys.stderr, flush=True)
     pair = transformer_lens_pair(shape) if use_tl and key == "gpt2" else None
@@ -273,31 +277,12 @@ def run_shape(key: str, use_tl: bool, k: int) -> list[Row]:
     floor = floors(shape)
     rows: list[Row] = []
 
-    ours = measure(lambda: cw.copying_scores(model, "ov", "eigen"), "circuitwidgets eigen")
-    theirs = measure(lambda: tl_eigen(bridge), "TransformerLens eigen") if bridge is not None else None
-    note = "" if theirs is None else f"max |Δ| {np.nanmax(np.abs(ours.result - theirs.result)):.1e}"
-    rows.append(("eigenvalue copying, every head (OV)", ours, floor["eigen"], theirs, note))
-
-    ours = measure(lambda: cw.all_composition_scores(model, offset=offset), "circuitwidgets composition Q, K, V")
-    theirs = (
-        measure(lambda: tl_composition(bridge), "TransformerLens composition Q, K, V") if bridge is not None else None
-    )
-    note = ""
-    if theirs is not None:
-        mask = ~np.isnan(ours.result)
-        note = f"max |Δ| {np.abs(ours.result[mask] - theirs.result[mask]).max():.1e}"
-    rows.append(("composition, all pairs, Q + K + V", ours, floor["composition"], theirs, note))
-    base = measure(lambda: cw.composition_baseline(shape.d, shape.dh), "composition baseline")
-    rows.append(("composition baseline (100 samples, once)", base, math.nan, None, f"value {base.result:.4f}"))
-
-    circuit = cw.full_qk(model, 0, 0, offset=offset)
-    ours = measure(lambda: circuit.topk(k, memory_budget=TOPK_BUDGET, progress_bar=False), f"circuitwidgets top-{k}")
-    theirs = measure(lambda: tl_topk(bridge, k), f"TransformerLens top-{k}") if bridge is not None else None
-    throughput = 2 * shape.V**2 * shape.dh / ours.seconds
-    note = f"{throughput / 1e9:.1f} GFLOP/s = {100 * throughput / floor['topk_rate']:.0f} % of the same-inner-dim matmul rate"
-    if theirs is not None:
-        note += f"; values agree: {torch.allclose(ours.result.values, theirs.result, rtol=1e-4, atol=1e-6)}"
-    rows.append((f"top-{k} of one full QK circuit [V, V]", ours, floor["topk"], theirs, note))
+    if "eigen" in analyses:
+        rows.append(_eigen_row(model, bridge, floor))
+    if "composition" in analyses:
+        rows.extend(_composition_rows(model, bridge, shape, floor, offset))
+    if "topk" in analyses:
+        rows.append(_topk_row(model, bridge, shape, floor, offset, k))
     if bridge is None and use_tl:
         need = tl_bytes(shape)
         rows.append(
@@ -311,6 +296,44 @@ def run_shape(key: str, use_tl: bool, k: int) -> list[Row]:
             )
         )
     return rows
+
+
+def _eigen_row(model: CircuitModel, bridge: Any, floor: dict[str, float]) -> Row:
+    ours = measure(lambda: cw.copying_scores(model, "ov", "eigen"), "circuitwidgets eigen")
+    theirs = measure(lambda: tl_eigen(bridge), "TransformerLens eigen") if bridge is not None else None
+    note = "" if theirs is None else f"max |Δ| {np.nanmax(np.abs(ours.result - theirs.result)):.1e}"
+    return ("eigenvalue copying, every head (OV)", ours, floor["eigen"], theirs, note)
+
+
+def _composition_rows(
+    model: CircuitModel, bridge: Any, shape: Shape, floor: dict[str, float], offset: int | None
+) -> list[Row]:
+    rows: list[Row] = []
+    ours = measure(lambda: cw.all_composition_scores(model, offset=offset), "circuitwidgets composition Q, K, V")
+    theirs = (
+        measure(lambda: tl_composition(bridge), "TransformerLens composition Q, K, V") if bridge is not None else None
+    )
+    note = ""
+    if theirs is not None:
+        mask = ~np.isnan(ours.result)
+        note = f"max |Δ| {np.abs(ours.result[mask] - theirs.result[mask]).max():.1e}"
+    rows.append(("composition, all pairs, Q + K + V", ours, floor["composition"], theirs, note))
+    base = measure(lambda: cw.composition_baseline(shape.d, shape.dh), "composition baseline")
+    rows.append(("composition baseline (100 samples, once)", base, math.nan, None, f"value {base.result:.4f}"))
+    return rows
+
+
+def _topk_row(
+    model: CircuitModel, bridge: Any, shape: Shape, floor: dict[str, float], offset: int | None, k: int
+) -> Row:
+    circuit = cw.full_qk(model, 0, 0, offset=offset)
+    ours = measure(lambda: circuit.topk(k, memory_budget=TOPK_BUDGET, progress_bar=False), f"circuitwidgets top-{k}")
+    theirs = measure(lambda: tl_topk(bridge, k), f"TransformerLens top-{k}") if bridge is not None else None
+    throughput = 2 * shape.V**2 * shape.dh / ours.seconds
+    note = f"{throughput / 1e9:.1f} GFLOP/s = {100 * throughput / floor['topk_rate']:.0f} % of the same-inner-dim matmul rate"
+    if theirs is not None:
+        note += f"; values agree: {torch.allclose(ours.result.values, theirs.result, rtol=1e-4, atol=1e-6)}"
+    return (f"top-{k} of one full QK circuit [V, V]", ours, floor["topk"], theirs, note)
 
 
 def print_table(title: str, rows: list[Row]) -> None:
@@ -351,7 +374,12 @@ def main() -> None:
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens even when installed")
     parser.add_argument("--k", type=int, default=50, help="top-k entries of the full QK circuit (default 50)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default torch's choice)")
+    parser.add_argument("--analyses", default=",".join(ANALYSES), help="comma-separated: eigen, composition, topk")
     args = parser.parse_args()
+    analyses = args.analyses.split(",")
+    unknown = sorted(set(analyses) - set(ANALYSES))
+    if unknown:
+        parser.error(f"--analyses: expected some of {', '.join(ANALYSES)}, got {', '.join(unknown)}")
     if args.threads:
         torch.set_num_threads(args.threads)
     print(
@@ -362,7 +390,7 @@ def main() -> None:
         if key == "widgets":
             run_widgets()
             continue
-        rows = run_shape(key, not args.no_tl, args.k)
+        rows = run_shape(key, not args.no_tl, args.k, analyses)
         print_table(SHAPES[key].name, rows)
         gc.collect()
 
