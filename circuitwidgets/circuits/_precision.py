@@ -18,8 +18,9 @@ from contextlib import contextmanager
 
 import torch
 
-#: Bytes of lifted (float32) operand blocks one :func:`matmul` holds at once.
-BLOCK_BYTES = 64 * 2**20
+#: Bytes of lifted (float32) operand blocks one :func:`matmul` holds at once. ``W_U · W_E`` at Llama-3-8B's
+#: shape took 0.95-0.97× a float32 product of its shape in 256 MB blocks, 1.08-1.24× in 64 MB ones.
+BLOCK_BYTES = 256 * 2**20
 
 _EXACT = (torch.float32, torch.float64)
 
@@ -53,20 +54,32 @@ def matmul(left: torch.Tensor, right: torch.Tensor, block_bytes: int = BLOCK_BYT
     if (m * k + k * n) * size <= block_bytes:
         return left.to(dtype) @ right.to(dtype)
     out = torch.zeros(m, n, dtype=dtype, device=left.device)
+    # Blocks are lifted into two buffers allocated once: a fresh tensor per block is new memory the
+    # operating system maps and zeroes page by page, which made lifting 3.5× slower.
     if k >= max(m, n):
         step = max(1, block_bytes // ((m + n) * size))
+        left_block = torch.empty(m, min(step, k), dtype=dtype, device=left.device)
+        right_block = torch.empty(min(step, k), n, dtype=dtype, device=left.device)
         for start in range(0, k, step):
-            out.addmm_(left[:, start : start + step].to(dtype), right[start : start + step].to(dtype))
+            width = min(step, k - start)
+            out.addmm_(
+                left_block[:, :width].copy_(left[:, start : start + width]),
+                right_block[:width].copy_(right[start : start + width]),
+            )
     elif m >= n:
         lifted = right.to(dtype)
         step = max(1, block_bytes // (k * size))
+        block = torch.empty(min(step, m), k, dtype=dtype, device=left.device)
         for start in range(0, m, step):
-            torch.matmul(left[start : start + step].to(dtype), lifted, out=out[start : start + step])
+            rows = min(step, m - start)
+            torch.matmul(block[:rows].copy_(left[start : start + rows]), lifted, out=out[start : start + rows])
     else:
         lifted = left.to(dtype)
         step = max(1, block_bytes // (k * size))
+        block = torch.empty(k, min(step, n), dtype=dtype, device=left.device)
         for start in range(0, n, step):
-            out[:, start : start + step] = lifted @ right[:, start : start + step].to(dtype)
+            cols = min(step, n - start)
+            out[:, start : start + cols] = lifted @ block[:, :cols].copy_(right[:, start : start + cols])
     return out
 
 
