@@ -242,6 +242,19 @@ def test_composition_of_all_kinds_equals_the_dense_definition_under_gqa_and_rota
                         assert scores[k, l1, h1, l2, h2] == pytest.approx(expected, rel=1e-9)
 
 
+def test_composition_in_one_layer_blocks_and_small_tiles_equals_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    from circuitwidgets.circuits import composition
+
+    model = gqa_model(n_layers=4)
+    whole = cw.all_composition_scores(model, offset=1)  # one block of later layers, one tile
+    monkeypatch.setattr(composition, "_RIGHT_BLOCK_HEADS", 4)  # every later layer a block of its own
+    split = cw.all_composition_scores(model, offset=1, memory_budget=3000)
+    np.testing.assert_array_equal(np.isnan(split), np.isnan(whole))
+    np.testing.assert_allclose(split, whole, rtol=1e-9)
+    W_A, W_B = dense_ov(model, 0, 3), dense_qk(model, 3, 1, 1).T
+    assert split[1, 0, 3, 3, 1] == pytest.approx(float((W_A @ W_B).norm() / (W_A.norm() * W_B.norm())), rel=1e-9)
+
+
 def test_same_matching_eigenvalues_of_the_strongest_source_equal_the_all_pairs_ones() -> None:
     from circuitwidgets.circuits.matching import best_earlier_heads, kcomp_stack
 

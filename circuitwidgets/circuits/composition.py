@@ -17,13 +17,14 @@ Computation, for all pairs and kinds at once, through Gram matrices:
 under grouped-query attention ``X`` of a key or value side is the group's, never
 copied per head). The ``d_model × d_model`` plane is cut into ``b × b`` tiles of
 its upper triangle (off-diagonal tiles counted twice); for each tile, every
-head's ``X[rows] G X[cols]ᵀ`` is formed, flattened, and one matrix product per
-block of later layers adds every earlier-later pair's share, so no head's
-``[d_model, d_model]`` matrix is ever whole in memory. Cost ``O(N d_model² d_head / 2)``
-per side to build and ``O(P d_model² / 2)`` for ``P`` ordered pairs (the floor:
-the ``[N, d_model²/2] · [d_model²/2, N]`` product); memory about
-``memory_budget`` bytes of tiles (``b`` is chosen from it) plus the ``[N, N]``
-float64 accumulators. Half-precision weights are lifted to float32 one tile at
+earlier head's ``X[rows] G X[cols]ᵀ`` is formed, flattened, and for each block
+of later layers one matrix product, with every kind's later heads side by
+side, adds every earlier-later pair's share, so no head's ``[d_model, d_model]``
+matrix is ever whole in memory. Cost ``O(N d_model² d_head / 2)`` per side to
+build and ``O(P d_model² / 2)`` for ``P`` ordered pairs (the floor: the
+``[N, d_model²/2] · [d_model²/2, N]`` product); memory about ``memory_budget``
+bytes of panels and tiles (``b`` is chosen from it) plus the ``[N, N]`` float64
+accumulators. Half-precision weights are lifted to float32 one tile at
 a time.
 
 Baseline: the expected score of random matrices with the same shapes, by Monte
@@ -35,7 +36,6 @@ all three kinds.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from circuitwidgets.circuits._checks import check_bool, check_budget, check_choice, check_int, check_model, progress
+from circuitwidgets.circuits._gram_tiles import Scratch, Side, row_panel, tile, tile_size
 from circuitwidgets.circuits._precision import compute_dtype, lift
 from circuitwidgets.circuits.ov_qk import _OV, _QK, check_offset
 from circuitwidgets.errors import MemoryBudgetError
@@ -50,13 +51,14 @@ from circuitwidgets.model import CircuitModel, ModelConfig
 
 KINDS = ("Q", "K", "V")
 
-#: Default bytes of tiles one composition computation holds (about 1.3 GB at Llama-3-8B's 1,024 heads).
+#: Default bytes of panels and tiles one composition computation holds (787 MB peak above the model in all,
+#: accumulators included, at Llama-3-8B's 1,024 heads: ``benchmarks/bench_engine.py``).
 COMPOSITION_MEMORY_BUDGET = 512 * 2**20
 
-#: Later heads per block of the pair products (a block also pairs heads that are not earlier: up to half a block).
-_RIGHT_BLOCK_HEADS = 128
-
-_Side = tuple[torch.Tensor, torch.Tensor]
+#: Later heads per block of the pair products (at least one layer): a block also pairs heads that are not
+#: earlier, up to half a block. One layer of 32 heads (96 columns with the three kinds) beat four layers at
+#: Llama-3-8B's shape: 16 % fewer pairs, 8 % slower products.
+_RIGHT_BLOCK_HEADS = 32
 
 
 def _gram(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
@@ -73,7 +75,7 @@ def _inner_product(left: torch.Tensor, right: torch.Tensor, inner: tuple[int, ..
 
 def _sides(
     model: CircuitModel, kinds: Sequence[str], offset: int | None
-) -> tuple[_Side, list[_Side], torch.Tensor, list[torch.Tensor]]:
+) -> tuple[Side, list[Side], torch.Tensor, list[torch.Tensor]]:
     """``(X, G)`` of ``W_Aᵀ W_A = X G Xᵀ`` (the earlier head's OV) and of ``W_B W_Bᵀ`` per kind, with the heads' norms.
 
     Four ``d_head × d_head`` Gram matrices serve every side and norm: ``W_Vᵀ W_V`` and
@@ -84,7 +86,7 @@ def _sides(
     W_V, W_O = ov._A, ov._B  # [L, G, 1, d, dh], [L, G, H/G, dh, d]
     gram_v, gram_o = _gram(W_V.mT, W_V), _gram(W_O, W_O.mT)
     norm_ov = _inner_product(gram_v, gram_o, ov._inner).clamp_min(0).sqrt()
-    sides: dict[str, _Side] = {"V": (W_V, gram_o)}
+    sides: dict[str, Side] = {"V": (W_V, gram_o)}
     norms = {"V": norm_ov}
     if any(kind != "V" for kind in kinds):
         qk = _QK(model, offset)
@@ -95,32 +97,6 @@ def _sides(
         sides |= {"Q": (W_Q, rotated_k), "K": (W_Kt.mT, rotated_q)}
         norms["Q"] = norms["K"] = _inner_product(rotated_q, gram_k, ov._inner).clamp_min(0).sqrt()
     return (W_O.mT, gram_v), [sides[kind] for kind in kinds], norm_ov, [norms[kind] for kind in kinds]
-
-
-def _row_panel(side: _Side, layers: slice, rows: slice) -> torch.Tensor:
-    """``X[rows] G`` ``[..., |rows|, d_head]`` of every head of ``layers``: shared by every tile of the row block."""
-    X, G = side
-    return lift(X[layers][..., rows, :]) @ G[layers]
-
-
-def _tile(panel: torch.Tensor, side: _Side, layers: slice, cols: slice, weight: float) -> torch.Tensor:
-    """``weight · X[rows] G X[cols]ᵀ`` of every head of ``layers`` from its row panel, flattened to ``[heads, |rows| |cols|]``."""
-    part = panel @ lift(side[0][layers][..., cols, :]).mT
-    if weight != 1:
-        part = part * weight
-    return part.reshape(-1, part.shape[-2] * part.shape[-1])
-
-
-def _tile_size(d: int, r: int, sides: int, heads: int, element_size: int, memory_budget: int) -> int:
-    """Tile width ``b``: the largest whose tiles (``sides × heads × (b² + 2 b r)`` entries) fit ``memory_budget``.
-
-    At most ``d / 2`` (rounded to 8): a diagonal tile is formed whole, both its
-    triangles, which wastes ``b / d`` of the work, but fewer, larger products
-    measured faster up to there (GPT-2 small: 2.6 s at ``b = 384``, 6 s at 96).
-    """
-    room = memory_budget / max(1, sides * heads * element_size)
-    b = min(int(-r + math.sqrt(r * r + room)), max(16, d // 2))
-    return max(1, min(d, b - b % 8 if b > 16 else b))
 
 
 def _raw_composition_scores(
@@ -135,24 +111,39 @@ def _raw_composition_scores(
     left, rights, norms_left, norms_right = _sides(model, kinds, offset)
     n = (L - 1) * H
     size = torch.empty((), dtype=compute_dtype(model.dtype)).element_size()
-    b = _tile_size(d, cfg.d_head, 1 + len(kinds), n, size, memory_budget)
-    squared = torch.zeros(len(kinds), n, n, dtype=torch.float64, device=model.device)
     layers_per_block = max(1, _RIGHT_BLOCK_HEADS // H)
+    b = tile_size(d, cfg.d_head, len(kinds), n, layers_per_block * H, size, memory_budget)
+    squared = torch.zeros(len(kinds), n, n, dtype=torch.float64, device=model.device)
     earlier_layers, later_layers = slice(0, L - 1), slice(1, L)
     row_blocks = range(0, d, b)
+    scratch = Scratch(model.device)
+    dtype = compute_dtype(model.dtype)
     for i0 in progress(row_blocks, len(row_blocks), "composition row blocks", progress_bar):
         rows = slice(i0, min(i0 + b, d))
-        panel_left = _row_panel(left, earlier_layers, rows)
-        panels_right = [_row_panel(side, later_layers, rows) for side in rights]
+        panel_left = row_panel(left, earlier_layers, rows, scratch, "panel")
+        panels_right = [row_panel(side, later_layers, rows, scratch, f"panel {k}") for k, side in enumerate(rights)]
         for j0 in range(i0, d, b):
             cols = slice(j0, min(j0 + b, d))
-            tile_left = _tile(panel_left, left, earlier_layers, cols, 1.0 if i0 == j0 else 2.0)
-            for k, side in enumerate(rights):
-                tile_right = _tile(panels_right[k], side, later_layers, cols, 1.0)
-                for first in range(0, L - 1, layers_per_block):
-                    last = min(first + layers_per_block, L - 1)  # later layers first + 1 .. last
-                    block = slice(first * H, last * H)
-                    squared[k, : last * H, block] += (tile_left[: last * H] @ tile_right[block].T).double()
+            weight = 1.0 if i0 == j0 else 2.0  # an off-diagonal tile stands for its mirror image too
+            entries = (rows.stop - rows.start) * (cols.stop - cols.start)
+            tile_left = scratch.take("left", (n, entries), dtype)
+            tile(tile_left, panel_left, left, earlier_layers, cols, scratch)
+            for first in range(0, L - 1, layers_per_block):
+                last = min(first + layers_per_block, L - 1)  # later layers first + 1 .. last
+                heads = (last - first) * H
+                # every kind's later heads of the block side by side: one product reads the earlier tile once
+                right = scratch.take("right", (len(kinds) * heads, entries), dtype)
+                for k, (panel, side) in enumerate(zip(panels_right, rights, strict=True)):
+                    tile(
+                        right[k * heads : (k + 1) * heads],
+                        panel[first:last],
+                        side,
+                        slice(first + 1, last + 1),
+                        cols,
+                        scratch,
+                    )
+                product = (tile_left[: last * H] @ right.T).double().view(last * H, len(kinds), heads)
+                squared[:, : last * H, first * H : last * H].add_(product.permute(1, 0, 2), alpha=weight)
     earlier = torch.ones(L - 1, L - 1, dtype=torch.bool, device=model.device).triu()  # [l1, l2 - 1]: l1 <= l2 - 1
     for k in range(len(kinds)):
         product = squared[k].clamp_min(0).sqrt().reshape(L - 1, H, L - 1, H)
