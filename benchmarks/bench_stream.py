@@ -13,7 +13,7 @@ end), then in a fresh process:
 1. ``from_hf(path, mlp=False)``: the attention, norm and embedding tensors are
    read layer by layer from the memory-mapped shards; the MLPs (11 GB) never;
 2. ``copying_scores(model, circuit="ov")``: eigenvalue copying of every head;
-3. ``composition_scores(model, kind, offset=0)`` for Q, K and V: every pair;
+3. ``all_composition_scores(model, offset=0)``: Q, K and V for every pair, in one pass;
 4. the top 50 entries of one head's full QK circuit ``[V, V]`` (layer 0, head 0,
    offset 0), tiled.
 
@@ -78,8 +78,8 @@ model = step("load from_hf(path, mlp=False)", lambda: cw.from_hf(path, mlp=False
 steps["load from_hf(path, mlp=False)"]["model_bytes"] = sum(t.numel() * t.element_size() for t in model.weights().values())
 if "copying" in wanted:
     step("copying_scores(circuit='ov'), every head", lambda: cw.circuits.copying_scores(model, circuit="ov"))
-for kind in "QKV" if "composition" in wanted else "":
-    step(f"composition_scores({kind!r}), every pair", lambda: cw.circuits.composition_scores(model, kind, offset=0))
+if "composition" in wanted:
+    step("all_composition_scores: Q, K and V, every pair", lambda: cw.circuits.all_composition_scores(model, offset=0))
 if "topk" in wanted:
     step("top-50 of full_qk(0, 0, offset=0) [V, V]", lambda: cw.circuits.full_qk(model, 0, 0, offset=0).topk(50))
 done = True
