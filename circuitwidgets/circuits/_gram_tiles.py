@@ -50,7 +50,7 @@ class Scratch:
 def row_panel(side: Side, layers: slice, rows: slice, scratch: Scratch, name: str) -> torch.Tensor:
     """``X[rows] G`` ``[..., |rows|, d_head]`` of every head of ``layers``, in buffer ``name``: shared by the row block's tiles."""
     X, G = side
-    lifted = scratch.lifted("rows", X[layers][..., rows, :])
+    lifted = scratch.lifted("lifted", X[layers][..., rows, :])
     gram = G[layers]
     batch = (max(a, b) for a, b in zip(lifted.shape[:-2], gram.shape[:-2], strict=True))  # sizes 1 and m broadcast
     shape = (*batch, lifted.shape[-2], gram.shape[-1])
@@ -65,7 +65,7 @@ def tile(out: torch.Tensor, panel: torch.Tensor, side: Side, layers: slice, cols
     the shared columns once (``[m |rows|, d_head] · [d_head, |cols|]`` per
     group), with the same layout as one product per head.
     """
-    columns = scratch.lifted("columns", side[0][layers][..., cols, :])
+    columns = scratch.lifted("lifted", side[0][layers][..., cols, :])
     if columns.shape[-3] == 1 and panel.shape[-3] > 1:
         panel, columns = panel.flatten(-3, -2), columns.squeeze(-3)
     panel = panel.reshape(-1, *panel.shape[-2:])
@@ -79,14 +79,15 @@ def tile_size(d: int, r: int, kinds: int, heads: int, block: int, element_size: 
     Held at once: the row panels of the earlier side and of every kind
     (``(1 + kinds) · heads · b · r`` entries), the earlier heads' tile
     (``heads · b²``), one block's tiles of every kind (``kinds · block · b²``)
-    and the earlier heads' lifted rows and columns (``2 · heads · b · r``). At most ``d / 2``
+    and the earlier heads' lifted rows or columns (``heads · b · r``, one buffer: rows
+    are lifted for the panels before any tile lifts its columns). At most ``d / 2``
     (rounded to 8): a diagonal tile is formed whole, both its triangles, which
     wastes ``b / d`` of the work, but fewer, larger products are faster up to
     there (each tile lifts its columns again and the pair products' inner
     dimension is ``b²``).
     """
     square = (heads + kinds * min(block, heads)) * element_size
-    linear = (3 + kinds) * heads * r * element_size
+    linear = (2 + kinds) * heads * r * element_size
     b = int((-linear + math.sqrt(linear * linear + 4 * square * memory_budget)) / (2 * square))
     b = min(b, max(16, d // 2))
     return max(1, min(d, b - b % 8 if b > 16 else b))

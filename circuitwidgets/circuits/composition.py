@@ -23,8 +23,8 @@ side, adds every earlier-later pair's share, so no head's ``[d_model, d_model]``
 matrix is ever whole in memory. Cost ``O(N d_model² d_head / 2)`` per side to
 build and ``O(P d_model² / 2)`` for ``P`` ordered pairs (the floor: the
 ``[N, d_model²/2] · [d_model²/2, N]`` product); memory about ``memory_budget``
-bytes of panels and tiles (``b`` is chosen from it) plus the ``[N, N]`` float64
-accumulators. Half-precision weights are lifted to float32 one tile at
+bytes in all: the heads' Gram matrices, the ``[N, N]`` float64 accumulators and
+the result, then panels and tiles (``b`` is chosen from what is left). Half-precision weights are lifted to float32 one tile at
 a time.
 
 Baseline: the expected score of random matrices with the same shapes, by Monte
@@ -112,7 +112,10 @@ def _raw_composition_scores(
     n = (L - 1) * H
     size = torch.empty((), dtype=compute_dtype(model.dtype)).element_size()
     layers_per_block = max(1, _RIGHT_BLOCK_HEADS // H)
-    b = tile_size(d, cfg.d_head, len(kinds), n, layers_per_block * H, size, memory_budget)
+    # the Gram matrices, the float64 accumulators and the result come out of the budget before the tiles
+    grams = {id(G): G.numel() * G.element_size() for _, G in (left, *rights)}
+    held = sum(grams.values()) + len(kinds) * n * n * 8 + out.nbytes
+    b = tile_size(d, cfg.d_head, len(kinds), n, layers_per_block * H, size, max(memory_budget - held, 0))
     squared = torch.zeros(len(kinds), n, n, dtype=torch.float64, device=model.device)
     earlier_layers, later_layers = slice(0, L - 1), slice(1, L)
     row_blocks = range(0, d, b)
@@ -280,8 +283,9 @@ def composition_scores(
     n_samples, seed
         Monte-Carlo size and seed of the baseline.
     memory_budget
-        Bytes of Gram-matrix tiles held at once (the tile size is chosen from it;
-        refused beyond the device's memory).
+        Bytes held at once beyond the model: the heads' Gram matrices and the
+        accumulators, then Gram-matrix tiles (the tile size is chosen from what
+        is left; refused beyond the device's memory).
     offset
         For Q and K composition on rotary models: the later head's query
         position minus key position, as in :func:`~circuitwidgets.circuits.W_QK`
