@@ -16,8 +16,11 @@ conversion copies what it keeps, so the mapping is dropped with the layer.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
 import json
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -102,6 +105,31 @@ def meta_model(root: Path, config: Any) -> Any:
         with torch.device("cpu"):
             core.rotary_emb = type(rotary)(core.config)
     return model.eval()
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None off Linux or without glibc."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def return_freed_memory() -> None:
+    """Collect garbage and give the heap's free memory back to the operating system.
+
+    A converted layer's scratch is freed into glibc's heap, which keeps it: an
+    8B model's load ended 0.03–0.9 GiB above its live memory from run to run
+    (3.77–4.64 GiB anonymous against 3.74 after a trim), enough to cross a
+    6 GB budget. Trimming after each layer keeps the peak near what is live.
+    """
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _is_mlp(relative: str) -> bool:
@@ -191,13 +219,13 @@ class StreamingSource:
     def release(self, block: Any) -> None:
         """Drop a converted module's tensors (a layer, the unembedding), and so its shards' memory maps."""
         _to_meta(block)
-        gc.collect()
+        return_freed_memory()
 
     def close(self) -> None:
         """Drop every tensor the source still holds (the canonical ``W_E`` keeps its own reference) and close the bar."""
         _to_meta(self.model)
         self.bar.close()
-        gc.collect()
+        return_freed_memory()
 
 
 def _to_meta(module: nn.Module) -> None:
