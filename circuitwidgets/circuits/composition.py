@@ -24,8 +24,8 @@ matrix is ever whole in memory. Cost ``O(N d_model² d_head / 2)`` per side to
 build and ``O(P d_model² / 2)`` for ``P`` ordered pairs (the floor: the
 ``[N, d_model²/2] · [d_model²/2, N]`` product); memory about ``memory_budget``
 bytes in all: the heads' Gram matrices, the ``[N, N]`` float64 accumulators and
-the result, then panels and tiles (``b`` is chosen from what is left). Half-precision weights are lifted to float32 one tile at
-a time.
+the result, then panels and tiles (``b`` is chosen from what is left).
+Half-precision weights are lifted to float32 one tile at a time.
 
 Baseline: the expected score of random matrices with the same shapes, by Monte
 Carlo (see :func:`composition_baseline`). For Q, K and V the shapes are the same
@@ -51,8 +51,8 @@ from circuitwidgets.model import CircuitModel, ModelConfig
 
 KINDS = ("Q", "K", "V")
 
-#: Default bytes of panels and tiles one composition computation holds (787 MB peak above the model in all,
-#: accumulators included, at Llama-3-8B's 1,024 heads: ``benchmarks/bench_engine.py``).
+#: Default bytes one composition computation holds beyond the model: Gram matrices, accumulators, panels and
+#: tiles (571 MB peak extra at Llama-3-8B's 1,024 heads, ``benchmarks/bench_engine.py``).
 COMPOSITION_MEMORY_BUDGET = 512 * 2**20
 
 #: Later heads per block of the pair products (at least one layer): a block also pairs heads that are not
