@@ -60,7 +60,7 @@ def row_panel(side: Side, layers: slice, rows: slice, scratch: Scratch, name: st
 def tile(out: torch.Tensor, panel: torch.Tensor, side: Side, layers: slice, cols: slice, scratch: Scratch) -> None:
     """Write ``X[rows] G X[cols]ᵀ`` of every head of ``layers`` into ``out`` ``[heads, |rows| |cols|]`` (contiguous).
 
-    ``panel`` is the heads' row panel (:func:`_row_panel`). A key or value side's
+    ``panel`` is the heads' row panel (:func:`row_panel`). A key or value side's
     ``X`` is its group's: the group's heads' panels are stacked and multiplied by
     the shared columns once (``[m |rows|, d_head] · [d_head, |cols|]`` per
     group), with the same layout as one product per head.

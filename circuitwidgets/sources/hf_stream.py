@@ -16,11 +16,8 @@ conversion copies what it keeps, so the mapping is dropped with the layer.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import gc
 import json
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -29,6 +26,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from circuitwidgets._glibc import malloc_trim
 from circuitwidgets.errors import ArgumentError, NonFiniteError, ShapeError
 from circuitwidgets.model.weights import count_non_finite
 
@@ -107,17 +105,6 @@ def meta_model(root: Path, config: Any) -> Any:
     return model.eval()
 
 
-@functools.cache
-def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim``, or None off Linux or without glibc."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
 def return_freed_memory() -> None:
     """Collect garbage and give the heap's free memory back to the operating system.
 
@@ -127,9 +114,7 @@ def return_freed_memory() -> None:
     6 GB budget. Trimming after each layer keeps the peak near what is live.
     """
     gc.collect()
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
+    malloc_trim()
 
 
 def _is_mlp(relative: str) -> bool:

@@ -10,7 +10,6 @@ zero over the run's last steps), which a resumed run may add at its end.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import pickle
@@ -27,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
+from circuitwidgets._glibc import libc
 from circuitwidgets.circuits import composition_baseline, eigen_score
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.training.attn_only import AttnOnlyConfig, AttnOnlyTransformer
@@ -259,14 +259,12 @@ def _tune_allocator() -> None:
     Every step allocates the same large logits tensors; with glibc's defaults
     each one is a fresh mmap and page faults cost about a third of a CPU step.
     """
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL("libc.so.6")
-        except OSError:
-            return
-        libc.mallopt(-3, 2**30)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 2**34)  # M_TRIM_THRESHOLD
-        libc.mallopt(-2, 2**28)  # M_TOP_PAD
+    c = libc()
+    if c is None:
+        return
+    c.mallopt(-3, 2**30)  # M_MMAP_THRESHOLD
+    c.mallopt(-1, 2**34)  # M_TRIM_THRESHOLD
+    c.mallopt(-2, 2**28)  # M_TOP_PAD
 
 
 def lr_factor(cfg: TrainConfig, step: int) -> float:
