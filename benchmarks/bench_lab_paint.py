@@ -215,7 +215,7 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
-    from circuitwidgets.widgets._base import BUNDLE_PATH
+    from circuitwidgets.widgets.core.base import BUNDLE_PATH
 
     newer = [p for p in (REPO / "js" / "src").rglob("*.ts") if p.stat().st_mtime > BUNDLE_PATH.stat().st_mtime]
     if newer:

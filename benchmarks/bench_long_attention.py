@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from circuitwidgets import AttentionPatterns
-from circuitwidgets.circuits.tiles import TILE
+from circuitwidgets.activations.qk_patterns import TILE
 from circuitwidgets.export import save_html
 
 VIEW_PX = 440

@@ -28,7 +28,7 @@ _LAZY = {
     "TrainingHistory": "circuitwidgets.widgets",
     "CircuitExplorer": "circuitwidgets.widgets",
     "HeadScores": "circuitwidgets.widgets",
-    "link": "circuitwidgets.widgets._link",
+    "link": "circuitwidgets.widgets.core.link",
     "save_html": "circuitwidgets.export",
 }
 

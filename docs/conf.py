@@ -62,9 +62,9 @@ nitpick_ignore_regex = [
 ]
 # Module-level helpers that public docstrings name but the API does not document.
 nitpick_ignore = [
-    ("py:func", "circuitwidgets.widgets.skip_trigrams.skip_trigram_data"),
-    ("py:func", "circuitwidgets.widgets.eigen.eigen_scatter_data"),
-    ("py:data", "circuitwidgets.circuits.heads.KINDS"),
+    ("py:func", "circuitwidgets.widgets.skip_trigrams.widget.skip_trigram_data"),
+    ("py:func", "circuitwidgets.widgets.eigen.widget.eigen_scatter_data"),
+    ("py:data", "circuitwidgets.activations.detectors.KINDS"),
 ]
 
 # --- HTML: nothing from the network -------------------------------------------------

@@ -207,7 +207,7 @@ def ensure_bundle() -> None:
     """Rebuild the views' bundle when ``js/src`` is newer, so the pictures show the current views."""
     import subprocess
 
-    from circuitwidgets.widgets._base import BUNDLE_PATH
+    from circuitwidgets.widgets.core.base import BUNDLE_PATH
 
     src = REPO / "js" / "src"
     if not src.is_dir() or REPO not in BUNDLE_PATH.parents:

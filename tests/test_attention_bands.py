@@ -17,9 +17,9 @@ from _comm import Recorder, custom_from_view
 from _loops import run_in_fresh_loop, until
 
 from circuitwidgets import AttentionPatterns
-from circuitwidgets.circuits.tiles import QKPatterns
-from circuitwidgets.widgets import _attention_tiles
-from circuitwidgets.widgets._attention_tiles import TileSource
+from circuitwidgets.activations.qk_patterns import QKPatterns
+from circuitwidgets.widgets.attention import tiles as _attention_tiles
+from circuitwidgets.widgets.attention.tiles import TileSource
 
 N = 96  # block 1: the overview is the pattern itself
 
@@ -30,7 +30,7 @@ def _qk(n: int = N, layers: int = 1, heads: int = 3) -> tuple[torch.Tensor, torc
 
 
 def _small_chunks(monkeypatch: pytest.MonkeyPatch, rows: int, n: int = N) -> None:
-    monkeypatch.setattr("circuitwidgets.circuits.tiles.CHUNK_BYTES", 4 * n * rows)
+    monkeypatch.setattr("circuitwidgets.activations.qk_patterns.CHUNK_BYTES", 4 * n * rows)
 
 
 def _bands(sent: list[tuple[dict[str, Any], list[Any]]], head: tuple[int, int]) -> list[tuple[dict[str, Any], Any]]:

@@ -18,7 +18,7 @@ from circuitwidgets import AttentionPatterns
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.tokenizer import VocabTokenizer
-from circuitwidgets.widgets._context import ContextLengthError
+from circuitwidgets.widgets.core.context import ContextLengthError
 
 # three prompts of unequal length (BOS = 0 first): padded on the wire, never refused
 PROMPTS = [[0, 5, 9, 3, 7, 5, 9, 3, 7, 11, 2, 5], [0, 4, 4, 8, 1, 13, 6], [0, 17, 2, 2, 9, 12, 3, 14, 1]]
@@ -268,7 +268,7 @@ def test_bad_batches_from_a_model_are_refused_before_any_forward_pass(
         AttentionPatterns(model, [[0, 25], PROMPTS[1]])
     with pytest.raises(ArgumentError, match=r"window: applies to one text, got a batch of 3 prompts"):
         AttentionPatterns(model, PROMPTS, window=8)
-    monkeypatch.setattr("circuitwidgets.widgets._attention_codec.MAX_STATE_BYTES", 1000)
+    monkeypatch.setattr("circuitwidgets.widgets.attention.codec.MAX_STATE_BYTES", 1000)
     with pytest.raises(MemoryBudgetError, match=r"3 prompts × 2 layers × 3 heads over 12 tokens"):
         AttentionPatterns(model, PROMPTS)
 
@@ -323,7 +323,7 @@ def test_linked_batches_choose_prompts_together_and_positions_only_when_every_pr
 def test_a_slow_build_shows_a_progress_bar(
     model: CircuitModel, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("circuitwidgets.widgets._attention_source.BAR_DELAY_S", 0.0)  # (every build is "slow")
+    monkeypatch.setattr("circuitwidgets.widgets.attention.source.BAR_DELAY_S", 0.0)  # (every build is "slow")
     AttentionPatterns(model, PROMPTS, progress_bar=True)
     err = capsys.readouterr().err
     heads = 2 * len(PROMPTS) * 2 * 3  # raw and value-weighted, every prompt, layer and head
@@ -332,6 +332,6 @@ def test_a_slow_build_shows_a_progress_bar(
     AttentionPatterns(model, PROMPTS, progress_bar=False)
     assert "AttentionPatterns" not in capsys.readouterr().err
     # a build under a second makes no bar at all (in a notebook: no widget models left behind)
-    monkeypatch.setattr("circuitwidgets.widgets._attention_source.BAR_DELAY_S", 60.0)
+    monkeypatch.setattr("circuitwidgets.widgets.attention.source.BAR_DELAY_S", 60.0)
     AttentionPatterns(model, PROMPTS, progress_bar=True)
     assert "AttentionPatterns" not in capsys.readouterr().err

@@ -35,8 +35,8 @@ def _long_widget(
     (When the browser tests run first, their session's loop is running in this
     thread; the queued answers of a kernel with a loop have their own tests below.)
     """
-    import circuitwidgets.widgets._attention_tiles as tiles_module
-    import circuitwidgets.widgets.attention as attention_module
+    import circuitwidgets.widgets.attention.tiles as tiles_module
+    import circuitwidgets.widgets.attention.widget as attention_module
 
     if not queued_tiles:
         monkeypatch.setattr(tiles_module, "running_loop", lambda: None)
@@ -138,7 +138,7 @@ def test_from_qk_refuses_bad_queries_and_keys_naming_the_argument(
 
 
 def test_from_qk_refuses_an_overview_over_its_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("circuitwidgets.widgets._attention_tiles.OVERVIEW_BUDGET_BYTES", 1000)
+    monkeypatch.setattr("circuitwidgets.widgets.attention.tiles.OVERVIEW_BUDGET_BYTES", 1000)
     with pytest.raises(MemoryBudgetError, match=r"q: .*overview"):
         AttentionPatterns.from_qk([f"t{i}" for i in range(64)], torch.zeros(2, 4, 64, 4), torch.zeros(2, 4, 64, 4))
 

@@ -11,7 +11,7 @@ import traitlets
 from _comm import Recorder, custom_from_view
 
 from circuitwidgets import AttentionPatterns
-from circuitwidgets.circuits.attention import value_weighted
+from circuitwidgets.activations.value_paths import value_weighted
 from circuitwidgets.errors import ArgumentError, NonFiniteError, ShapeError
 
 N = 300
@@ -32,8 +32,8 @@ def _inputs() -> dict[str, Any]:
 
 
 def _widget(monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> tuple[AttentionPatterns, Recorder]:
-    import circuitwidgets.widgets._attention_tiles as tiles_module
-    import circuitwidgets.widgets.attention as attention_module
+    import circuitwidgets.widgets.attention.tiles as tiles_module
+    import circuitwidgets.widgets.attention.widget as attention_module
 
     monkeypatch.setattr(tiles_module, "running_loop", lambda: None)
     monkeypatch.setattr(attention_module, "running_loop", lambda: None)
@@ -110,7 +110,7 @@ def test_from_qk_refuses_bad_norms_and_effects_naming_the_argument(
 
 
 def test_the_export_budget_counts_the_value_overview_the_norms_and_the_effects(monkeypatch: pytest.MonkeyPatch) -> None:
-    import circuitwidgets.widgets._attention_tiles as tiles_module
+    import circuitwidgets.widgets.attention.tiles as tiles_module
 
     overview = 2 * 4 * 4 * 150 * 150 * 2  # [L, H, 4 channels, G, G] float16
     per_position = 2 * (2 * 4 * N * 4)  # value norms and logit effects, float32

@@ -79,7 +79,7 @@ def test_reading_the_data_finishes_a_stream(model: CircuitModel) -> None:
 
 
 def test_in_an_event_loop_large_inputs_stream_without_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
-    from circuitwidgets.widgets import _attention_source as module
+    from circuitwidgets.widgets.attention import source as module
 
     monkeypatch.setattr(module, "STREAM_BYTES", 1000)
     a = causal_patterns(3, 4, 40)

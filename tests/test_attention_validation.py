@@ -23,7 +23,7 @@ from circuitwidgets.errors import (
     ShapeError,
 )
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.widgets.attention import _upper_max
+from circuitwidgets.widgets.attention.widget import _upper_max
 
 
 @pytest.fixture

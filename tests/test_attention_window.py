@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from circuitwidgets import AttentionPatterns
-from circuitwidgets.circuits.attention import value_norms, value_weighted
+from circuitwidgets.activations.value_paths import value_norms, value_weighted
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.tokenizer import VocabTokenizer
-from circuitwidgets.widgets._context import ContextLengthError
+from circuitwidgets.widgets.core.context import ContextLengthError
 
 ONE_STEP = 0.5 / 255 + 1e-6
 N_CTX = 16
@@ -143,7 +143,7 @@ def test_windows_need_a_model() -> None:
 def test_windows_show_a_progress_bar_when_slow(
     model: CircuitModel, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("circuitwidgets.widgets._attention_source.BAR_DELAY_S", 0.0)  # (every build is "slow")
+    monkeypatch.setattr("circuitwidgets.widgets.attention.source.BAR_DELAY_S", 0.0)  # (every build is "slow")
     AttentionPatterns(model, long_ids(41), window=16, stride=5, progress_bar=True)
     err = capsys.readouterr().err
     assert "AttentionPatterns windows" in err and "/6 " in err, err[-300:]  # 1 + ceil((41 - 1 - 15) / 5) windows

@@ -55,8 +55,8 @@ from circuitwidgets.widgets import (
     SkipTrigramTable,
     TermImportance,
 )
-from circuitwidgets.widgets._base import TraitArgumentError
-from circuitwidgets.widgets.skip_trigrams import listing, skip_trigram_data
+from circuitwidgets.widgets.core.base import TraitArgumentError
+from circuitwidgets.widgets.skip_trigrams.widget import listing, skip_trigram_data
 
 # --- models --------------------------------------------------------------------
 
@@ -473,9 +473,9 @@ class _Payload:
 
 def _tiny_training_setup(tmp_path: Path) -> tuple[Any, Path, Path, Any]:
     """A cache (tokenizer, token arrays) and a resumable checkpoint for a one-head model."""
+    from circuitwidgets.training.attn_only import AttnOnlyConfig, AttnOnlyTransformer
     from safetensors.torch import save_file
 
-    from circuitwidgets.training.attn_only import AttnOnlyConfig, AttnOnlyTransformer
     from circuitwidgets.training.tokenizer import train_bpe
     from circuitwidgets.training.train import TrainConfig
 
@@ -769,7 +769,7 @@ def assert_refused(widget: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.
     synced = sorted(set(widget.keys))
     widget.observe(fired.append, names=synced)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="circuitwidgets.widgets._base"):
+    with caplog.at_level(logging.WARNING, logger="circuitwidgets.widgets.core.base"):
         from_view(widget, **state)  # must not raise
     widget.unobserve(fired.append, names=synced)
     assert _same(_snapshot(widget), before), "the previous valid state is kept"
@@ -872,7 +872,7 @@ def test_a_failure_while_applying_a_view_update_rolls_it_back(
     monkeypatch.setattr(w._source, "live_profile", boom)
     rec = Recorder()
     monkeypatch.setattr(w, "_send", rec)
-    with caplog.at_level(logging.WARNING, logger="circuitwidgets.widgets._base"):
+    with caplog.at_level(logging.WARNING, logger="circuitwidgets.widgets.core.base"):
         from_view(w, **{"source_token": live})
     assert w.source_token == -1
     assert any("failed" in r.getMessage() and r.exc_info for r in caplog.records)

@@ -15,7 +15,7 @@ import torch
 from families import CASES_BY_ID, Case
 
 from circuitwidgets import AttentionPatterns, from_hf
-from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
+from circuitwidgets.activations.value_paths import logit_effects, value_norms, value_weighted
 from circuitwidgets.model import forward as forward_module
 from circuitwidgets.model.forward import attention_mask, chunked_attention, soft_cap
 

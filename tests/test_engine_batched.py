@@ -13,7 +13,8 @@ import torch
 from conftest import make_random_model
 
 import circuitwidgets.circuits as cw
-from circuitwidgets.circuits import _checks, _precision
+from circuitwidgets import _checks
+from circuitwidgets.circuits import _precision
 from circuitwidgets.circuits.copying import matrix_copying_score
 from circuitwidgets.circuits.lowrank import LowRankMatrix
 from circuitwidgets.circuits.stack import LowRankStack
@@ -256,7 +257,7 @@ def test_composition_in_one_layer_blocks_and_small_tiles_equals_one_block(monkey
 
 
 def test_same_matching_eigenvalues_of_the_strongest_source_equal_the_all_pairs_ones() -> None:
-    from circuitwidgets.circuits.matching import best_earlier_heads, kcomp_stack
+    from circuitwidgets.circuits.kcomp import best_earlier_heads, kcomp_stack
 
     model = gqa_model()
     every = cw.kcomp_eigenvalues(model, offset=1)
@@ -399,7 +400,7 @@ def test_an_over_large_top_k_or_budget_is_refused_before_any_work() -> None:
 
 
 def test_detector_kinds_from_one_forward_pass_equal_each_kinds_head_scores() -> None:
-    from circuitwidgets.circuits.heads import random_token_scores
+    from circuitwidgets.activations.detectors import random_token_scores
 
     model = gqa_model()
     kinds = ("previous_token", "induction", "duplicate_token")

@@ -18,7 +18,7 @@ from circuitwidgets.export import html_page
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.tokenizer import VocabTokenizer
 from circuitwidgets.widgets import CircuitExplorer, CompositionMap, EigenScatter
-from circuitwidgets.widgets.eigen import DETECTORS, INDUCTION_MIN
+from circuitwidgets.widgets.eigen.widget import DETECTORS, INDUCTION_MIN
 from circuitwidgets.widgets.term_importance import term_importance_data
 
 # --- helpers -------------------------------------------------------------------

@@ -23,7 +23,7 @@ from circuitwidgets.sources.huggingface import SUPPORTED_ARCHITECTURES, from_hf
 
 transformers = pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.filterwarnings("ignore::circuitwidgets.circuits._checks.MLPPathsExcludedWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::circuitwidgets._checks.MLPPathsExcludedWarning")
 
 TOL_LOGITS = 1e-4
 TOL_PATTERNS = 1e-5

@@ -13,7 +13,7 @@ import circuitwidgets as cw
 from circuitwidgets import circuits
 from circuitwidgets.sources.huggingface import from_hf
 
-pytestmark = pytest.mark.filterwarnings("ignore::circuitwidgets.circuits._checks.MLPPathsExcludedWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::circuitwidgets._checks.MLPPathsExcludedWarning")
 
 FAMILY_CASES = [
     "llama-gqa2-biases-llama3rope",

@@ -24,7 +24,7 @@ from circuitwidgets.sources.huggingface import from_hf
 
 transformers = pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.filterwarnings("ignore::circuitwidgets.circuits._checks.MLPPathsExcludedWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::circuitwidgets._checks.MLPPathsExcludedWarning")
 
 N_POS = 12
 

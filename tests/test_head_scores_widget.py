@@ -16,7 +16,7 @@ from circuitwidgets import circuits
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets import CircuitExplorer, HeadScores
-from circuitwidgets.widgets._context import ContextLengthError
+from circuitwidgets.widgets.core.context import ContextLengthError
 from circuitwidgets.widgets.explorer import CHILDREN
 
 KINDS = circuits.HEAD_KINDS
@@ -199,7 +199,7 @@ def test_explorer_refuses_a_text_longer_than_the_context_before_any_work(
 
     monkeypatch.setattr(type(model), "run_with_cache", no_work)
     monkeypatch.setattr(type(model), "forward", no_work)
-    monkeypatch.setattr("circuitwidgets.widgets.eigen.EigenScatter.initial", no_work)
+    monkeypatch.setattr("circuitwidgets.widgets.eigen.widget.EigenScatter.initial", no_work)
     with pytest.raises(ContextLengthError, match=r"^text_or_tokens: expected at most n_ctx=24 tokens .*got 40\.") as info:
         CircuitExplorer(model, list(range(1, 41)))
     assert isinstance(info.value, ShapeError) and "AttentionPatterns" in str(info.value)

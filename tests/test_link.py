@@ -11,7 +11,7 @@ import pytest
 import circuitwidgets as cw
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.widgets import AttentionPatterns, HeadScores
-from circuitwidgets.widgets._link import Link, link_of
+from circuitwidgets.widgets.core.link import Link, link_of
 
 
 def _heads(n_layers: int = 2, n_heads: int = 3, seed: int = 0) -> HeadScores:

@@ -101,7 +101,7 @@ def test_saved_buffers_are_put_back_where_they_belong_in_either_encoding() -> No
     raw = np.arange(6, dtype=np.float32).tobytes()
     entry = {
         "model_name": "AnyModel",
-        "state": {"_anywidget_id": "circuitwidgets.widgets.attention.AttentionPatterns", "_esm": "x" * 100, "patterns": {"shape": [6]}},
+        "state": {"_anywidget_id": "circuitwidgets.widgets.attention.widget.AttentionPatterns", "_esm": "x" * 100, "patterns": {"shape": [6]}},
         "buffers": [{"path": ["patterns", "view"], "encoding": "hex", "data": raw.hex()}],
     }
     assert is_saved_circuitwidget(entry)

@@ -67,5 +67,5 @@ def test_wheel_built_from_sdist_without_node_contains_the_bundle(tmp_path: Path)
         assert info.file_size > 1000
         assert b"export" in zf.read(BUNDLE)
         names = zf.namelist()
-    assert "circuitwidgets/widgets/_base.py" in names
+    assert "circuitwidgets/widgets/core/base.py" in names
     assert not any(n.startswith(("js/", "tests/")) for n in names)

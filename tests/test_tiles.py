@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from circuitwidgets.circuits.tiles import TILE, QKPatterns, overview_block
+from circuitwidgets.activations.qk_patterns import TILE, QKPatterns, overview_block
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 
 N, D = 203, 16
@@ -61,7 +61,7 @@ def test_overview_and_every_tile_equal_the_dense_softmax(
     monkeypatch: pytest.MonkeyPatch, causal: bool, window: int | None, cap: float | None, rows_a_chunk: int | None
 ) -> None:
     if rows_a_chunk is not None:  # tiles and summaries in chunks of a few rows, each over the columns it sees
-        monkeypatch.setattr("circuitwidgets.circuits.tiles.CHUNK_BYTES", 4 * N * rows_a_chunk)
+        monkeypatch.setattr("circuitwidgets.activations.qk_patterns.CHUNK_BYTES", 4 * N * rows_a_chunk)
     q, k = _qk()
     engine = QKPatterns(q, k, causal=causal, sliding_window=window, softcap=cap)
     layer, head = 1, 3  # key head 1 under grouped-query attention
@@ -103,7 +103,7 @@ def test_each_rows_top_sources_are_its_largest_weights(causal: bool, window: int
 def test_chunks_smaller_than_the_matrix_give_the_same_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     q, k = _qk()
     whole = QKPatterns(q, k).summarise(0, 0, block=8, top_k=2)
-    monkeypatch.setattr("circuitwidgets.circuits.tiles.CHUNK_BYTES", 4 * N * 16)  # 16 rows a chunk
+    monkeypatch.setattr("circuitwidgets.activations.qk_patterns.CHUNK_BYTES", 4 * N * 16)  # 16 rows a chunk
     chunked = QKPatterns(q, k).summarise(0, 0, block=8, top_k=2)
     assert np.abs(whole.max - chunked.max).max() <= 1e-7
     assert torch.allclose(whole.lse, chunked.lse, atol=1e-6)

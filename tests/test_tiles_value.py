@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from circuitwidgets.circuits.attention import value_weighted
-from circuitwidgets.circuits.tiles import TILE, QKPatterns
+from circuitwidgets.activations.qk_patterns import TILE, QKPatterns
+from circuitwidgets.activations.value_paths import value_weighted
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 from tests.test_tiles import CASES, N, _blocks, _dense, _qk
 
@@ -21,7 +21,7 @@ def _norms() -> torch.Tensor:
 
 
 def _dense_value(dense: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
-    """The reference: the dense definition (circuits.attention.value_weighted) in float64."""
+    """The reference: the dense definition (activations.value_paths.value_weighted) in float64."""
     w = dense * norms.double()[None, :]
     sums = w.sum(-1, keepdim=True)
     return torch.where(sums > 0, w / torch.where(sums > 0, sums, 1.0), 0.0)
@@ -33,7 +33,7 @@ def test_value_weighted_overview_and_tiles_equal_the_dense_definition(
     monkeypatch: pytest.MonkeyPatch, causal: bool, window: int | None, cap: float | None, rows_a_chunk: int | None
 ) -> None:
     if rows_a_chunk is not None:
-        monkeypatch.setattr("circuitwidgets.circuits.tiles.CHUNK_BYTES", 4 * N * rows_a_chunk)
+        monkeypatch.setattr("circuitwidgets.activations.qk_patterns.CHUNK_BYTES", 4 * N * rows_a_chunk)
     q, k = _qk()
     norms = _norms()
     engine = QKPatterns(q, k, causal=causal, sliding_window=window, softcap=cap, value_norms=norms)

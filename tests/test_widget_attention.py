@@ -16,8 +16,8 @@ from ipywidgets.widgets.widget import _remove_buffers
 
 from circuitwidgets import AttentionPatterns
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.widgets._arrays import array_from_json
-from circuitwidgets.widgets.attention import decode_patterns, repeat_period
+from circuitwidgets.widgets.attention.widget import decode_patterns, repeat_period
+from circuitwidgets.widgets.core.arrays import array_from_json
 
 # --- helpers -------------------------------------------------------------------
 

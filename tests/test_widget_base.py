@@ -15,9 +15,9 @@ from hypothesis.extra import numpy as hnp
 from ipywidgets.widgets.widget import _remove_buffers
 
 from circuitwidgets import AttentionPatterns
-from circuitwidgets.widgets import _base
-from circuitwidgets.widgets._arrays import array_from_json, array_to_json, quantise_unit
-from circuitwidgets.widgets.attention import decode_patterns, encode_patterns
+from circuitwidgets.widgets.attention.widget import decode_patterns, encode_patterns
+from circuitwidgets.widgets.core import base as _base
+from circuitwidgets.widgets.core.arrays import array_from_json, array_to_json, quantise_unit
 
 # --- helpers -------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from circuitwidgets.widgets import (
     SkipTrigramTable,
     TermImportance,
 )
-from circuitwidgets.widgets._spec import spec_of
+from circuitwidgets.widgets.core.spec import spec_of
 from circuitwidgets.widgets.explorer import CHILDREN
 
 TEXT = "<1> <2> <3> <4> <1> <2> <3> <4>"
@@ -262,7 +262,7 @@ def test_the_explorer_sends_a_computed_head_without_resending_the_others(model: 
 
 
 def test_the_kernel_owns_the_order_of_a_sources_triples(model: CircuitModel) -> None:
-    from circuitwidgets.widgets._trigram_data import profile_order
+    from circuitwidgets.widgets.skip_trigrams.data import profile_order
 
     # (js/tests/weightspace-fixtures.ts holds this order for P = 2)
     assert profile_order(2).ravel().tolist() == [0, 0, 0, 1, 1, 0, 1, 1]

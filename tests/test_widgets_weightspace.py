@@ -24,8 +24,8 @@ from circuitwidgets.export import html_page
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.tokenizer import VocabTokenizer
 from circuitwidgets.widgets import CompositionMap, EigenScatter, SkipTrigramTable, TermImportance
-from circuitwidgets.widgets.eigen import CIRCUITS, DETECTORS, eigen_scatter_data
-from circuitwidgets.widgets.skip_trigrams import ORIGIN_OV, ORIGIN_QK
+from circuitwidgets.widgets.eigen.widget import CIRCUITS, DETECTORS, eigen_scatter_data
+from circuitwidgets.widgets.skip_trigrams.widget import ORIGIN_OV, ORIGIN_QK
 
 # --- helpers -------------------------------------------------------------------
 

@@ -11,27 +11,31 @@ with leading dimensions), and ``model.W_E @ OV(model) @ model.W_U`` the stack of
 full circuits, still factored; copying, composition and same-matching scores
 are batched computations over such stacks, run where the weights live (CPU or
 GPU), half-precision weights in float32 blocks. Public functions validate the
-model once (:func:`~circuitwidgets.circuits._checks.check_model`); what they
+model once (:func:`~circuitwidgets._checks.check_model`); what they
 compute inside does not check again.
 
 Modules: :mod:`.lowrank` (one factored matrix), :mod:`.stack` (stacks of them),
 :mod:`.ov_qk` (circuits), :mod:`.copying` (eigenvalue and other copying
 summaries), :mod:`.matching` (same matching through K-composition),
 :mod:`.composition` (Q/K/V composition), :mod:`.skip_trigrams`, :mod:`.paths`
-(bigrams, path expansion, term importance), :mod:`.heads` (head detectors),
-:mod:`.attention` (value norms, value-weighted patterns and logit effects from
-a forward pass).
+(bigrams, path expansion, term importance). Three tilings, three names:
+:mod:`.topk_tiles` and :mod:`.topk_methods` (top-k of a factored ``[V, V]``
+matrix in row blocks), :mod:`.composition_tiles` (composition's Gram tiles).
+
+What needs a forward pass lives in :mod:`circuitwidgets.activations` (head
+detectors, value norms, value-weighted patterns, logit effects, long-context
+attention); its public functions are re-exported here.
 """
 
 from __future__ import annotations
 
-from circuitwidgets.circuits._checks import MLPPathsExcludedWarning
+from circuitwidgets._checks import MLPPathsExcludedWarning
+from circuitwidgets.activations.detectors import KINDS as HEAD_KINDS
+from circuitwidgets.activations.detectors import HeadKind, head_scores, repeated_random_tokens, target_mask
+from circuitwidgets.activations.value_paths import logit_effects, value_norms, value_weighted
 from circuitwidgets.circuits._records import RecordList
-from circuitwidgets.circuits.attention import logit_effects, value_norms, value_weighted
 from circuitwidgets.circuits.composition import all_composition_scores, composition_baseline, composition_scores
 from circuitwidgets.circuits.copying import copying_scores, eigen_score, eigenvalues, matrix_copying_score
-from circuitwidgets.circuits.heads import KINDS as HEAD_KINDS
-from circuitwidgets.circuits.heads import HeadKind, head_scores, repeated_random_tokens, target_mask
 from circuitwidgets.circuits.lowrank import LowRankMatrix, TopEntries, TopK
 from circuitwidgets.circuits.matching import kcomp_eigenvalues, same_matching_scores
 from circuitwidgets.circuits.ov_qk import (

@@ -6,18 +6,17 @@ are formed in chunks (one matrix product for all the block's matrices), and
 column tiles of the products are reduced before the next is formed. The copying
 summaries of :mod:`.copying` need the diagonal and whether each token's own
 entry is among its row's ``k`` largest; both come from one pass.
+
+This module holds the per-tile pieces; the pass over a stack's blocks is
+:func:`~circuitwidgets.circuits._stack_factors.row_reductions`, beside the
+stack it walks.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
-from circuitwidgets.circuits._precision import compute_dtype, left_multiply, lift
-
-if TYPE_CHECKING:
-    from circuitwidgets.circuits._stack_factors import StackFactors
+from circuitwidgets.circuits._precision import left_multiply
 
 #: Rows of a square matrix: all of them (a slice) or some (an index tensor).
 Rows = slice | torch.Tensor
@@ -138,53 +137,3 @@ def _exact_within(
         own = values.gather(1, cols[row][:, None])
         out[start : start + chunk] = (values > own).sum(-1) < k
     return out
-
-
-def row_reductions(
-    stack: StackFactors,
-    diagonal: Rows | None,
-    ranked: tuple[torch.Tensor, torch.Tensor] | None,
-    top_k: int | None,
-    memory_budget: int,
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Diagonal entries ``M[t, t]`` for ``t`` in ``diagonal``, and in-row ranks of ``M[rows[i], cols[i]]`` for ``ranked = (rows, cols)``.
-
-    The rank result is long ``[*batch, |rows|]`` (entries of row ``rows[i]`` strictly
-    above ``M[rows[i], cols[i]]``), or with ``top_k`` bool (whether fewer than ``top_k`` are).
-    One pass over the stack: each block's ``B · right`` serves both. Returns public
-    ``([*batch_shape, |diagonal|] or None, [*batch_shape, |ranked|] or None)``.
-    """
-    n = stack.matrix_shape[1]
-    r2 = int(stack._B.shape[-2])
-    dtype = compute_dtype(stack.dtype)
-    size = torch.empty((), dtype=dtype).element_size()
-    every = range(*diagonal.indices(min(stack.matrix_shape))) if isinstance(diagonal, slice) else None
-    n_diag = 0 if diagonal is None else (len(every) if every is not None else int(diagonal.numel()))  # type: ignore[union-attr]
-    n_rank = 0 if ranked is None else int(ranked[0].numel())
-    diag_out = None if diagonal is None else torch.empty(*stack._inner, n_diag, dtype=dtype, device=stack.device)
-    rank_out = None
-    if ranked is not None:
-        rank_dtype = torch.bool if top_k is not None else torch.long
-        rank_out = torch.zeros(*stack._inner, n_rank, dtype=rank_dtype, device=stack.device)
-    for index, A, C, B in stack._blocks(stack._item_bytes(r2 * n + 2 * r2 * n_rank), memory_budget):
-        items = stack._block_items(index)
-        right = B if stack._right is None else B @ lift(stack._right)  # [..., r2, n]
-        if diagonal is not None and diag_out is not None:
-            step = max(1, memory_budget // max(1, 2 * items * r2 * size))
-            for start in range(0, n_diag, step):
-                stop = min(start + step, n_diag)
-                rows: Rows = slice(every[start], every[stop - 1] + 1) if every is not None else diagonal[start:stop]  # type: ignore[index]
-                part = left_rows(stack._left, A, C, rows)
-                diag_out[index][..., start:stop] = (part * right[..., rows].mT).sum(-1)
-        if ranked is not None and rank_out is not None:
-            rows_, cols = ranked
-            part = left_rows(stack._left, A, C, rows_)
-            step = max(1, min(n, memory_budget // max(1, items * n_rank * size)))
-            found = (
-                count_above(part, right, cols, step) if top_k is None else within_top(part, right, cols, top_k, step)
-            )
-            rank_out[index] = found
-    return (
-        None if diag_out is None else stack._public(diag_out),
-        None if rank_out is None else stack._public(rank_out),
-    )

@@ -42,9 +42,9 @@ from typing import Literal
 import numpy as np
 import torch
 
-from circuitwidgets.circuits._checks import check_bool, check_budget, check_choice, check_int, check_model, progress
-from circuitwidgets.circuits._gram_tiles import Scratch, Side, row_panel, tile, tile_size
+from circuitwidgets._checks import check_bool, check_budget, check_choice, check_int, check_model, progress
 from circuitwidgets.circuits._precision import compute_dtype, lift
+from circuitwidgets.circuits.composition_tiles import Scratch, Side, row_panel, tile, tile_size
 from circuitwidgets.circuits.ov_qk import _OV, _QK, check_offset
 from circuitwidgets.errors import MemoryBudgetError
 from circuitwidgets.model import CircuitModel, ModelConfig

@@ -43,11 +43,11 @@ from typing import Literal
 import numpy as np
 import torch
 
-from circuitwidgets.circuits._checks import check_choice, check_int, check_model, check_token_ids
-from circuitwidgets.circuits._rows import row_reductions
+from circuitwidgets._checks import check_choice, check_int, check_model, check_token_ids
 from circuitwidgets.circuits._spectra import eigen_score, sorted_by_magnitude
+from circuitwidgets.circuits._stack_factors import row_reductions
+from circuitwidgets.circuits.kcomp import best_earlier_heads, kcomp_stack
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET, LowRankMatrix
-from circuitwidgets.circuits.matching import best_earlier_heads, kcomp_stack
 from circuitwidgets.circuits.ov_qk import _full_OV, _full_QK, check_offset
 from circuitwidgets.circuits.stack import LowRankStack
 from circuitwidgets.model import CircuitModel

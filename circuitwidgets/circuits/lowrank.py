@@ -28,8 +28,8 @@ dtype; dense blocks, tiles, diagonals and top-k values in the compute dtype
 problems (eigenvalues, singular values, norms, traces) are solved in float64
 and returned as float64 or complex128 (or a Python float).
 
-Modules: this one (factored algebra and small problems), :mod:`._tiling` and
-:mod:`._tiling_methods` (tiled reductions), :mod:`._index` (row selection).
+Modules: this one (factored algebra and small problems), :mod:`.topk_tiles` and
+:mod:`.topk_methods` (tiled reductions), :mod:`._index` (row selection).
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ import math
 
 import torch
 
-from circuitwidgets.circuits._checks import check_int, count_non_finite
+from circuitwidgets._checks import check_int, count_non_finite
 from circuitwidgets.circuits._index import Index, index_rows
 from circuitwidgets.circuits._precision import lift, one_thread, small_eigvals
-from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET, MAX_RESULT_BYTES, TILE_BYTES, TopEntries, TopK
-from circuitwidgets.circuits._tiling_methods import TiledReductions
+from circuitwidgets.circuits.topk_methods import TiledReductions
+from circuitwidgets.circuits.topk_tiles import DEFAULT_MEMORY_BUDGET, MAX_RESULT_BYTES, TILE_BYTES, TopEntries, TopK
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
 
 __all__ = [

@@ -12,7 +12,7 @@ Its non-zero eigenvalues are those of the ``d_head × d_head`` matrix
 ``O(V d_model²)`` once (``W_Eᵀ W_E``), ``O(L H d_model² d_head)`` and
 ``O(P d_model d_head²)`` for ``P`` ordered pairs. The terms of a chosen earlier
 head per later head form one ``[n_layers − 1, n_heads]``
-:class:`~circuitwidgets.circuits.LowRankStack` (:func:`kcomp_stack`), on which
+:class:`~circuitwidgets.circuits.LowRankStack` (:func:`~circuitwidgets.circuits.kcomp.kcomp_stack`), on which
 every copying summary is one batched computation.
 """
 
@@ -23,61 +23,15 @@ from typing import Literal
 import numpy as np
 import torch
 
+from circuitwidgets._checks import check_choice, check_int, check_model, check_token_ids
 from circuitwidgets.circuits._cache import embed_gram
-from circuitwidgets.circuits._checks import check_choice, check_int, check_model, check_token_ids
 from circuitwidgets.circuits._precision import lift, small_eigvals
 from circuitwidgets.circuits._spectra import eigen_score, sorted_by_magnitude
+from circuitwidgets.circuits.copying import METHODS, stack_copying_scores
+from circuitwidgets.circuits.kcomp import kcomp_stack
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
-from circuitwidgets.circuits.ov_qk import _per_head, _rotation_core, check_offset
-from circuitwidgets.circuits.stack import LowRankStack
+from circuitwidgets.circuits.ov_qk import _rotation_core, check_offset
 from circuitwidgets.model import CircuitModel
-
-
-def best_earlier_heads(
-    model: CircuitModel, offset: int | None, memory_budget: int = DEFAULT_MEMORY_BUDGET
-) -> np.ndarray:
-    """For each head, ``(l1, h1)`` of the earlier head with the largest raw K-composition into it, int64 ``[L, H, 2]``.
-
-    ``-1`` in layer 0 (no earlier head). Cost: one K-composition computation
-    (:func:`~circuitwidgets.circuits.composition_scores`).
-    """
-    from circuitwidgets.circuits.composition import _raw_composition_scores
-
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    best = np.full((L, H, 2), -1, dtype=np.int64)
-    if L < 2:
-        return best
-    scores = _raw_composition_scores(model, ("K",), memory_budget, offset)[0]
-    for l2 in range(1, L):
-        column = np.nan_to_num(scores[:l2, :, l2, :].reshape(l2 * H, H), nan=-np.inf)
-        flat = column.argmax(axis=0)
-        best[l2, :, 0], best[l2, :, 1] = flat // H, flat % H
-    return best
-
-
-def kcomp_stack(model: CircuitModel, sources: np.ndarray, offset: int | None, first_layer: int = 1) -> LowRankStack:
-    """The K-composition terms of layers ``first_layer..L-1`` through ``sources``, a ``[L - first_layer, H]`` stack.
-
-    ``sources`` int ``[L - first_layer, H, 2]`` (or ``[L, H, 2]`` with ``first_layer=1``,
-    its layer-0 rows ignored) gives each later head's earlier head ``(l1, h1)``,
-    ``l1`` before the later head's layer. Each matrix is ``W_E · W_Q^{h2} R(offset) ·
-    (W_V^{h1} W_O^{h1} W_K^{h2})ᵀ · W_Eᵀ``; the key side ``[d_model, d_head]`` is
-    formed per later head (``O(L H d_model d_head²)``, in the compute dtype).
-    """
-    cfg = model.cfg
-    later = range(first_layer, cfg.n_layers)
-    pairs = torch.as_tensor(np.array(sources[-len(later) :], dtype=np.int64), device=model.device)
-    l1, h1 = pairs[..., 0], pairs[..., 1]
-    l2 = torch.as_tensor(list(later), device=model.device)[:, None].expand_as(l1)
-    g2 = model.kv_index[None].expand_as(l1)
-    mixing = lift(model.W_O[l1, h1]) @ lift(model.W_K[l2, g2])  # [n, H, d_head, d_head]
-    keys = lift(model.W_V[l1, model.kv_index[h1]]) @ mixing  # [n, H, d_model, d_head]
-    W_Q = _per_head(model, model.W_Q)[first_layer:]
-    core = _rotation_core(model, offset)
-    n = len(later)
-    B = keys.mT.reshape(n, cfg.kv_heads, cfg.group_size, cfg.d_head, cfg.d_model)
-    stack = LowRankStack._trusted(W_Q, B, core=None if core is None else core[first_layer:], merge=True)
-    return stack._with_outer(model.W_E, model.W_E.T)
 
 
 def kcomp_eigenvalues(model: CircuitModel, offset: int | None = None) -> np.ndarray:
@@ -146,8 +100,6 @@ def same_matching_scores(
     vocabularies). ``offset``: as in ``copying_scores``, required on rotary
     models. ``progress_bar`` is accepted for compatibility.
     """
-    from circuitwidgets.circuits.copying import METHODS, stack_copying_scores
-
     model = check_model(model, "same_matching_scores")
     check_choice("method", method, METHODS)
     k = check_int("k", k, 1)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from circuitwidgets.circuits._checks import check_head, check_int, check_model
+from circuitwidgets._checks import check_head, check_int, check_model
 from circuitwidgets.circuits._precision import compute_dtype, lift, matmul
 from circuitwidgets.circuits.lowrank import LowRankMatrix
 from circuitwidgets.circuits.stack import LowRankStack

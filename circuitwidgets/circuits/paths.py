@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from circuitwidgets.circuits._checks import check_int, check_model, check_token, progress
+from circuitwidgets._checks import check_int, check_model, check_token, progress
 from circuitwidgets.circuits._records import RecordList
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
 from circuitwidgets.circuits.ov_qk import _direct_path

@@ -25,7 +25,7 @@ from typing import Literal
 
 import torch
 
-from circuitwidgets.circuits._checks import check_budget, check_choice, check_head, check_int, check_model, check_token
+from circuitwidgets._checks import check_budget, check_choice, check_head, check_int, check_model, check_token
 from circuitwidgets.circuits._records import RecordList
 from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET, LowRankMatrix
 from circuitwidgets.circuits.ov_qk import _full_ov, _full_qk, check_offset

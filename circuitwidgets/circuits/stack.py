@@ -32,12 +32,12 @@ from collections.abc import Iterator
 
 import torch
 
-from circuitwidgets.circuits._checks import check_budget, check_int, count_non_finite
+from circuitwidgets._checks import check_budget, check_int, count_non_finite
 from circuitwidgets.circuits._precision import compute_dtype, lift, matmul
 from circuitwidgets.circuits._rows import left_rows
 from circuitwidgets.circuits._stack_factors import StackFactors, broadcast, numel
-from circuitwidgets.circuits._tiling import DEFAULT_MEMORY_BUDGET, TopEntries, batched_topk, check_result
 from circuitwidgets.circuits.lowrank import DEFAULT_DENSE_LIMIT, LowRankMatrix
+from circuitwidgets.circuits.topk_tiles import DEFAULT_MEMORY_BUDGET, TopEntries, batched_topk, check_result
 from circuitwidgets.errors import ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
 
 BatchKey = int | slice | tuple[int | slice, ...]

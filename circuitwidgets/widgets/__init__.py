@@ -1,4 +1,4 @@
-"""Jupyter widgets for transformer circuits: one module per view."""
+"""Jupyter widgets for transformer circuits: one module or folder per view, shared machinery in :mod:`.core`."""
 
 from __future__ import annotations
 

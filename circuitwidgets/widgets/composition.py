@@ -23,16 +23,16 @@ import numpy as np
 import traitlets
 from numpy.typing import ArrayLike, NDArray
 
+from circuitwidgets._checks import check_model
 from circuitwidgets.circuits import composition_baseline
-from circuitwidgets.circuits._checks import check_model
 from circuitwidgets.circuits.composition import COMPOSITION_MEMORY_BUDGET, _raw_composition_scores
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
-from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._offset import ReadsQKAtOffset, engine_offset, offset_setting, resolve_offset
-from circuitwidgets.widgets._spec import Size, head_selection, trait_error, view_data, view_setting
-from circuitwidgets.widgets._traits import Choice, Count, Edge, SelectionIndex
+from circuitwidgets.widgets.core.arrays import NDArrayTrait, user_array
+from circuitwidgets.widgets.core.base import CircuitWidget
+from circuitwidgets.widgets.core.offset import ReadsQKAtOffset, engine_offset, offset_setting, resolve_offset
+from circuitwidgets.widgets.core.spec import Size, head_selection, trait_error, view_data, view_setting
+from circuitwidgets.widgets.core.traits import Choice, Count, Edge, SelectionIndex
 
 __all__ = ["KINDS", "CompositionMap", "composition_map_data", "edge_error"]
 
@@ -46,7 +46,7 @@ def composition_map_data(
     """Trait values of a :class:`CompositionMap`: raw scores of every kind and the baseline.
 
     ``offset``: rotary models read Q and K composition through the QK circuit at
-    this offset (default 0, shown in the view; :mod:`circuitwidgets.widgets._offset`).
+    this offset (default 0, shown in the view; :mod:`circuitwidgets.widgets.core.offset`).
     Cost: the three kinds of :func:`~circuitwidgets.circuits.composition_scores`
     in one pass (``O(L H d_model² d_head + P d_model²)`` for ``P`` pairs) and one
     Monte-Carlo baseline.

@@ -10,7 +10,7 @@ also works in exported HTML, with no kernel) and the kernel traits
 State layout (derived, not restated)
 ------------------------------------
 The explorer's traits are composed from its children's definitions
-(:func:`circuitwidgets.widgets._spec.compose`): each child's data is one
+(:func:`circuitwidgets.widgets.core.spec.compose`): each child's data is one
 dictionary trait, ``<prefix>_data``, whose arrays travel as binary buffers; each
 of its settings and kernel replies is a flat trait ``<prefix>_<name>``
 (``trigram_source_token``, ``composition_selected_edge``, …), a copy of the
@@ -29,20 +29,20 @@ from typing import Any, ClassVar
 import torch
 import traitlets
 
-from circuitwidgets.circuits._checks import check_model
+from circuitwidgets._checks import check_model
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.widgets._arrays import _data_to_json
-from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._compose import ScopedView, compose, scope_names
-from circuitwidgets.widgets._context import build_progress, check_context
-from circuitwidgets.widgets._offset import engine_offset, resolve_offset, validate_offset
-from circuitwidgets.widgets._spec import spec_of
-from circuitwidgets.widgets.attention import AttentionPatterns
+from circuitwidgets.widgets.attention.widget import AttentionPatterns
 from circuitwidgets.widgets.composition import CompositionMap
-from circuitwidgets.widgets.eigen import EigenScatter
+from circuitwidgets.widgets.core.arrays import _data_to_json
+from circuitwidgets.widgets.core.base import CircuitWidget
+from circuitwidgets.widgets.core.compose import ScopedView, compose, scope_names
+from circuitwidgets.widgets.core.context import build_progress, check_context
+from circuitwidgets.widgets.core.offset import engine_offset, resolve_offset, validate_offset
+from circuitwidgets.widgets.core.spec import spec_of
+from circuitwidgets.widgets.eigen.widget import EigenScatter
 from circuitwidgets.widgets.head_scores import HeadScores
-from circuitwidgets.widgets.skip_trigrams import SkipTrigramTable, TrigramSource
+from circuitwidgets.widgets.skip_trigrams.widget import SkipTrigramTable, TrigramSource
 from circuitwidgets.widgets.term_importance import TermImportance
 
 __all__ = ["CHILDREN", "CircuitExplorer"]
@@ -85,7 +85,7 @@ class CircuitExplorer(CircuitWidget):
         Text (or token ids ``[pos]``) for the attention patterns and term importance;
         its tokens are also precomputed as skip-trigram sources. (``text=`` is its former name.)
     k, profile_k
-        Skip-trigram rows per circuit and per source (:func:`~circuitwidgets.widgets.skip_trigrams.skip_trigram_data`).
+        Skip-trigram rows per circuit and per source (:func:`~circuitwidgets.widgets.skip_trigrams.widget.skip_trigram_data`).
     offset
         Rotary models: the offset ``Δ = i − j`` at which the scatter, the table
         and the composition map read QK circuits (default 0, shown in the views).
@@ -94,7 +94,7 @@ class CircuitExplorer(CircuitWidget):
         when selected in a live kernel).
     max_tokens, seed
         Token sample of the top-k copying rate, seed of the detectors and baselines
-        (:func:`~circuitwidgets.widgets.eigen.eigen_scatter_data`).
+        (:func:`~circuitwidgets.widgets.eigen.widget.eigen_scatter_data`).
     progress_bar
         A progress bar over the build's steps (``tqdm.auto``: tqdm's widget in a
         notebook); ``None`` lets tqdm decide (shown in a notebook), ``False`` hides it.

@@ -24,15 +24,15 @@ import torch
 import traitlets
 from numpy.typing import ArrayLike, NDArray
 
-from circuitwidgets.circuits._checks import check_model
-from circuitwidgets.circuits.heads import KINDS, head_scores
+from circuitwidgets._checks import check_model
+from circuitwidgets.activations.detectors import KINDS, head_scores
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 from circuitwidgets.model import ActivationCache, CircuitModel
-from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
-from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._context import build_progress, check_context
-from circuitwidgets.widgets._spec import Size, head_selection, trait_error, view_data, view_setting
-from circuitwidgets.widgets._traits import SelectionIndex
+from circuitwidgets.widgets.core.arrays import NDArrayTrait, user_array
+from circuitwidgets.widgets.core.base import CircuitWidget
+from circuitwidgets.widgets.core.context import build_progress, check_context
+from circuitwidgets.widgets.core.spec import Size, head_selection, trait_error, view_data, view_setting
+from circuitwidgets.widgets.core.traits import SelectionIndex
 
 __all__ = ["KIND_NOTES", "SCALES", "HeadScores", "head_scores_data"]
 
@@ -154,7 +154,7 @@ class HeadScores(CircuitWidget):
     model
         The model (omit it to build from traits or use :meth:`from_scores`).
     kind
-        Detector kind, a list of kinds or ``"all"`` (:data:`circuitwidgets.circuits.heads.KINDS`).
+        Detector kind, a list of kinds or ``"all"`` (:data:`circuitwidgets.activations.detectors.KINDS`).
     tokens, cache
         Score on the user's tokens or activation cache instead of repeated
         random tokens (:func:`circuitwidgets.circuits.head_scores`).

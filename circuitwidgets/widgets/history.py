@@ -26,10 +26,10 @@ from circuitwidgets.errors import ArgumentTypeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.training.history import TrainingHistory as History
 from circuitwidgets.training.history import history_from_card, history_from_log
-from circuitwidgets.widgets._arrays import NDArrayTrait
-from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._spec import Size, head_selection, view_data
-from circuitwidgets.widgets._traits import SelectionIndex
+from circuitwidgets.widgets.core.arrays import NDArrayTrait
+from circuitwidgets.widgets.core.base import CircuitWidget
+from circuitwidgets.widgets.core.spec import Size, head_selection, view_data
+from circuitwidgets.widgets.core.traits import SelectionIndex
 
 __all__ = ["TrainingHistory", "training_history_data"]
 

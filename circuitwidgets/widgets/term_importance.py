@@ -24,11 +24,11 @@ from numpy.typing import ArrayLike, NDArray
 from circuitwidgets.circuits import term_importance
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.widgets._arrays import NDArrayTrait, user_array
-from circuitwidgets.widgets._base import CircuitWidget
-from circuitwidgets.widgets._context import check_context
-from circuitwidgets.widgets._spec import Size, head_selection, view_data, view_setting
-from circuitwidgets.widgets._traits import SelectionIndex
+from circuitwidgets.widgets.core.arrays import NDArrayTrait, user_array
+from circuitwidgets.widgets.core.base import CircuitWidget
+from circuitwidgets.widgets.core.context import check_context
+from circuitwidgets.widgets.core.spec import Size, head_selection, view_data, view_setting
+from circuitwidgets.widgets.core.traits import SelectionIndex
 
 __all__ = ["TermImportance", "term_importance_data"]
 

@@ -209,7 +209,7 @@ API_PAGES = {
 #: Names the public API returns or raises, documented on their own page (``supporting.rst``).
 SUPPORTING = {
     "circuitwidgets.errors": None,  # None: the module's __all__, or else every class it defines
-    "circuitwidgets.circuits.tiles": None,
+    "circuitwidgets.activations.qk_patterns": None,
     "circuitwidgets.model": ["ActivationCache"],
     "circuitwidgets.model.sublayers": ["Sublayers"],  # a base of CircuitModel: one layer's computations
     "circuitwidgets.tokenizer": ["TokenizerLike", "HFTokenizer"],

@@ -97,7 +97,7 @@ export function trigramState(extra: Partial<TrigramTraits> = {}): TrigramTraits 
     profile_tokens: wire(profTokens, [L, H, S, 2, P]),
     profile_values: wire(profValues, [L, H, S, 2, P]),
     ready: wire(ready, [L, H]),
-    // the kernel's canonical order for P = 2 (circuitwidgets.widgets._trigram_data.profile_order)
+    // the kernel's canonical order for P = 2 (circuitwidgets.widgets.skip_trigrams.data.profile_order)
     profile_order: wire(new Int32Array([0, 0, 0, 1, 1, 0, 1, 1]), [4, 2]),
     k: 3,
     profile_k: P,

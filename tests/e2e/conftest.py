@@ -49,7 +49,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.fixture(scope="session")
 def bundle() -> Path:
     """The built bundle the widgets load, rebuilt first when ``js/src`` is newer (as ``make setup`` does)."""
-    from circuitwidgets.widgets._base import BUNDLE_PATH
+    from circuitwidgets.widgets.core.base import BUNDLE_PATH
 
     shutil.rmtree(FAILURES, ignore_errors=True)  # screenshots of the previous run's failures
     src = REPO / "js" / "src"

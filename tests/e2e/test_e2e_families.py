@@ -12,7 +12,7 @@ import circuitwidgets
 
 from ._pages import PageLog, open_offline
 
-pytestmark = pytest.mark.filterwarnings("ignore::circuitwidgets.circuits._checks.MLPPathsExcludedWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::circuitwidgets._checks.MLPPathsExcludedWarning")
 
 
 def _family(case_id: str) -> circuitwidgets.CircuitModel:

@@ -1,6 +1,6 @@
 // Decoding of numpy arrays sent by the kernel.
 //
-// Python (circuitwidgets/widgets/_arrays.py) sends an array as
+// Python (circuitwidgets/widgets/core/arrays.py) sends an array as
 // `{ view, dtype, shape }` where `view` is a binary buffer (ipywidgets hands it
 // to us as a DataView), `dtype` a numpy dtype name and `shape` the numpy shape.
 // Bytes are little-endian and C-ordered. float16 has no typed array in our

@@ -1,6 +1,6 @@
 // Long-context attention: tiles of the pattern requested from the kernel.
 //
-// The kernel (circuitwidgets/widgets/_attention_tiles.py) holds queries and
+// The kernel (circuitwidgets/widgets/attention/tiles.py) holds queries and
 // keys, never the N × N pattern. The view has an overview of every head (block
 // max and mean over `block` × `block` tokens) and asks for finer tiles as it
 // zooms: a tile at `level` has `tileSize` × `tileSize` cells of 2^level tokens

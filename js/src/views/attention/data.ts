@@ -102,7 +102,7 @@ export function loadData(model: Model, offline: boolean, previous: Data | null =
   };
 }
 
-/** The shown prompt of a batch (traits laid out as in `circuitwidgets.widgets._attention_batch`). */
+/** The shown prompt of a batch (traits laid out as in `circuitwidgets.widgets.attention.batch`). */
 function loadBatch(model: Model, prompts: string[][], causal: boolean): Data {
   const index = indexOr(model.get("selected_prompt"), prompts.length, 0);
   const width = Math.max(...prompts.map((t) => t.length));

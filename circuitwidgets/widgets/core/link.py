@@ -1,0 +1,195 @@
+"""``circuitwidgets.link(*widgets)``: standalone widgets whose selections move together.
+
+Choose a head in one and the others follow, both ways, in a live kernel
+(:func:`traitlets.link`) and in a page saved with
+:func:`~circuitwidgets.save_html` (the page's widgets of one link group are
+linked in the browser, with no kernel). What is linked:
+
+- ``selected_layer`` and ``selected_head``, between the widgets that have them;
+- ``selected_prompt``, between widgets showing batches of as many prompts
+  (:class:`~circuitwidgets.AttentionPatterns` over several prompts);
+- ``selected_dest`` and ``selected_src`` (token positions), between widgets that
+  have them and show the same number of tokens (in every prompt of a batch, or
+  batches whose prompts have the same lengths, prompt by prompt).
+
+Widgets of models of different shapes (another number of layers or heads)
+are refused: a head of one is not a head of the other.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import traitlets
+
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+from circuitwidgets.widgets.core.base import CircuitWidget
+
+__all__ = ["HEAD_TRAITS", "POSITION_TRAITS", "PROMPT_TRAITS", "Link", "link", "link_of"]
+
+#: Head selection, linked whenever both widgets have it.
+HEAD_TRAITS = ("selected_layer", "selected_head")
+
+#: Prompt selection, linked between widgets showing batches of as many prompts.
+PROMPT_TRAITS = ("selected_prompt",)
+
+#: Token-position selection, linked between widgets showing as many tokens.
+POSITION_TRAITS = ("selected_dest", "selected_src")
+
+#: Everything linked, in the order it is synchronised (the prompt before positions in it).
+_LINKED = (*HEAD_TRAITS, *PROMPT_TRAITS, *POSITION_TRAITS)
+
+#: Sizes that must agree for widgets to be linked (read when a widget has them).
+_SHAPE = ("n_layers", "n_heads")
+
+
+def _size(widget: Any, name: str) -> int | None:
+    """``widget``'s size ``name`` (0 sizes, meaning no data yet, count as unknown)."""
+    try:
+        value = int(getattr(widget, name))
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+    return value or None
+
+
+def _positions_agree(holders: Sequence[Any]) -> bool:
+    """Whether a token position of one holder is always one of the others': one number of tokens
+    everywhere, or batches of the same lengths prompt by prompt (whose prompts are linked)."""
+    counts = [tuple(getattr(w, "prompt_lengths", None) or (_size(w, "n_tokens"),)) for w in holders]
+    if len({n for c in counts for n in c}) <= 1:
+        return True
+    return len(set(counts)) == 1 and len(counts[0]) > 1
+
+
+class Link:
+    """Widgets whose selections are kept equal; :meth:`unlink` ends it.
+
+    Attributes
+    ----------
+    widgets
+        The linked widgets, in order.
+    names
+        The traits kept equal between at least two of them.
+    """
+
+    def __init__(self, widgets: Sequence[Any]) -> None:
+        self.widgets: tuple[Any, ...] = tuple(widgets)
+        self.names: tuple[str, ...] = ()
+        self._links: list[traitlets.link] = []
+        self._connect()
+
+    def _connect(self) -> None:
+        names = []
+        for name in _LINKED:
+            holders = [w for w in self.widgets if w.has_trait(name)]
+            if name in PROMPT_TRAITS:
+                holders = [w for w in holders if (_size(w, "n_prompts") or 1) > 1]
+                if len({_size(w, "n_prompts") for w in holders}) > 1:
+                    continue  # (batches of different sizes: prompt 3 of one is not prompt 3 of the other)
+            if name in POSITION_TRAITS and not _positions_agree(holders):
+                continue  # (different texts: a position of one is not a position of the other)
+            if len(holders) < 2:
+                continue
+            names.append(name)
+            first = holders[0]
+            for other in holders[1:]:
+                if getattr(other, name) != getattr(first, name):
+                    setattr(other, name, getattr(first, name))
+                self._links.append(traitlets.link((first, name), (other, name)))
+        self.names = tuple(names)
+
+    def unlink(self) -> None:
+        """Stop keeping the selections equal (live and in pages saved afterwards)."""
+        for one in self._links:
+            one.unlink()
+        self._links = []
+        for widget in self.widgets:
+            if getattr(widget, "_cw_link", None) is self:
+                widget._cw_link = None
+
+    def __repr__(self) -> str:
+        return f"Link({len(self.widgets)} widgets, {', '.join(self.names) or 'nothing'})"
+
+
+def link(*widgets: Any) -> Link:
+    """Keep the selections of ``widgets`` in step, live and in pages saved with ``save_html``.
+
+    Parameters
+    ----------
+    *widgets
+        Two or more circuitwidgets widgets (an explorer counts as one). A widget
+        already linked joins its group: ``link(a, b); link(b, c)`` links all three.
+
+    Returns
+    -------
+    Link
+        The group; ``.names`` lists what is linked, ``.unlink()`` ends it.
+
+    Raises
+    ------
+    ArgumentTypeError
+        ``widgets[i]`` is not a circuitwidgets widget.
+    ArgumentError
+        Fewer than two widgets, one given twice, no selection in common, or
+        ``widgets[i]`` shows a model of another shape than ``widgets[0]``
+        (another ``n_layers`` or ``n_heads``).
+    """
+    if len(widgets) == 1 and isinstance(widgets[0], (list, tuple)):
+        widgets = tuple(widgets[0])
+    for i, widget in enumerate(widgets):
+        if not isinstance(widget, CircuitWidget):
+            raise ArgumentTypeError(f"widgets[{i}]: expected a circuitwidgets widget, got {type(widget).__name__}")
+    if len(widgets) < 2:
+        raise ArgumentError(f"widgets: expected at least two widgets to link, got {len(widgets)}")
+    for i, j in itertools.combinations(range(len(widgets)), 2):
+        if widgets[i] is widgets[j]:
+            raise ArgumentError(f"widgets[{j}]: the same widget as widgets[{i}]; expected distinct widgets")
+    # a widget already linked brings its group along
+    members: list[Any] = []
+    previous: list[Link] = []
+    for widget in widgets:
+        group = getattr(widget, "_cw_link", None)
+        for member in group.widgets if isinstance(group, Link) else (widget,):
+            if not any(member is m for m in members):
+                members.append(member)
+        if isinstance(group, Link) and group not in previous:
+            previous.append(group)
+    _check_shapes(widgets)
+    if not any(sum(w.has_trait(n) for w in members) >= 2 for n in _LINKED):
+        raise ArgumentError(
+            f"widgets: expected widgets with a selection in common ({', '.join(_LINKED)}), "
+            f"got {', '.join(type(w).__name__ for w in widgets)}"
+        )
+    for group in previous:
+        group.unlink()
+    joined = Link(members)
+    for widget in members:
+        widget._cw_link = joined
+    return joined
+
+
+def _check_shapes(widgets: Sequence[Any]) -> None:
+    """Refuse arguments whose models differ in shape (a widget's group counts as it), naming the argument."""
+    for name in _SHAPE:
+        reference: tuple[int, int] | None = None
+        for i, widget in enumerate(widgets):
+            group = link_of(widget)
+            sizes = [s for s in (_size(m, name) for m in (group.widgets if group else (widget,))) if s is not None]
+            if not sizes:
+                continue
+            if reference is None:
+                reference = (i, sizes[0])
+            elif sizes[0] != reference[1]:
+                linked = "" if _size(widget, name) is not None else " (through the widgets it is linked to)"
+                raise ArgumentError(
+                    f"widgets[{i}]: expected a widget of a model with {name}={reference[1]} like widgets[{reference[0]}], "
+                    f"got {type(widget).__name__} with {name}={sizes[0]}{linked}; widgets of different models cannot be linked"
+                )
+
+
+def link_of(widget: Any) -> Link | None:
+    """The :class:`Link` ``widget`` belongs to, or ``None``."""
+    group = getattr(widget, "_cw_link", None)
+    return group if isinstance(group, Link) else None
