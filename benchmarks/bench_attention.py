@@ -96,7 +96,24 @@ def synthetic_attention(n_heads: int, n: int, seed: int = 0) -> np.ndarray:
 
 
 def tokens_for(n: int) -> list[str]:
-    words = ["The", " cat", " sat", " on", " the", " mat", ".", "\n", " def", " f", "(", "x", ")", ":", " return", " <b>"]
+    words = [
+        "The",
+        " cat",
+        " sat",
+        " on",
+        " the",
+        " mat",
+        ".",
+        "\n",
+        " def",
+        " f",
+        "(",
+        "x",
+        ")",
+        ":",
+        " return",
+        " <b>",
+    ]
     return [words[i % len(words)] for i in range(n)]
 
 
@@ -320,7 +337,9 @@ def worker_paint(lib: str, path: str, timeout_s: float) -> dict[str, Any]:
                 res["hover_p50_ms"] = hovers[len(hovers) // 2]
                 res["hover_max_ms"] = hovers[-1]
             else:
-                page.wait_for_function("() => window.__cwFirstCanvas !== undefined", polling=100, timeout=timeout_s * 1000)
+                page.wait_for_function(
+                    "() => window.__cwFirstCanvas !== undefined", polling=100, timeout=timeout_s * 1000
+                )
                 res["paint_ms"] = float(page.evaluate("() => window.__cwFirstCanvas"))
         except PlaywrightError as exc:
             res["error"] = f"none in {timeout_s:.0f} s" if "Timeout" in str(exc) else str(exc).splitlines()[0][:60]
@@ -412,11 +431,21 @@ def main() -> None:
                 f"{o['hover_p50_ms']:.1f} / {o['hover_max_ms']:.1f} ms" if "hover_p50_ms" in o else "–",
             ]
         )
-    print(f"\n### AttentionPatterns vs CircuitsVis attention_heads, {HEADS} heads of synthetic causal attention (ours / theirs)\n")
+    print(
+        f"\n### AttentionPatterns vs CircuitsVis attention_heads, {HEADS} heads of synthetic causal attention (ours / theirs)\n"
+    )
     print(
         table(
             rows,
-            ["N", "Python time", "size: our state / their HTML", "our save_html page (time)", "peak RSS", "first paint", "our hover redraw p50 / max"],
+            [
+                "N",
+                "Python time",
+                "size: our state / their HTML",
+                "our save_html page (time)",
+                "peak RSS",
+                "first paint",
+                "our hover redraw p50 / max",
+            ],
         )
     )
     if stream is not None:
@@ -435,10 +464,18 @@ def main() -> None:
                             f"{stream['sent_mb']:.0f} MB in {stream['messages']} messages",
                         ]
                     ],
-                    ["constructor returns (validation)", "selected head sent", "longest loop block while encoding", "complete traits set", "streamed"],
+                    [
+                        "constructor returns (validation)",
+                        "selected head sent",
+                        "longest loop block while encoding",
+                        "complete traits set",
+                        "streamed",
+                    ],
                 )
             )
-    print(f"\nload average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (shared); total {time.perf_counter() - started:.0f} s; pages in {out_dir}")
+    print(
+        f"\nload average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (shared); total {time.perf_counter() - started:.0f} s; pages in {out_dir}"
+    )
 
 
 if __name__ == "__main__":

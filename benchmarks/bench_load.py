@@ -74,10 +74,22 @@ def _build(path: Path, layers: int, vocab: int) -> None:
     import transformers
 
     config = transformers.LlamaConfig(
-        vocab_size=vocab, hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
-        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131_072, tie_word_embeddings=True,
-        rope_parameters={"rope_type": "llama3", "rope_theta": 500_000.0, "factor": 32.0, "low_freq_factor": 1.0,
-                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        vocab_size=vocab,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=layers,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=131_072,
+        tie_word_embeddings=True,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500_000.0,
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
     )
     torch.set_default_dtype(torch.bfloat16)
     torch.manual_seed(0)
@@ -99,7 +111,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "llama"
         t0 = time.perf_counter()
-        build = subprocess.run([sys.executable, __file__, "--build", str(path), str(args.layers), str(args.vocab)], check=True)
+        build = subprocess.run(
+            [sys.executable, __file__, "--build", str(path), str(args.layers), str(args.vocab)], check=True
+        )
         assert build.returncode == 0
         built = time.perf_counter() - t0
         weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
@@ -109,16 +123,24 @@ def main() -> None:
     anon = load["peak_RssAnon"] - baseline["peak_RssAnon"]
     result = {
         "shape": f"Llama, hidden 2048, {args.layers} layers, 32/8 heads, vocab {args.vocab}, tied, bfloat16",
-        "parameters": load["n_params"], "weights_bytes": weights, "build_and_save_s": round(built, 1),
-        "load_s": round(load["seconds"], 1), "dtype": load["dtype"],
-        "peak_rss_above_baseline": above, "peak_anonymous_above_baseline": anon,
+        "parameters": load["n_params"],
+        "weights_bytes": weights,
+        "build_and_save_s": round(built, 1),
+        "load_s": round(load["seconds"], 1),
+        "dtype": load["dtype"],
+        "peak_rss_above_baseline": above,
+        "peak_anonymous_above_baseline": anon,
         "peak_file_backed": load["peak_RssFile"],
-        "ratio_rss": round(above / weights, 3), "ratio_anonymous": round(anon / weights, 3),
+        "ratio_rss": round(above / weights, 3),
+        "ratio_anonymous": round(anon / weights, 3),
     }
     print(json.dumps(result))
-    print(f"from_hf(path) on {weights / 2**30:.2f} GiB of weights, {load['seconds']:.0f} s: peak anonymous memory "
-          f"{anon / 2**30:.2f} GiB above the imports = {anon / weights:.2f} × the weights (goal ≤ 1.3 ×); peak RSS, "
-          f"counting the checkpoint's memory-mapped (clean, evictable) file pages, {above / weights:.2f} ×")
+    print(
+        f"from_hf(path) on {weights / 2**30:.2f} GiB of weights, {load['seconds']:.0f} s: peak anonymous memory "
+        f"{anon / 2**30:.2f} GiB above the imports = {anon / weights:.2f} × the weights (goal ≤ 1.3 ×); peak RSS, "
+        f"counting the checkpoint's memory-mapped (clean, evictable) file pages, {above / weights:.2f} ×"
+    )
+
 
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--build":

@@ -143,8 +143,10 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="names of operations to run (default all)")
     args = parser.parse_args()
     names = [n for n in OPERATIONS if args.only is None or n in args.only]
-    print(f"d_vocab {V}, {args.layers} layer{'s' if args.layers != 1 else ''} × {H} heads, d_model {D}, d_head {DH}, float32; "
-          f"a dense [V, V] float32 would be {V * V * 4 / 1e9:.1f} GB. Bound: peak RSS ≤ model RSS + {BOUND_BYTES / 2**30:.0f} GiB.\n")
+    print(
+        f"d_vocab {V}, {args.layers} layer{'s' if args.layers != 1 else ''} × {H} heads, d_model {D}, d_head {DH}, float32; "
+        f"a dense [V, V] float32 would be {V * V * 4 / 1e9:.1f} GB. Bound: peak RSS ≤ model RSS + {BOUND_BYTES / 2**30:.0f} GiB.\n"
+    )
     print("| operation | what | seconds | model RSS (GB) | peak RSS (GB) | above model (MB) | within bound | note |")
     print("|---|---|---:|---:|---:|---:|:---:|---|")
     failures = []

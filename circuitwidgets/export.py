@@ -62,7 +62,6 @@ _CSP = (
 )
 
 
-
 def _linked_groups(items: Sequence[Any]) -> list[tuple[tuple[str, ...], str]]:
     """Per widget of a page, the traits it shares with others of the page through :func:`circuitwidgets.link`, and its group."""
     groups = [link_of(w) for w in items]
@@ -109,7 +108,7 @@ def html_page(
         (sections[i] if sections is not None else "") + _widget_block(w, *linked[i]) for i, w in enumerate(items)
     )
     return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title>"

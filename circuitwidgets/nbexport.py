@@ -29,8 +29,7 @@ try:
     from nbconvert.preprocessors import Preprocessor
 except ModuleNotFoundError as exc:  # nbconvert is an optional extra, so say which one
     raise ModuleNotFoundError(
-        f"circuitwidgets.nbexport needs nbconvert ({exc.name} is not installed): "
-        'pip install "circuitwidgets[export]"',
+        f'circuitwidgets.nbexport needs nbconvert ({exc.name} is not installed): pip install "circuitwidgets[export]"',
         name=exc.name,
     ) from exc
 from traitlets import default
@@ -103,7 +102,9 @@ def make_widgets_offline(nb: Any) -> int:
     for output in _widget_outputs(nb):
         model_id = output["data"][VIEW_MIME].get("model_id")
         if model_id in ours:
-            output["data"]["text/html"] = notebook_fragment(saved_state_to_page_state(saved[model_id]), with_bundle=not bundled)
+            output["data"]["text/html"] = notebook_fragment(
+                saved_state_to_page_state(saved[model_id]), with_bundle=not bundled
+            )
             bundled = True
         elif "cw-widget" not in str(output["data"].get("text/html", "")):
             continue

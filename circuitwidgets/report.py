@@ -64,7 +64,9 @@ def _bigram_table(model: CircuitModel, k: int = 6) -> str:
             continue
         logits = model.W_E[ids[0]] @ model.W_U
         top = logits.topk(k).indices.tolist()
-        cells = "".join(f"<td><code>{html.escape(visible_token(model.tokenizer.token_str(int(t))))}</code></td>" for t in top)
+        cells = "".join(
+            f"<td><code>{html.escape(visible_token(model.tokenizer.token_str(int(t))))}</code></td>" for t in top
+        )
         rows.append(f"<tr><th><code>{html.escape(visible_token(text))}</code></th>{cells}</tr>")
     header = "<tr><th>token</th>" + "".join(f"<th>#{i + 1}</th>" for i in range(k)) + "</tr>"
     return f'<table class="cw-table">{header}{"".join(rows)}</table>'
@@ -87,7 +89,10 @@ def _repeated_tokens(model: CircuitModel, n: int = 30) -> torch.Tensor:
 
 
 def build_sections(
-    model: CircuitModel, text: str = DEFAULT_TEXT, log: Callable[[str], None] = lambda s: None, card: dict[str, Any] | None = None
+    model: CircuitModel,
+    text: str = DEFAULT_TEXT,
+    log: Callable[[str], None] = lambda s: None,
+    card: dict[str, Any] | None = None,
 ) -> list[Section]:
     """Compute every section of the report for ``model`` (with ``card``, a shipped model's, also its training history)."""
     from circuitwidgets.widgets import (
@@ -103,45 +108,53 @@ def build_sections(
     cfg = model.cfg
     sections: list[Section] = []
     log("bigrams")
-    sections.append(Section(
-        "The direct path: bigram statistics",
-        "<p>With no attention at all, a transformer is the product <code>W_E W_U</code>: each token predicts the next "
-        "from itself alone. The table shows, for a few tokens, the next tokens this product ranks highest.</p>"
-        + _bigram_table(model),
-        None,
-    ))
+    sections.append(
+        Section(
+            "The direct path: bigram statistics",
+            "<p>With no attention at all, a transformer is the product <code>W_E W_U</code>: each token predicts the next "
+            "from itself alone. The table shows, for a few tokens, the next tokens this product ranks highest.</p>"
+            + _bigram_table(model),
+            None,
+        )
+    )
     if cfg.n_layers == 0:
         return sections
     log("copying scores")
     ov = circuits.copying_scores(model, circuit="ov")
-    sections.append(Section(
-        "Copying heads: eigenvalues of the OV and QK circuits",
-        "<p>A head whose OV circuit <code>W_E W_OV W_U</code> has mostly positive eigenvalues increases the logit of "
-        "the token it attends to: it copies. The score Σλ/Σ|λ| is +1 for pure copying and −1 for anti-copying. "
-        "Each point is a head at (OV score, QK score); induction heads sit in the top-right corner, copying what they "
-        "match. Click a head to see its eigenvalues in the complex plane.</p>",
-        EigenScatter(model),
-    ))
+    sections.append(
+        Section(
+            "Copying heads: eigenvalues of the OV and QK circuits",
+            "<p>A head whose OV circuit <code>W_E W_OV W_U</code> has mostly positive eigenvalues increases the logit of "
+            "the token it attends to: it copies. The score Σλ/Σ|λ| is +1 for pure copying and −1 for anti-copying. "
+            "Each point is a head at (OV score, QK score); induction heads sit in the top-right corner, copying what they "
+            "match. Click a head to see its eigenvalues in the complex plane.</p>",
+            EigenScatter(model),
+        )
+    )
     layer, head = np.unravel_index(int(np.nanargmax(ov)), ov.shape)
     log("skip-trigrams")
-    sections.append(Section(
-        "Skip-trigrams",
-        f"<p>One-layer heads implement skip-trigrams <code>[source] … [destination] → [out]</code>: the QK circuit says "
-        f"which sources a destination attends to, the OV circuit what attending to them predicts. Shown: the strongest "
-        f"copying head, L{int(layer)}H{int(head)}; flagged rows copy the source token. Choose another head or search a source "
-        f"token (tokens not precomputed here need a live kernel).</p>",
-        SkipTrigramTable(model, selected_layer=int(layer), selected_head=int(head)),
-    ))
+    sections.append(
+        Section(
+            "Skip-trigrams",
+            f"<p>One-layer heads implement skip-trigrams <code>[source] … [destination] → [out]</code>: the QK circuit says "
+            f"which sources a destination attends to, the OV circuit what attending to them predicts. Shown: the strongest "
+            f"copying head, L{int(layer)}H{int(head)}; flagged rows copy the source token. Choose another head or search a source "
+            f"token (tokens not precomputed here need a live kernel).</p>",
+            SkipTrigramTable(model, selected_layer=int(layer), selected_head=int(head)),
+        )
+    )
     if cfg.n_layers >= 2:
         log("composition")
-        sections.append(Section(
-            "Composition between layers",
-            "<p>A later head can read an earlier head's output through its queries (Q-composition), keys "
-            "(K-composition) or values (V-composition). The score ‖W_A W_B‖_F / (‖W_A‖_F ‖W_B‖_F) measures how much; "
-            "the baseline-subtracted view removes the score that random matrices of the same shapes would get. "
-            "Induction heads are formed by K-composition with a previous-token head.</p>",
-            CompositionMap(model),
-        ))
+        sections.append(
+            Section(
+                "Composition between layers",
+                "<p>A later head can read an earlier head's output through its queries (Q-composition), keys "
+                "(K-composition) or values (V-composition). The score ‖W_A W_B‖_F / (‖W_A‖_F ‖W_B‖_F) measures how much; "
+                "the baseline-subtracted view removes the score that random matrices of the same shapes would get. "
+                "Induction heads are formed by K-composition with a previous-token head.</p>",
+                CompositionMap(model),
+            )
+        )
     log("head detectors")
     heads = HeadScores.from_model(model, "all", progress_bar=False)
     kinds = list(circuits.HEAD_KINDS)  # (the maps of kind="all", in this order)
@@ -151,40 +164,48 @@ def build_sections(
     ind = detectors["induction"]
     best = np.unravel_index(int(np.argmax(ind)), ind.shape)
     attention.selected_layer, attention.selected_head = int(best[0]), int(best[1])
-    sections.append(Section(
-        "Induction heads on repeated random tokens",
-        "<p>On a sequence of random tokens repeated twice, an induction head at a token of the second copy attends to "
-        "the token that followed the same token in the first copy (an off-diagonal stripe), and a previous-token head "
-        "attends to the token just before. Scores are mean attention to those positions:</p>"
-        + _head_table(detectors),
-        attention,
-    ))
-    sections.append(Section(
-        "Every head's detector scores",
-        "<p>The same detectors as heatmaps of layers × heads, with the current-token and first-token (BOS) scores "
-        "besides: each cell is one head's mean attention to the detector's targets on repeated random tokens. Switch "
-        "the detector above the grid; click a head to choose it in every view of this page.</p>",
-        heads,
-    ))
+    sections.append(
+        Section(
+            "Induction heads on repeated random tokens",
+            "<p>On a sequence of random tokens repeated twice, an induction head at a token of the second copy attends to "
+            "the token that followed the same token in the first copy (an off-diagonal stripe), and a previous-token head "
+            "attends to the token just before. Scores are mean attention to those positions:</p>"
+            + _head_table(detectors),
+            attention,
+        )
+    )
+    sections.append(
+        Section(
+            "Every head's detector scores",
+            "<p>The same detectors as heatmaps of layers × heads, with the current-token and first-token (BOS) scores "
+            "besides: each cell is one head's mean attention to the detector's targets on repeated random tokens. Switch "
+            "the detector above the grid; click a head to choose it in every view of this page.</p>",
+            heads,
+        )
+    )
     log("term importance")
-    sections.append(Section(
-        "Which path terms matter",
-        "<p>Expanding the logits into paths gives terms of order 0 (the direct path), 1 (through one head) and 2 "
-        "(through two heads: virtual heads). Freezing attention patterns and adding the terms order by order shows "
-        "how much of the loss each order explains.</p>",
-        TermImportance(model, text),
-    ))
+    sections.append(
+        Section(
+            "Which path terms matter",
+            "<p>Expanding the logits into paths gives terms of order 0 (the direct path), 1 (through one head) and 2 "
+            "(through two heads: virtual heads). Freezing attention patterns and adding the terms order by order shows "
+            "how much of the loss each order explains.</p>",
+            TermImportance(model, text),
+        )
+    )
     history = TrainingHistory.from_card(card, model_name=model.name) if card else None
     if history is not None and not history.absent:
-        sections.append(Section(
-            "How the heads formed during training",
-            "<p>circuitwidgets trained this model and logged, at every evaluation, each head's scores and the "
-            "in-context-learning score (loss late in a held-out window minus loss early in it; Olsson et al., 2022). "
-            "Induction heads form in a phase change: the induction and K-composition scores rise together, and "
-            "in-context learning improves at the same steps (shaded). Choose a head here or in any view above to see "
-            "its curves.</p>",
-            history,
-        ))
+        sections.append(
+            Section(
+                "How the heads formed during training",
+                "<p>circuitwidgets trained this model and logged, at every evaluation, each head's scores and the "
+                "in-context-learning score (loss late in a held-out window minus loss early in it; Olsson et al., 2022). "
+                "Induction heads form in a phase change: the induction and K-composition scores rise together, and "
+                "in-context learning improves at the same steps (shaded). Choose a head here or in any view above to see "
+                "its curves.</p>",
+                history,
+            )
+        )
     return sections
 
 
@@ -209,7 +230,13 @@ def _intro(model: CircuitModel, card: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_report(model: CircuitModel, path: str | Path, text: str = DEFAULT_TEXT, card: dict[str, Any] | None = None, log: Callable[[str], None] = lambda s: None) -> Path:
+def write_report(
+    model: CircuitModel,
+    path: str | Path,
+    text: str = DEFAULT_TEXT,
+    card: dict[str, Any] | None = None,
+    log: Callable[[str], None] = lambda s: None,
+) -> Path:
     """Build the report for ``model`` and write it to ``path`` (a self-contained HTML file)."""
     t0 = time.perf_counter()
     sections = build_sections(model, text, log=log, card=card)
@@ -225,7 +252,11 @@ def write_report(model: CircuitModel, path: str | Path, text: str = DEFAULT_TEXT
     page = html_page(widgets, title=f"circuitwidgets report: {model.name}", sections=texts, link=LINKED)
     if pending:
         page = page.replace("</body>", pending + "</body>", 1)
-    page = page.replace("</style>", ".cw-table{border-collapse:collapse;font-size:13px}.cw-table td,.cw-table th{border:1px solid #ddd;padding:2px 6px;text-align:left}</style>", 1)
+    page = page.replace(
+        "</style>",
+        ".cw-table{border-collapse:collapse;font-size:13px}.cw-table td,.cw-table th{border:1px solid #ddd;padding:2px 6px;text-align:left}</style>",
+        1,
+    )
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8")

@@ -183,7 +183,9 @@ def test_a_page_exporter_imports_widgets_and_no_widget_imports_a_page_exporter()
 def test_every_view_with_several_modules_has_its_folder() -> None:
     widgets = PACKAGE / "widgets"
     flat = sorted(p.name for p in widgets.glob("_*.py") if p.name != "__init__.py")
-    assert not flat, f"private modules loose in widgets/ (shared machinery goes in widgets/core/, a view's in its folder): {flat}"
+    assert not flat, (
+        f"private modules loose in widgets/ (shared machinery goes in widgets/core/, a view's in its folder): {flat}"
+    )
     for folder in (p for p in widgets.iterdir() if p.is_dir() and (p / "__init__.py").is_file()):
         text = (folder / "__init__.py").read_text(encoding="utf-8")
         assert text.startswith('"""'), f"{folder.name}/__init__.py: say in a docstring what the folder holds"

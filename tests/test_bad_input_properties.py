@@ -45,7 +45,11 @@ def _works_or_typed_error(fn: Any, *args: Any, **kwargs: Any) -> None:
 
 
 @SETTINGS
-@given(circuit=junk | st.sampled_from(["ov", "qk", "qk_kcomp"]), method=junk | st.sampled_from(["eigen", "diagonal", "topk"]), k=junk)
+@given(
+    circuit=junk | st.sampled_from(["ov", "qk", "qk_kcomp"]),
+    method=junk | st.sampled_from(["eigen", "diagonal", "topk"]),
+    k=junk,
+)
 def test_copying_scores_accepts_or_names_the_bad_argument(circuit: Any, method: Any, k: Any) -> None:
     _works_or_typed_error(circuits.copying_scores, MODEL, circuit=circuit, method=method, k=k)
 
@@ -57,7 +61,12 @@ def test_composition_scores_accepts_or_names_the_bad_argument(kind: Any, baselin
 
 
 @SETTINGS
-@given(kind=junk | st.sampled_from(["previous_token", "induction", "duplicate_token"]), seq_len=junk, n_seqs=junk, seed=junk)
+@given(
+    kind=junk | st.sampled_from(["previous_token", "induction", "duplicate_token"]),
+    seq_len=junk,
+    n_seqs=junk,
+    seed=junk,
+)
 def test_head_scores_accepts_or_names_the_bad_argument(kind: Any, seq_len: Any, n_seqs: Any, seed: Any) -> None:
     _works_or_typed_error(circuits.head_scores, MODEL, kind=kind, seq_len=seq_len, n_seqs=n_seqs, seed=seed)
 
@@ -87,7 +96,12 @@ shapes = st.lists(st.integers(min_value=0, max_value=6), min_size=0, max_size=5)
 @given(shape=shapes, fill=st.sampled_from(["uniform", "nan", "negative", "random"]), n_tokens=st.integers(0, 7))
 def test_attention_from_arrays_accepts_or_names_the_bad_argument(shape: list[int], fill: str, n_tokens: int) -> None:
     rng = np.random.default_rng(0)
-    values = {"uniform": np.full(shape, 0.5), "nan": np.full(shape, np.nan), "negative": -np.ones(shape), "random": rng.random(shape)}[fill]
+    values = {
+        "uniform": np.full(shape, 0.5),
+        "nan": np.full(shape, np.nan),
+        "negative": -np.ones(shape),
+        "random": rng.random(shape),
+    }[fill]
     _works_or_typed_error(AttentionPatterns.from_arrays, [f"t{i}" for i in range(n_tokens)], values)
 
 
@@ -119,7 +133,11 @@ def _worded_model() -> Any:
 WORDED = _worded_model()
 WIDGET_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 texts = st.sampled_from(["w1 w2 w3 w1 w2 w3", "w1", "<script> &amp; w4", "", "not-a-word", "w1\x00", "a\x00b w1"])
-heads_junk = junk | st.lists(st.tuples(st.integers(-2, 3), st.integers(-2, 3)), max_size=3) | st.lists(junk, min_size=1, max_size=2)
+heads_junk = (
+    junk
+    | st.lists(st.tuples(st.integers(-2, 3), st.integers(-2, 3)), max_size=3)
+    | st.lists(junk, min_size=1, max_size=2)
+)
 
 
 def one_bad(**arguments: tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]) -> st.SearchStrategy[dict[str, Any]]:
@@ -166,7 +184,10 @@ def test_eigen_scatter_constructor_accepts_or_names_the_bad_argument(kwargs: dic
         k=(st.integers(1, 5), junk | st.integers(21, 2**40)),
         profile_k=(st.integers(1, 5), junk),
         heads=(st.none() | st.just([(0, 1), (1, 0)]), heads_junk),
-        sources=(st.lists(st.integers(0, 19) | st.sampled_from(["w1", "<script>", "a\x00b"]), max_size=3), junk | st.lists(junk | st.sampled_from(["w1 w2", "nope", "\x00"]), min_size=1, max_size=2)),
+        sources=(
+            st.lists(st.integers(0, 19) | st.sampled_from(["w1", "<script>", "a\x00b"]), max_size=3),
+            junk | st.lists(junk | st.sampled_from(["w1 w2", "nope", "\x00"]), min_size=1, max_size=2),
+        ),
         memory_budget=(st.integers(1, 2**20), junk),
     )
 )
@@ -188,7 +209,10 @@ def test_composition_map_constructor_accepts_or_names_the_bad_argument(kwargs: d
 @given(
     one_bad(
         model=(st.just(WORDED), junk),
-        tokens=(texts | st.lists(st.integers(0, 19), min_size=2, max_size=8), junk | st.lists(st.lists(st.integers(-1, 25), max_size=3), max_size=3)),
+        tokens=(
+            texts | st.lists(st.integers(0, 19), min_size=2, max_size=8),
+            junk | st.lists(st.lists(st.integers(-1, 25), max_size=3), max_size=3),
+        ),
         max_order=(st.none() | st.integers(0, 3), junk),
     )
 )
@@ -217,7 +241,9 @@ def test_circuit_explorer_constructor_accepts_or_names_the_bad_argument(kwargs: 
 
 
 @WIDGET_SETTINGS
-@given(one_bad(model=(st.just(WORDED), junk), tokens=(texts | st.lists(st.integers(0, 19), min_size=1, max_size=8), junk)))
+@given(
+    one_bad(model=(st.just(WORDED), junk), tokens=(texts | st.lists(st.integers(0, 19), min_size=1, max_size=8), junk))
+)
 def test_attention_patterns_constructor_accepts_or_names_the_bad_argument(kwargs: dict[str, Any]) -> None:
     _call(AttentionPatterns, kwargs, "model", "tokens")
 
@@ -226,7 +252,10 @@ def test_attention_patterns_constructor_accepts_or_names_the_bad_argument(kwargs
 @given(
     one_bad(
         widgets=(st.sampled_from(["widget", "widgets"]), junk | st.lists(junk, max_size=2) | st.just(["widget", None])),
-        path=(st.sampled_from(["out.html", "sub/out.HTM"]), junk | st.sampled_from(["out.txt", "", ".", "a\x00.html", "out.html/x.html"])),
+        path=(
+            st.sampled_from(["out.html", "sub/out.HTM"]),
+            junk | st.sampled_from(["out.txt", "", ".", "a\x00.html", "out.html/x.html"]),
+        ),
         title=(st.text(max_size=8), junk),
     )
 )
@@ -253,12 +282,44 @@ def test_save_html_accepts_or_names_the_bad_argument(kwargs: dict[str, Any]) -> 
 
 
 config_keys = st.sampled_from(
-    ["n_layers", "n_heads", "d_model", "d_head", "d_vocab", "n_ctx", "positional_embedding_type", "normalization",
-     "has_mlp", "d_mlp", "act_fn", "rotary_dim", "rotary_base", "attn_scale", "ln_eps", "bos_token_id", "name",
-     "parallel_attn_mlp", "architecture"]
+    [
+        "n_layers",
+        "n_heads",
+        "d_model",
+        "d_head",
+        "d_vocab",
+        "n_ctx",
+        "positional_embedding_type",
+        "normalization",
+        "has_mlp",
+        "d_mlp",
+        "act_fn",
+        "rotary_dim",
+        "rotary_base",
+        "attn_scale",
+        "ln_eps",
+        "bos_token_id",
+        "name",
+        "parallel_attn_mlp",
+        "architecture",
+    ]
 )
-config_values = junk | st.sampled_from(["rotary", "ln_pre", "gelu", -1, 0, 1, 2, 3, 1e300]) | st.dictionaries(st.text(max_size=3), junk, max_size=2)
-CORRUPTIONS = ["none", "config_not_json", "config_list", "config_missing", "weights_garbage", "weights_missing", "weights_pickle", "vocab_garbage", "tokenizer_garbage"]
+config_values = (
+    junk
+    | st.sampled_from(["rotary", "ln_pre", "gelu", -1, 0, 1, 2, 3, 1e300])
+    | st.dictionaries(st.text(max_size=3), junk, max_size=2)
+)
+CORRUPTIONS = [
+    "none",
+    "config_not_json",
+    "config_list",
+    "config_missing",
+    "weights_garbage",
+    "weights_missing",
+    "weights_pickle",
+    "vocab_garbage",
+    "tokenizer_garbage",
+]
 
 
 @WIDGET_SETTINGS
@@ -266,7 +327,10 @@ CORRUPTIONS = ["none", "config_not_json", "config_list", "config_missing", "weig
     one_bad(
         key=(config_keys, config_keys),
         value=(st.just(None), config_values),
-        dtype=(st.sampled_from([torch.float32, torch.float64]), junk | st.sampled_from([torch.int64, "float32", torch.complex64])),
+        dtype=(
+            st.sampled_from([torch.float32, torch.float64]),
+            junk | st.sampled_from([torch.int64, "float32", torch.complex64]),
+        ),
         device=(st.just("cpu"), junk | st.sampled_from(["nonsense", "cuda:99", "meta"])),
         corrupt=(st.just("none"), st.sampled_from(CORRUPTIONS)),
         path=(st.just("dir"), junk | st.sampled_from(["missing", "file", "a\x00b"])),
@@ -305,5 +369,11 @@ def test_model_load_accepts_or_names_the_bad_argument(kwargs: dict[str, Any]) ->
             (root / "vocab.json").write_text('{"not": "a list"}')
         elif corrupt == "tokenizer_garbage":
             (root / "tokenizer.json").write_text("{}")
-        path = {"dir": root, "missing": Path(tmp) / "nope", "file": root / "config.json"}.get(kwargs["path"], kwargs["path"]) if isinstance(kwargs["path"], str) else kwargs["path"]
+        path = (
+            {"dir": root, "missing": Path(tmp) / "nope", "file": root / "config.json"}.get(
+                kwargs["path"], kwargs["path"]
+            )
+            if isinstance(kwargs["path"], str)
+            else kwargs["path"]
+        )
         _works_or_typed_error(CircuitModel.load, path, dtype=kwargs["dtype"], device=kwargs["device"])

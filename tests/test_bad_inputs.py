@@ -61,7 +61,16 @@ from circuitwidgets.widgets.skip_trigrams.widget import listing, skip_trigram_da
 # --- models --------------------------------------------------------------------
 
 V = 24
-HOSTILE = ["<bos>", "<script>alert(1)</script>", "</script>", "&nbsp;", "`${x}`", "\u202eevil", "a\x00b", '"><img src=x>']
+HOSTILE = [
+    "<bos>",
+    "<script>alert(1)</script>",
+    "</script>",
+    "&nbsp;",
+    "`${x}`",
+    "\u202eevil",
+    "a\x00b",
+    '"><img src=x>',
+]
 VOCAB = HOSTILE + [f"w{i}" for i in range(V - len(HOSTILE))]
 TEXT = "w1 w2 w3 <script>alert(1)</script> w1 w2 w3"
 
@@ -107,7 +116,9 @@ def raises_named(error: type[Exception], *words: str) -> Any:
         (list(range(17)), ShapeError, ["tokens", "n_ctx=16", "17"]),
     ],
 )
-def test_forward_pass_names_tokens_of_the_wrong_rank_type_or_length(model: CircuitModel, tokens: Any, error: type, words: list[str]) -> None:
+def test_forward_pass_names_tokens_of_the_wrong_rank_type_or_length(
+    model: CircuitModel, tokens: Any, error: type, words: list[str]
+) -> None:
     with raises_named(error, *words):
         model.run_with_cache(tokens)
 
@@ -164,7 +175,9 @@ def test_low_rank_factors_are_checked_for_rank_dtype_and_finiteness() -> None:
 
 
 @pytest.mark.parametrize(("name", "value"), [("W_U", float("inf")), ("W_Q", float("nan")), ("W_E", -float("inf"))])
-def test_a_model_with_non_finite_weights_is_refused_naming_the_tensor(model: CircuitModel, name: str, value: float) -> None:
+def test_a_model_with_non_finite_weights_is_refused_naming_the_tensor(
+    model: CircuitModel, name: str, value: float
+) -> None:
     weights = {k: v.clone() for k, v in model.weights().items()}
     weights[name].view(-1)[0] = value
     with raises_named(NonFiniteError, f"weights['{name}']", "finite", "1 NaN/Inf"):
@@ -324,7 +337,9 @@ def test_layer_and_head_out_of_range_or_of_the_wrong_type_are_named(
 
 
 @pytest.mark.parametrize("fn", HEAD_FUNCTIONS)
-def test_numpy_and_0d_tensor_integers_are_accepted_as_layer_and_head(model: CircuitModel, fn: Callable[..., Any]) -> None:
+def test_numpy_and_0d_tensor_integers_are_accepted_as_layer_and_head(
+    model: CircuitModel, fn: Callable[..., Any]
+) -> None:
     fn(model, np.int64(0), torch.tensor(1))
 
 
@@ -377,7 +392,9 @@ def test_attention_only_models_and_forward_analyses_do_not_warn(model: CircuitMo
 
 def test_a_dense_full_circuit_of_a_50k_vocabulary_is_refused_with_its_bytes() -> None:
     big = big_vocab_model()
-    with raises_named(MemoryBudgetError, "max_entries", "[50257, 50257]", "2,525,766,049 entries", "10,103,064,196 bytes"):
+    with raises_named(
+        MemoryBudgetError, "max_entries", "[50257, 50257]", "2,525,766,049 entries", "10,103,064,196 bytes"
+    ):
         circuits.full_ov(big, 0, 0).dense()
     assert circuits.full_ov(big, 0, 0)[:3, :5].dense().shape == (3, 5)  # a slice is fine
 
@@ -450,7 +467,9 @@ print(json.dumps({"base": base, "peak": status("VmHWM"), "best": float(top.value
 def test_top_k_of_a_50k_full_circuit_stays_within_the_memory_bound() -> None:
     # One dense [50257, 50257] float32 matrix would be 10.1 GB; the chunked top-k holds one 32 MiB tile.
     root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-c", _RSS_CHILD], capture_output=True, text=True, cwd=root, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", _RSS_CHILD], capture_output=True, text=True, cwd=root, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     m = json.loads(done.stdout.strip().splitlines()[-1])
     extra = m["peak"] - m["base"]
@@ -487,7 +506,9 @@ def _tiny_training_setup(tmp_path: Path) -> tuple[Any, Path, Path, Any]:
     vocab = tokenizer.get_vocab_size()
     np.save(cache / "train_tokens.npy", rng.integers(0, vocab, 4096).astype(np.uint16))
     np.save(cache / "val_tokens.npy", rng.integers(0, vocab, 4096).astype(np.uint16))
-    cfg = TrainConfig(n_layers=1, n_heads=1, d_model=8, d_head=4, n_ctx=16, batch_size=2, steps=2, eval_every=1, checkpoint_every=1)
+    cfg = TrainConfig(
+        n_layers=1, n_heads=1, d_model=8, d_head=4, n_ctx=16, batch_size=2, steps=2, eval_every=1, checkpoint_every=1
+    )
     net = AttnOnlyTransformer(AttnOnlyConfig(1, 1, 8, 4, vocab, 16), generator=torch.Generator().manual_seed(0))
     ckpt = tmp_path / "out" / "checkpoint"
     ckpt.mkdir(parents=True)
@@ -536,7 +557,9 @@ def test_a_pickle_named_like_a_hugging_face_safetensors_checkpoint_is_refused(tm
     from circuitwidgets.sources.safetensors_file import load_safetensors
 
     marker = tmp_path / "pwned"
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8, "vocab_size": 10}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "gpt2", "n_layer": 1, "n_head": 1, "n_embd": 8, "vocab_size": 10})
+    )
     (tmp_path / "model.safetensors").write_bytes(pickle.dumps({"wte.weight": _Payload(marker)}))
     with raises_named(ArgumentError, "path", "model.safetensors", "not a valid safetensors file"):
         load_safetensors(tmp_path)
@@ -549,7 +572,14 @@ def test_the_package_never_unpickles() -> None:
         source = path.read_text(encoding="utf-8")
         for call in re.findall(r"torch\.load\([^)]*\)", source):
             assert "weights_only=True" in call, f"{path}: {call}"
-        for banned in ("pickle.load(", "pickle.loads(", "allow_pickle=True", "import joblib", "import dill", "Unpickler("):
+        for banned in (
+            "pickle.load(",
+            "pickle.loads(",
+            "allow_pickle=True",
+            "import joblib",
+            "import dill",
+            "Unpickler(",
+        ):
             assert banned not in source, f"{path} uses {banned}"
 
 
@@ -584,7 +614,9 @@ def test_invalid_initial_traits_are_both_argument_and_trait_errors(model: Circui
         (lambda m: EigenScatter("model"), ArgumentTypeError, ["model", "CircuitModel", "str"]),
     ],
 )
-def test_widget_constructors_name_the_bad_argument(model: CircuitModel, build: Callable[[CircuitModel], Any], error: type, words: list[str]) -> None:
+def test_widget_constructors_name_the_bad_argument(
+    model: CircuitModel, build: Callable[[CircuitModel], Any], error: type, words: list[str]
+) -> None:
     with raises_named(error, *words):
         build(model)
 
@@ -744,7 +776,9 @@ VIEW_TRAITS: dict[str, dict[str, list[Any]]] = {
         "show_diagonals": BOOL_BAD,
     },
 }
-CASES = [(name, trait, value) for name, traits in VIEW_TRAITS.items() for trait, values in traits.items() for value in values]
+CASES = [
+    (name, trait, value) for name, traits in VIEW_TRAITS.items() for trait, values in traits.items() for value in values
+]
 
 
 def _snapshot(widget: Any) -> dict[str, Any]:
@@ -760,7 +794,9 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a.keys() == b.keys() and all((a[k] is b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k] for k in a)
 
 
-def assert_refused(widget: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, state: dict[str, Any]) -> None:
+def assert_refused(
+    widget: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, state: dict[str, Any]
+) -> None:
     """The update raises nothing, changes nothing, fires no observer, is logged, and the view is told the kept values."""
     before = _snapshot(widget)
     rec = Recorder()
@@ -785,7 +821,12 @@ def assert_refused(widget: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.
 
 @pytest.mark.parametrize(("name", "trait", "value"), CASES, ids=[f"{n}.{t}={v!r:.20}" for n, t, v in CASES])
 def test_invalid_values_from_the_view_are_refused_and_the_view_resynchronised(
-    widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, name: str, trait: str, value: Any
+    widgets: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    trait: str,
+    value: Any,
 ) -> None:
     assert_refused(widgets[name], monkeypatch, caplog, {trait: value})
 
@@ -807,7 +848,13 @@ def test_the_view_cannot_rewrite_the_tokens_or_the_layout_of_the_patterns(
     widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     w = widgets["AttentionPatterns"]
-    for state in ({"tokens": []}, {"tokens": ["x\x00"]}, {"causal": False}, {"value_patterns": None}, {"diagonals": [{}]}):
+    for state in (
+        {"tokens": []},
+        {"tokens": ["x\x00"]},
+        {"causal": False},
+        {"value_patterns": None},
+        {"diagonals": [{}]},
+    ):
         assert_refused(w, monkeypatch, caplog, state)
 
 
@@ -818,7 +865,9 @@ def test_an_update_with_one_bad_value_is_refused_as_a_whole(
     assert_refused(widgets["CircuitExplorer"], monkeypatch, caplog, {"selected_layer": 1, "eigen_data": {}})
 
 
-def test_valid_values_from_the_view_still_reach_the_kernel(widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_valid_values_from_the_view_still_reach_the_kernel(
+    widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     w = widgets["CompositionMap"]
     monkeypatch.setattr(w, "_send", Recorder())
     from_view(w, **{"selected_edge": [0, 1, 1, 0], "edge_kind": "K", "n_edges": 200, "subtract_baseline": False})
@@ -837,7 +886,9 @@ def test_hostile_search_text_is_answered_with_a_message_not_an_error(
     assert "not" in w.source_message and "token of this model" in w.source_message
 
 
-def test_a_search_for_a_hostile_token_finds_it_as_text(widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_search_for_a_hostile_token_finds_it_as_text(
+    widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     w = widgets["SkipTrigramTable"]
     monkeypatch.setattr(w, "_send", Recorder())
     from_view(w, **{"source_query": "<script>alert(1)</script>"})
@@ -861,8 +912,16 @@ def test_a_failure_while_applying_a_view_update_rolls_it_back(
     model: CircuitModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     w = SkipTrigramTable(model, k=1, profile_k=2)
-    data = {"token_ids": w.token_ids, "token_strs": w.token_strs, "rows": w.rows, "row_values": w.row_values,
-            "profile_sources": w.profile_sources, "profile_tokens": w.profile_tokens, "profile_values": w.profile_values, "ready": w.ready}
+    data = {
+        "token_ids": w.token_ids,
+        "token_strs": w.token_strs,
+        "rows": w.rows,
+        "row_values": w.row_values,
+        "profile_sources": w.profile_sources,
+        "profile_tokens": w.profile_tokens,
+        "profile_values": w.profile_values,
+        "ready": w.ready,
+    }
     live = next(t for t in range(V) if listing(data, 0, 0, t, None) is None)  # needs the kernel
 
     def boom(*args: Any) -> Any:
@@ -879,7 +938,9 @@ def test_a_failure_while_applying_a_view_update_rolls_it_back(
     assert rec.updates()[-1]["source_token"] == -1
 
 
-def test_messages_that_are_not_updates_of_known_traits_are_ignored(widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_messages_that_are_not_updates_of_known_traits_are_ignored(
+    widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     w = widgets["EigenScatter"]
     before = _snapshot(w)
     monkeypatch.setattr(w, "_send", Recorder())
@@ -888,7 +949,9 @@ def test_messages_that_are_not_updates_of_known_traits_are_ignored(widgets: dict
     assert _same(_snapshot(w), before)
 
 
-def test_selections_set_from_python_accept_numpy_integers_but_not_bools(widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_selections_set_from_python_accept_numpy_integers_but_not_bools(
+    widgets: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     w = widgets["EigenScatter"]
     monkeypatch.setattr(w, "_send", Recorder())
     layer = w.selected_layer

@@ -84,7 +84,10 @@ def test_copying_scores_equal_the_dense_definitions(model: CircuitModel, method:
     for circuit, dense in (("ov", dense_ov), ("qk", dense_qk)):
         scores = copying_scores(model, circuit, method, k=k, memory_budget=64)  # type: ignore[arg-type]
         expected = np.array(
-            [[dense_score(dense(model, l, h), method, k) for h in range(model.cfg.n_heads)] for l in range(model.cfg.n_layers)]
+            [
+                [dense_score(dense(model, l, h), method, k) for h in range(model.cfg.n_heads)]
+                for l in range(model.cfg.n_layers)
+            ]
         )
         np.testing.assert_allclose(scores, expected, atol=1e-7)
 
@@ -162,7 +165,10 @@ def test_a_zero_head_scores_nan_rather_than_a_number() -> None:
 def test_models_with_mlps_warn_once_that_mlp_paths_are_excluded() -> None:
     base = make_random_model(n_layers=1, n_heads=1)
     cfg = ModelConfig(**{**base.cfg.to_dict(), "has_mlp": True, "d_mlp": 8, "act_fn": "relu"})
-    weights = dict(base.weights()) | {"W_in": torch.zeros(1, 16, 8, dtype=torch.float64), "W_out": torch.zeros(1, 8, 16, dtype=torch.float64)}
+    weights = dict(base.weights()) | {
+        "W_in": torch.zeros(1, 16, 8, dtype=torch.float64),
+        "W_out": torch.zeros(1, 8, 16, dtype=torch.float64),
+    }
     model = CircuitModel(cfg, weights)
     with pytest.warns(MLPPathsExcludedWarning, match="MLP"):
         copying_scores(model)

@@ -23,7 +23,9 @@ from circuitwidgets.tokenizer import VocabTokenizer
 
 def test_repeated_tokens_are_seeded_bos_prefixed_and_never_bos_inside() -> None:
     base = make_random_model(d_vocab=20, n_ctx=32)
-    model = CircuitModel(base.cfg, dict(base.weights()), tokenizer=VocabTokenizer([f"t{i}" for i in range(20)], bos_token_id=7))
+    model = CircuitModel(
+        base.cfg, dict(base.weights()), tokenizer=VocabTokenizer([f"t{i}" for i in range(20)], bos_token_id=7)
+    )
     tokens = repeated_random_tokens(model, seq_len=10, n_seqs=30, seed=3)
     assert tokens.shape == (30, 21)
     assert (tokens[:, 0] == 7).all() and not (tokens[:, 1:] == 7).any()
@@ -137,7 +139,9 @@ def test_scores_on_own_tokens_and_cache_equal_a_dense_reference(kind: str) -> No
     assert expected.shape == (2, 3) and np.isfinite(expected).all()
     np.testing.assert_allclose(head_scores(model, kind, tokens=tokens), expected, rtol=1e-12)  # type: ignore[arg-type]
     np.testing.assert_allclose(head_scores(model, kind, tokens=tokens, cache=cache), expected, rtol=1e-12)  # type: ignore[arg-type]
-    np.testing.assert_allclose(head_scores(model, kind, tokens=tokens[0].tolist()), _reference(cache, tokens[:1], kind, 2), rtol=1e-12)  # type: ignore[arg-type]
+    np.testing.assert_allclose(
+        head_scores(model, kind, tokens=tokens[0].tolist()), _reference(cache, tokens[:1], kind, 2), rtol=1e-12
+    )  # type: ignore[arg-type]
     if kind not in ("duplicate_token", "induction"):  # positions alone define the targets
         np.testing.assert_allclose(head_scores(model, kind, cache=cache), expected, rtol=1e-12)  # type: ignore[arg-type]
 
@@ -159,7 +163,11 @@ def test_scores_on_one_sequence_are_detect_heads_mul_score_rescaled(kind: str, t
         [
             [
                 detector.compute_head_attention_similarity_score(
-                    cache["pattern", l][0, h], detection, exclude_bos=False, exclude_current_token=False, error_measure="mul"
+                    cache["pattern", l][0, h],
+                    detection,
+                    exclude_bos=False,
+                    exclude_current_token=False,
+                    error_measure="mul",
                 )
                 for h in range(3)
             ]
@@ -218,7 +226,9 @@ def test_heads_built_to_attend_to_themselves_or_to_position_zero_are_found() -> 
 
 def test_texts_are_tokenised_with_the_models_bos() -> None:
     base = make_random_model(d_vocab=20, n_ctx=32)
-    model = CircuitModel(base.cfg, dict(base.weights()), tokenizer=VocabTokenizer([f"t{i}" for i in range(20)], bos_token_id=0))
+    model = CircuitModel(
+        base.cfg, dict(base.weights()), tokenizer=VocabTokenizer([f"t{i}" for i in range(20)], bos_token_id=0)
+    )
     text = "t3 t5 t7 t3 t5 t7 t9"
     ids = model.to_tokens(text)
     assert ids[0, 0] == 0 and ids.shape == (1, 8)
@@ -238,9 +248,13 @@ def test_a_cache_from_another_model_is_refused_naming_cache() -> None:
     _, no_patterns = model.run_with_cache(tokens, names=["attn_scores"])
     with pytest.raises(ShapeError, match="cache: holds patterns for more layers than the model's n_layers=2"):
         head_scores(model, "previous_token", cache=deeper)
-    with pytest.raises(ArgumentError, match=r"cache: expected 'pattern' for each of the model's 2 layers, missing layers \[1\]"):
+    with pytest.raises(
+        ArgumentError, match=r"cache: expected 'pattern' for each of the model's 2 layers, missing layers \[1\]"
+    ):
         head_scores(model, "previous_token", cache=shallower)
-    with pytest.raises(ShapeError, match=r"cache\['pattern', 0\]: expected \[batch, n_heads=3, pos, pos\].*\(2, 4, 10, 10\)"):
+    with pytest.raises(
+        ShapeError, match=r"cache\['pattern', 0\]: expected \[batch, n_heads=3, pos, pos\].*\(2, 4, 10, 10\)"
+    ):
         head_scores(model, "previous_token", cache=wider)
     with pytest.raises(ArgumentError, match=r"cache: expected 'pattern'.*missing layers \[0, 1\].*names=\['pattern'\]"):
         head_scores(model, "first_token", cache=no_patterns)
@@ -269,7 +283,9 @@ def test_bad_kinds_tokens_and_random_token_options_are_named() -> None:
     with pytest.raises(ArgumentError, match="kind: expected one of") as info:
         head_scores(model, "bos", tokens=[1, 2, 3])  # type: ignore[arg-type]
     assert all(kind in str(info.value) for kind in HEAD_KINDS)
-    with pytest.raises(ArgumentError, match=r"tokens: expected at least one destination with a 'induction' target.*no token repeats"):
+    with pytest.raises(
+        ArgumentError, match=r"tokens: expected at least one destination with a 'induction' target.*no token repeats"
+    ):
         head_scores(model, "induction", tokens=[1, 2, 3, 4])
     with pytest.raises(ArgumentError, match="tokens: expected at least one destination with a 'previous_token' target"):
         head_scores(model, "previous_token", tokens=[1])

@@ -18,7 +18,9 @@ seeds = st.integers(min_value=0, max_value=2**16)
 
 def random_lowrank(m: int, r: int, n: int, seed: int) -> LowRankMatrix:
     g = torch.Generator().manual_seed(seed)
-    return LowRankMatrix(torch.randn(m, r, generator=g, dtype=torch.float64), torch.randn(r, n, generator=g, dtype=torch.float64))
+    return LowRankMatrix(
+        torch.randn(m, r, generator=g, dtype=torch.float64), torch.randn(r, n, generator=g, dtype=torch.float64)
+    )
 
 
 def dense_of(m: int, r: int, n: int, seed: int) -> torch.Tensor:
@@ -214,7 +216,12 @@ def test_eigenvalues_of_a_sum_are_those_of_the_dense_sum(n: int, r1: int, r2: in
 
 def test_a_sum_of_rank_one_matrices_keeps_the_added_rank_and_not_more() -> None:
     g = torch.Generator().manual_seed(5)
-    parts = [LowRankMatrix(torch.randn(30, 1, generator=g, dtype=torch.float64), torch.randn(1, 20, generator=g, dtype=torch.float64)) for _ in range(3)]
+    parts = [
+        LowRankMatrix(
+            torch.randn(30, 1, generator=g, dtype=torch.float64), torch.randn(1, 20, generator=g, dtype=torch.float64)
+        )
+        for _ in range(3)
+    ]
     total = parts[0] + parts[1] + parts[2]
     assert total.inner_dim == 3
     assert int(torch.linalg.matrix_rank(total.dense())) == 3

@@ -64,7 +64,9 @@ def test_direct_path_includes_the_unembedding_bias() -> None:
     b_U = model.weight("b_U")
     assert b_U is not None
     torch.testing.assert_close(direct_path(model).dense(), model.W_E @ model.W_U + b_U)
-    torch.testing.assert_close(direct_path(make_random_model()).dense(), make_random_model().W_E @ make_random_model().W_U)
+    torch.testing.assert_close(
+        direct_path(make_random_model()).dense(), make_random_model().W_E @ make_random_model().W_U
+    )
 
 
 def test_circuit_arguments_are_checked() -> None:

@@ -35,14 +35,18 @@ def test_bigrams_are_the_largest_direct_path_entries() -> None:
     [("shortformer", "none"), ("standard", "none"), ("rotary", "none"), ("shortformer", "ln_pre")],
 )
 def test_two_layer_logits_are_direct_plus_heads_plus_virtual_heads(positions: str, normalization: str) -> None:
-    model = with_config(make_random_model(n_layers=2, n_heads=3, positional_embedding_type=positions, seed=1), normalization=normalization)
+    model = with_config(
+        make_random_model(n_layers=2, n_heads=3, positional_embedding_type=positions, seed=1),
+        normalization=normalization,
+    )
     expansion = path_expansion(model, torch.tensor([3, 14, 15, 9, 26, 5, 35, 8, 9, 7]))
     assert expansion.heads.shape == (2, 3, 9)
     assert expansion.virtual_heads.shape == (2, 3, 2, 3, 9)
     assert np.isnan(expansion.virtual_heads[1, :, 0]).all() and np.isnan(expansion.virtual_heads[0, :, 0]).all()
     np.testing.assert_allclose(expansion.remainder, 0, atol=1e-9)
     np.testing.assert_allclose(
-        expansion.direct + expansion.heads.sum((0, 1)) + np.nansum(expansion.virtual_heads, (0, 1, 2, 3)), expansion.logits
+        expansion.direct + expansion.heads.sum((0, 1)) + np.nansum(expansion.virtual_heads, (0, 1, 2, 3)),
+        expansion.logits,
     )
 
 
@@ -60,7 +64,9 @@ def test_each_head_term_is_its_pattern_times_the_embedding_through_its_ov_circui
             np.testing.assert_allclose(expansion.heads[l, h], logits[:-1].gather(1, targets[:, None])[:, 0].numpy())
     A1, A2 = cache["pattern", 0][0, 1], cache["pattern", 1][0, 0]
     virtual = A2 @ A1 @ E @ model.W_V[0, 1] @ model.W_O[0, 1] @ model.W_V[1, 0] @ model.W_O[1, 0] @ model.W_U
-    np.testing.assert_allclose(expansion.virtual_heads[0, 1, 1, 0], virtual[:-1].gather(1, targets[:, None])[:, 0].numpy())
+    np.testing.assert_allclose(
+        expansion.virtual_heads[0, 1, 1, 0], virtual[:-1].gather(1, targets[:, None])[:, 0].numpy()
+    )
 
 
 def test_biases_and_deeper_paths_land_in_the_remainder() -> None:

@@ -58,7 +58,17 @@ def test_a_source_gets_its_top_destinations_and_top_outs() -> None:
 
 def test_records_convert_to_a_dataframe() -> None:
     frame = skip_trigrams(make_random_model(), 0, 0, k=3).to_pandas()
-    assert list(frame.columns) == ["source", "destination", "out", "source_str", "destination_str", "out_str", "qk", "ov", "copying"]
+    assert list(frame.columns) == [
+        "source",
+        "destination",
+        "out",
+        "source_str",
+        "destination_str",
+        "out_str",
+        "qk",
+        "ov",
+        "copying",
+    ]
     assert len(frame) == 3
 
 

@@ -31,8 +31,16 @@ N_LAYERS, N_HEADS, D_MODEL, D_HEAD, D_VOCAB, N_CTX = 3, 4, 24, 6, 300, 40
 @pytest.fixture(scope="module")
 def pair() -> tuple[Any, CircuitModel]:
     cfg = TransformerBridgeConfig(
-        d_model=D_MODEL, d_head=D_HEAD, n_heads=N_HEADS, n_layers=N_LAYERS, n_ctx=N_CTX, d_vocab=D_VOCAB,
-        attn_only=True, normalization_type=None, positional_embedding_type="standard", seed=0,
+        d_model=D_MODEL,
+        d_head=D_HEAD,
+        n_heads=N_HEADS,
+        n_layers=N_LAYERS,
+        n_ctx=N_CTX,
+        d_vocab=D_VOCAB,
+        attn_only=True,
+        normalization_type=None,
+        positional_embedding_type="standard",
+        seed=0,
     )
     bridge = native.boot(cfg, dtype=torch.float64)
     names = ("W_E", "W_pos", "W_Q", "W_K", "W_V", "W_O", "W_U", "b_Q", "b_K", "b_V", "b_O", "b_U")
@@ -105,8 +113,11 @@ def test_head_detectors_agree_with_detect_head(pair: tuple[Any, CircuitModel], k
         for l in range(N_LAYERS):
             for h in range(N_HEADS):
                 score = compute_head_attention_similarity_score(
-                    cache["pattern", l][0, h].detach(), detection.to(torch.float64),
-                    exclude_bos=False, exclude_current_token=False, error_measure="mul",
+                    cache["pattern", l][0, h].detach(),
+                    detection.to(torch.float64),
+                    exclude_bos=False,
+                    exclude_current_token=False,
+                    error_measure="mul",
                 )
                 theirs[l, h] += score * seq_len / scored / n_seqs
     np.testing.assert_allclose(head_scores(ours, kind, seq_len=n, n_seqs=n_seqs, seed=2), theirs, rtol=1e-8)  # type: ignore[arg-type]

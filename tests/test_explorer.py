@@ -110,7 +110,14 @@ def test_explorer_state_travels_as_binary_buffers(explorer: CircuitExplorer) -> 
     assert longest_float_list(state) == 0
     json.dumps({k: v for k, v in state.items() if k != "_esm"})
     sizes = explorer.state_sizes()
-    assert set(sizes) == {"eigen_data", "trigram_data", "composition_data", "terms_data", "attention_data", "heads_data"}
+    assert set(sizes) == {
+        "eigen_data",
+        "trigram_data",
+        "composition_data",
+        "terms_data",
+        "attention_data",
+        "heads_data",
+    }
     assert sum(sizes.values()) < 200_000
 
 

@@ -61,7 +61,16 @@ def test_report_of_the_shipped_two_layer_model_is_small_and_complete(tmp_path: P
     page = path.read_text()
     size = path.stat().st_size
     assert size < REPORT_BOUND_BYTES, size
-    for heading in ("bigram", "Copying heads", "Skip-trigrams", "Composition", "Induction heads", "detector scores", "path terms", "during training"):
+    for heading in (
+        "bigram",
+        "Copying heads",
+        "Skip-trigrams",
+        "Composition",
+        "Induction heads",
+        "detector scores",
+        "path terms",
+        "during training",
+    ):
         assert heading in page
     assert page.count('class="cw-widget"') == 7  # the training history too: the shipped card has one
 
@@ -72,7 +81,7 @@ def test_a_page_can_link_traits_across_its_widgets_and_the_shim_is_the_built_one
     page = html_page([_attention(["a", "b"]), _attention(["c", "d"])], link=["selected_layer", "selected_head"])
     assert page.count('data-cw-link="selected_layer selected_head"') == 2
     assert shim_source() in page and "__circuitwidgetsMount" in shim_source()
-    assert 'data-cw-link' not in html_page(_attention(["a", "b"]))
+    assert "data-cw-link" not in html_page(_attention(["a", "b"]))
     for bad in ("selected_head", ["selected head"], ['x" onload="y']):
         with pytest.raises(TypeError, match="link"):
             html_page(_attention(["a", "b"]), link=bad)  # type: ignore[arg-type]

@@ -171,7 +171,11 @@ def test_composition_into_a_shared_layer_from_before_its_source_is_the_definitio
 def test_no_k_or_v_composition_into_a_shared_layer_from_between_its_source_and_itself(ours: CircuitModel) -> None:
     """Layer 2 reuses layer 0's keys and values, computed before layers 0 and 1 wrote anything: no path, score 0."""
     for kind in ("K", "V"):
-        scores = circuits.composition_scores(ours, kind, offset=1) if kind == "K" else circuits.composition_scores(ours, kind)
+        scores = (
+            circuits.composition_scores(ours, kind, offset=1)
+            if kind == "K"
+            else circuits.composition_scores(ours, kind)
+        )
         assert np.all(scores[0:2, :, 2, :] == 0.0), kind  # layer 2 reads layer 0's keys: layers 0, 1 cannot feed them
         assert np.all(scores[1:3, :, 3, :] == 0.0), kind  # layer 3 reads layer 1's
         assert np.all(scores[0, :, 3, :] > 0.0), kind  # layer 0 wrote before layer 1 computed them: a real path

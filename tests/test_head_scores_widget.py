@@ -62,7 +62,11 @@ def test_several_named_maps_share_one_widget() -> None:
         (np.zeros(3), ShapeError, r"^scores: expected an array \[n_layers, n_heads\].*got shape \[3\]"),
         (np.zeros((2, 3, 4)), ShapeError, r"^scores: .*got shape \[2, 3, 4\]"),
         (np.zeros((0, 3)), ShapeError, r"^scores: .*at least one head"),
-        (np.array([[0.0, np.nan], [1.0, 2.0]]), NonFiniteError, r"^scores: expected finite values, got 1 NaN .*layer 0, head 1"),
+        (
+            np.array([[0.0, np.nan], [1.0, 2.0]]),
+            NonFiniteError,
+            r"^scores: expected finite values, got 1 NaN .*layer 0, head 1",
+        ),
         (np.array([[np.inf]]), NonFiniteError, r"^scores: expected finite values"),
         ([["a", "b"]], ArgumentTypeError, r"^scores: expected an array \[n_layers, n_heads\] of numbers"),
         ({"x": np.zeros((2, 2)), "y": np.zeros((2, 3))}, ShapeError, r"^scores\['y'\]: expected shape \[2, 2\]"),
@@ -147,7 +151,9 @@ def test_unknown_kinds_and_long_texts_are_refused_before_any_forward_pass(
         HeadScores.from_model(model, kind=["induction", "inductoin"])
     with pytest.raises(ArgumentTypeError, match=r"^kind: "):
         HeadScores.from_model(model, kind=3)  # type: ignore[arg-type]
-    with pytest.raises(ContextLengthError, match=r"^tokens: expected at most n_ctx=24 tokens .*got 30\. Pass a shorter"):
+    with pytest.raises(
+        ContextLengthError, match=r"^tokens: expected at most n_ctx=24 tokens .*got 30\. Pass a shorter"
+    ):
         HeadScores.from_model(model, kind="all", tokens=list(range(1, 31)))
     with pytest.raises(ArgumentTypeError, match=r"^model: expected a CircuitModel when kind"):
         HeadScores(kind="induction")
@@ -161,7 +167,9 @@ def explorer(model: CircuitModel) -> CircuitExplorer:
     return CircuitExplorer(model, list(range(1, 12)), k=2, profile_k=2, max_tokens=8, progress_bar=False)
 
 
-def test_head_scores_join_the_explorer_with_the_shared_head_selection(model: CircuitModel, explorer: CircuitExplorer) -> None:
+def test_head_scores_join_the_explorer_with_the_shared_head_selection(
+    model: CircuitModel, explorer: CircuitExplorer
+) -> None:
     assert HeadScores in CHILDREN
     assert "headscores" in [c["view"] for c in explorer._children]
     heads = explorer.view("heads")
@@ -182,7 +190,9 @@ def test_report_shows_head_scores_linked_to_the_other_views(tmp_path: Any) -> No
 
     path = write_report(cw.load_pretrained("attn-only-1l"), tmp_path / "r.html", text="def f(x):\n    return x\n")
     page = path.read_text(encoding="utf-8")
-    blocks = re.findall(r'<div class="cw-widget"([^>]*)><script type="application/json" class="cw-state">(.{0,200})', page)
+    blocks = re.findall(
+        r'<div class="cw-widget"([^>]*)><script type="application/json" class="cw-state">(.{0,200})', page
+    )
     heads = [attrs for attrs, state in blocks if '"_view":"headscores"' in state]
     assert len(heads) == 1 and f'data-cw-link="{" ".join(LINKED)}"' in heads[0]
     assert all("data-cw-link" in attrs for attrs, _ in blocks)
@@ -200,12 +210,16 @@ def test_explorer_refuses_a_text_longer_than_the_context_before_any_work(
     monkeypatch.setattr(type(model), "run_with_cache", no_work)
     monkeypatch.setattr(type(model), "forward", no_work)
     monkeypatch.setattr("circuitwidgets.widgets.eigen.widget.EigenScatter.initial", no_work)
-    with pytest.raises(ContextLengthError, match=r"^text_or_tokens: expected at most n_ctx=24 tokens .*got 40\.") as info:
+    with pytest.raises(
+        ContextLengthError, match=r"^text_or_tokens: expected at most n_ctx=24 tokens .*got 40\."
+    ) as info:
         CircuitExplorer(model, list(range(1, 41)))
     assert isinstance(info.value, ShapeError) and "AttentionPatterns" in str(info.value)
     shipped = cw.load_pretrained("attn-only-1l")
     monkeypatch.setattr(type(shipped), "run_with_cache", no_work)
-    with pytest.raises(ContextLengthError, match=r"^text_or_tokens: expected at most n_ctx=256 tokens .*Pass a shorter text"):
+    with pytest.raises(
+        ContextLengthError, match=r"^text_or_tokens: expected at most n_ctx=256 tokens .*Pass a shorter text"
+    ):
         CircuitExplorer(shipped, "x = 1\n" * 300)
 
 
@@ -216,7 +230,9 @@ def test_term_importance_refuses_a_long_text_before_its_forward_passes(
         raise AssertionError("the model ran before the refusal")
 
     monkeypatch.setattr("circuitwidgets.widgets.term_importance.term_importance", no_work)
-    with pytest.raises(ContextLengthError, match=r"^text_or_tokens: expected at most n_ctx=24 tokens .*got 25\..*batch"):
+    with pytest.raises(
+        ContextLengthError, match=r"^text_or_tokens: expected at most n_ctx=24 tokens .*got 25\..*batch"
+    ):
         cw.TermImportance(model, torch.ones(2, 25, dtype=torch.long))
 
 
@@ -260,7 +276,9 @@ def test_explorer_build_shows_a_progress_bar_step_by_step(model: CircuitModel, m
     assert [b.kwargs["disable"] for b in _Recorder.bars if b.kwargs.get("desc") == "CircuitExplorer"] == [True]
 
 
-def test_head_scores_of_several_kinds_show_a_bar_after_a_second(model: CircuitModel, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_head_scores_of_several_kinds_show_a_bar_after_a_second(
+    model: CircuitModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("tqdm.auto.tqdm", _Recorder)
     _Recorder.bars = []
     HeadScores.from_model(model, kind="all")

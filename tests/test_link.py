@@ -67,13 +67,20 @@ def test_linking_again_joins_groups_and_unlink_ends_it() -> None:
 
 def test_widgets_of_different_models_are_refused_naming_the_argument() -> None:
     a = _heads(2, 3)
-    with pytest.raises(ArgumentError, match=r"^widgets\[1\]: expected a widget of a model with n_heads=3 like widgets\[0\], got HeadScores with n_heads=4"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"^widgets\[1\]: expected a widget of a model with n_heads=3 like widgets\[0\], got HeadScores with n_heads=4",
+    ):
         cw.link(a, _heads(2, 4))
-    with pytest.raises(ArgumentError, match=r"^widgets\[2\]: .*n_layers=2 like widgets\[0\], got AttentionPatterns with n_layers=1"):
+    with pytest.raises(
+        ArgumentError, match=r"^widgets\[2\]: .*n_layers=2 like widgets\[0\], got AttentionPatterns with n_layers=1"
+    ):
         cw.link(a, _heads(2, 3, seed=5), _attention(n_layers=1))
     b = _heads(2, 3, seed=6)
     cw.link(a, b)
-    with pytest.raises(ArgumentError, match=r"^widgets\[1\]: .*n_layers=3 like widgets\[0\], got HeadScores with n_layers=2"):
+    with pytest.raises(
+        ArgumentError, match=r"^widgets\[1\]: .*n_layers=3 like widgets\[0\], got HeadScores with n_layers=2"
+    ):
         cw.link(_heads(3, 3), b)
     assert link_of(a) is link_of(b)  # the refused call left the group as it was
 
@@ -108,5 +115,8 @@ def test_a_saved_page_keeps_linked_widgets_linked(tmp_path: Path) -> None:
     # two groups on one page stay apart
     c, d = _heads(seed=3), _heads(seed=4)
     cw.link(c, d)
-    groups = [re.search(r'group="(\w+)"', x) for x in _blocks(cw.save_html([a, b, c, d], tmp_path / "two.html").read_text(encoding="utf-8"))]
+    groups = [
+        re.search(r'group="(\w+)"', x)
+        for x in _blocks(cw.save_html([a, b, c, d], tmp_path / "two.html").read_text(encoding="utf-8"))
+    ]
     assert [g.group(1) if g else None for g in groups] == ["g0", "g0", "g2", "g2"]

@@ -101,13 +101,17 @@ def test_saved_buffers_are_put_back_where_they_belong_in_either_encoding() -> No
     raw = np.arange(6, dtype=np.float32).tobytes()
     entry = {
         "model_name": "AnyModel",
-        "state": {"_anywidget_id": "circuitwidgets.widgets.attention.widget.AttentionPatterns", "_esm": "x" * 100, "patterns": {"shape": [6]}},
+        "state": {
+            "_anywidget_id": "circuitwidgets.widgets.attention.widget.AttentionPatterns",
+            "_esm": "x" * 100,
+            "patterns": {"shape": [6]},
+        },
         "buffers": [{"path": ["patterns", "view"], "encoding": "hex", "data": raw.hex()}],
     }
     assert is_saved_circuitwidget(entry)
     state = saved_state_to_page_state(entry)
     assert "_esm" not in state
-    (encoding, data), = state["patterns"]["view"].items()
+    ((encoding, data),) = state["patterns"]["view"].items()
     decoded = base64.b64decode(data)
     assert (zlib.decompress(decoded) if encoding == "__b64z__" else decoded) == raw
     entry["buffers"][0] = {"path": ["patterns", "view"], "encoding": "base64", "data": base64.b64encode(raw).decode()}
@@ -119,7 +123,6 @@ def test_the_exporter_is_registered_with_nbconvert() -> None:
 
     assert get_exporter("circuitwidgets") is OfflineHTMLExporter
     assert OfflineHTMLExporter().mathjax_url == "" and OfflineHTMLExporter().require_js_url == ""
-
 
 
 def test_stray_layouts_go_but_links_between_other_widgets_stay(executed: Any) -> None:

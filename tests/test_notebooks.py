@@ -277,7 +277,9 @@ def test_readme_links_every_notebook() -> None:
     assert {p.stem for p in NOTEBOOKS.glob("*.ipynb")} == set(NAMES)
 
 
-def test_twelve_head_model_has_several_induction_heads_fed_by_one_previous_token_head(nb02: nbformat.NotebookNode) -> None:
+def test_twelve_head_model_has_several_induction_heads_fed_by_one_previous_token_head(
+    nb02: nbformat.NotebookNode,
+) -> None:
     out = printed(nb02, "twelve-heads")
     heads = re.findall(r"L1H(\d+) ([\d.]+)", out.splitlines()[0])
     assert len(heads) >= 3 and all(float(score) >= 0.3 for _, score in heads)

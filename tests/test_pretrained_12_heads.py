@@ -54,10 +54,14 @@ def test_several_induction_heads_coexist(model: cw.CircuitModel) -> None:
     assert (induction >= 0.5).sum() >= 2
     assert (induction >= 0.3).sum() >= 3
     copying = circuits.copying_scores(model, circuit="ov")[1]
-    assert all(copying[h] > 0.9 for h in np.flatnonzero(induction >= 0.3))  # they copy what they attend to (0.999-1.000)
+    assert all(
+        copying[h] > 0.9 for h in np.flatnonzero(induction >= 0.3)
+    )  # they copy what they attend to (0.999-1.000)
 
 
-def test_order_one_terms_carry_the_loss_mostly_through_layer_one_and_order_two_barely_matters(model: cw.CircuitModel) -> None:
+def test_order_one_terms_carry_the_loss_mostly_through_layer_one_and_order_two_barely_matters(
+    model: cw.CircuitModel,
+) -> None:
     result = circuits.term_importance(model, model.to_tokens(PASSAGE))
     # measured: marginal [2.14, 2.53, 0.015] nats; layer order-1 [0.51, 2.32]
     assert abs(result.marginal[2]) < 0.05 * result.marginal[1]

@@ -75,7 +75,9 @@ def test_zero_layer_beats_unigram_loss_on_held_out_code(zero_layer: cw.CircuitMo
     corpus = load_stdlib_corpus()
     counts = torch.ones(zero_layer.cfg.d_vocab, dtype=torch.float64)
     for text in corpus.train[::8]:
-        counts += torch.bincount(torch.tensor(zero_layer.tokenizer.encode(text), dtype=torch.long), minlength=zero_layer.cfg.d_vocab)
+        counts += torch.bincount(
+            torch.tensor(zero_layer.tokenizer.encode(text), dtype=torch.long), minlength=zero_layer.cfg.d_vocab
+        )
     log_unigram = (counts / counts.sum()).log()
     ids = torch.tensor([i for text in corpus.val for i in zero_layer.tokenizer.encode(text)][:50_000])
     log_bigram = (zero_layer.W_E[ids[:-1]] @ zero_layer.W_U).double().log_softmax(-1)

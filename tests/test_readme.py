@@ -92,7 +92,10 @@ def test_from_arrays_snippet_state() -> None:
 
 def test_skip_marker_is_honoured() -> None:
     text = f"x\n\n{SKIP_MARKER}\n```python\nraise SystemExit\n```\n\n```python\n1 + 1\n```\n```bash\nls\n```\n"
-    assert [(src, skipped) for _, src, skipped in python_blocks(text)] == [("raise SystemExit\n", True), ("1 + 1\n", False)]
+    assert [(src, skipped) for _, src, skipped in python_blocks(text)] == [
+        ("raise SystemExit\n", True),
+        ("1 + 1\n", False),
+    ]
 
 
 # ---------------------------------------------------------------- the export extra

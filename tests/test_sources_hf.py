@@ -220,8 +220,13 @@ def test_tokenizer_name_is_refused() -> None:
 
 def test_unsupported_architecture_is_named_with_the_supported_ones() -> None:
     cfg = transformers.MixtralConfig(
-        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, num_local_experts=2,
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_local_experts=2,
     )
     with pytest.raises(UnsupportedArchitectureError, match="MixtralForCausalLM") as info:
         from_hf(transformers.MixtralForCausalLM(cfg))

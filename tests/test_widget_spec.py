@@ -89,19 +89,45 @@ def test_eigen_scatter_from_eigenvalues_scores_them_as_the_paper_does() -> None:
 @pytest.mark.parametrize(
     ("call", "error", "words"),
     [
-        (lambda: EigenScatter.from_eigenvalues(np.zeros((2, 3)), np.zeros((2, 3))), ShapeError, ["ov", "[n_layers, n_heads, d]", "(2, 3)"]),
-        (lambda: EigenScatter.from_eigenvalues(np.zeros((2, 3, 4)), np.zeros((1, 3, 4))), ShapeError, ["qk", "like ov", "(1, 3, 4)"]),
+        (
+            lambda: EigenScatter.from_eigenvalues(np.zeros((2, 3)), np.zeros((2, 3))),
+            ShapeError,
+            ["ov", "[n_layers, n_heads, d]", "(2, 3)"],
+        ),
+        (
+            lambda: EigenScatter.from_eigenvalues(np.zeros((2, 3, 4)), np.zeros((1, 3, 4))),
+            ShapeError,
+            ["qk", "like ov", "(1, 3, 4)"],
+        ),
         (lambda: EigenScatter.from_eigenvalues(np.array([["a"]]), np.zeros(1)), ArgumentTypeError, ["ov", "dtype"]),
-        (lambda: CompositionMap.from_scores(np.zeros((2, 2, 2)), 0, 0), ShapeError, ["q", "[n_layers, n_heads, n_layers, n_heads]"]),
-        (lambda: CompositionMap.from_scores(np.zeros((2, 2, 2, 2)), np.zeros((3, 2, 3, 2)), np.zeros((2, 2, 2, 2))), ShapeError, ["k", "like q"]),
-        (lambda: CompositionMap.from_scores(np.full((2, 1, 2, 1), np.nan), np.zeros((2, 1, 2, 1)), np.zeros((2, 1, 2, 1))), NonFiniteError, ["q", "finite"]),
+        (
+            lambda: CompositionMap.from_scores(np.zeros((2, 2, 2)), 0, 0),
+            ShapeError,
+            ["q", "[n_layers, n_heads, n_layers, n_heads]"],
+        ),
+        (
+            lambda: CompositionMap.from_scores(np.zeros((2, 2, 2, 2)), np.zeros((3, 2, 3, 2)), np.zeros((2, 2, 2, 2))),
+            ShapeError,
+            ["k", "like q"],
+        ),
+        (
+            lambda: CompositionMap.from_scores(
+                np.full((2, 1, 2, 1), np.nan), np.zeros((2, 1, 2, 1)), np.zeros((2, 1, 2, 1))
+            ),
+            NonFiniteError,
+            ["q", "finite"],
+        ),
         (lambda: TermImportance.from_losses([], loss_no_terms=3.0), ShapeError, ["losses", "order-0"]),
         (lambda: TermImportance.from_losses([[1.0]], loss_no_terms=3.0), ShapeError, ["losses", "[n]", "(1, 1)"]),
         (lambda: TermImportance.from_losses([1.0, np.nan], loss_no_terms=3.0), NonFiniteError, ["losses", "finite"]),
         (lambda: TermImportance.from_losses([1.0], loss_no_terms="3"), ArgumentTypeError, ["loss_no_terms", "'3'"]),
         (lambda: SkipTrigramTable.from_trigrams([]), ArgumentTypeError, ["trigrams", "dict", "list"]),
         (lambda: SkipTrigramTable.from_trigrams({(0,): []}), ArgumentTypeError, ["(layer, head)", "(0,)"]),
-        (lambda: SkipTrigramTable.from_trigrams({(0, 0): [("a", "b", "c", 1.0)]}), ArgumentTypeError, ["trigrams[(0, 0)]", "(source, destination, out, qk, ov)"]),
+        (
+            lambda: SkipTrigramTable.from_trigrams({(0, 0): [("a", "b", "c", 1.0)]}),
+            ArgumentTypeError,
+            ["trigrams[(0, 0)]", "(source, destination, out, qk, ov)"],
+        ),
     ],
 )
 def test_array_constructors_name_what_is_wrong(call: Any, error: type[Exception], words: list[str]) -> None:
@@ -131,11 +157,20 @@ def test_term_importance_from_losses_gives_each_orders_marginal() -> None:
 
 def test_skip_trigram_table_from_trigrams_lists_each_heads_rows(model: CircuitModel) -> None:
     found = circuits.skip_trigrams(model, 1, 1, 3, by="ov")
-    w = SkipTrigramTable.from_trigrams({(1, 1): found, (0, 0): [("x", "y", "x", 0.5, 2.0)]}, selected_layer=1, selected_head=1)
+    w = SkipTrigramTable.from_trigrams(
+        {(1, 1): found, (0, 0): [("x", "y", "x", 0.5, 2.0)]}, selected_layer=1, selected_head=1
+    )
     assert [(t.source, t.destination, t.out) for t in w.trigrams] == [(t.source, t.destination, t.out) for t in found]
     w.selected_layer, w.selected_head = 0, 0
     (row,) = w.trigrams
-    assert (row.source_str, row.destination_str, row.out_str, row.qk, row.ov, row.copying) == ("x", "y", "x", 0.5, 2.0, True)
+    assert (row.source_str, row.destination_str, row.out_str, row.qk, row.ov, row.copying) == (
+        "x",
+        "y",
+        "x",
+        0.5,
+        2.0,
+        True,
+    )
     w.selected_head = 1
     assert w.n_rows == 0  # a head not given: nothing to list, and no kernel to compute it
 
@@ -237,7 +272,13 @@ def test_a_head_computed_on_demand_is_sent_alone(model: CircuitModel) -> None:
     assert not _sent_keys(rec) & {"rows", "row_values", "profile_sources", "profile_tokens", "profile_values", "ready"}
     ((content, buffers),) = rec.custom()
     assert content["type"] == "trigram_update" and content["heads"] == [[1, 1]]
-    per_head = [w.rows[1, 1], w.row_values[1, 1], w.profile_sources[1, 1], w.profile_tokens[1, 1], w.profile_values[1, 1]]
+    per_head = [
+        w.rows[1, 1],
+        w.row_values[1, 1],
+        w.profile_sources[1, 1],
+        w.profile_tokens[1, 1],
+        w.profile_values[1, 1],
+    ]
     assert [bytes(b) for b in buffers] == [a.tobytes() for a in per_head]
     assert content["token_strs"] == w.token_strs[content["tokens_from"] :]
     # the kernel's state holds the head (for saving and exporting) ...
@@ -252,7 +293,9 @@ def test_a_head_computed_on_demand_is_sent_alone(model: CircuitModel) -> None:
 
 
 def test_the_explorer_sends_a_computed_head_without_resending_the_others(model: CircuitModel) -> None:
-    w = CircuitExplorer(model, TEXT, k=2, profile_k=2, max_tokens=8, trigram_heads=[(0, 0)], selected_layer=0, selected_head=0)
+    w = CircuitExplorer(
+        model, TEXT, k=2, profile_k=2, max_tokens=8, trigram_heads=[(0, 0)], selected_layer=0, selected_head=0
+    )
     rec = Recorder()
     w._send = rec  # type: ignore[method-assign]
     from_view(w, selected_layer=1, selected_head=0)

@@ -22,7 +22,15 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-__all__ = ["HeadSummariser", "HeadSummary", "ScoreSource", "block_counts_rect", "column_blocks", "fold_rows", "top_k_cells"]
+__all__ = [
+    "HeadSummariser",
+    "HeadSummary",
+    "ScoreSource",
+    "block_counts_rect",
+    "column_blocks",
+    "fold_rows",
+    "top_k_cells",
+]
 
 
 class ScoreSource(Protocol):

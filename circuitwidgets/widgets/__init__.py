@@ -11,4 +11,13 @@ from circuitwidgets.widgets.history import TrainingHistory
 from circuitwidgets.widgets.skip_trigrams import SkipTrigramTable
 from circuitwidgets.widgets.term_importance import TermImportance
 
-__all__ = ["AttentionPatterns", "CircuitExplorer", "CompositionMap", "EigenScatter", "HeadScores", "SkipTrigramTable", "TermImportance", "TrainingHistory"]
+__all__ = [
+    "AttentionPatterns",
+    "CircuitExplorer",
+    "CompositionMap",
+    "EigenScatter",
+    "HeadScores",
+    "SkipTrigramTable",
+    "TermImportance",
+    "TrainingHistory",
+]

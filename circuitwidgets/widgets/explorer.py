@@ -52,7 +52,12 @@ MAX_TEXT_SOURCES = 48
 
 #: The views of the explorer, in the order the front end lays them out.
 CHILDREN: tuple[type[CircuitWidget], ...] = (
-    EigenScatter, AttentionPatterns, CompositionMap, SkipTrigramTable, TermImportance, HeadScores,
+    EigenScatter,
+    AttentionPatterns,
+    CompositionMap,
+    SkipTrigramTable,
+    TermImportance,
+    HeadScores,
 )
 
 TextOrTokens = str | Sequence[int] | torch.Tensor
@@ -139,16 +144,26 @@ class CircuitExplorer(CircuitWidget):
         check_context(model, len(ids), "text_or_tokens", _LONG_TEXT)
         self._views: dict[str, ScopedView] = {}
         self._model = model
-        self._options: dict[str, Any] = {"max_tokens": max_tokens, "seed": seed, "k": k, "profile_k": profile_k,
-                         "heads": list(trigram_heads) if isinstance(trigram_heads, Iterator) else trigram_heads,
-                         "sources": text_sources}
+        self._options: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "seed": seed,
+            "k": k,
+            "profile_k": profile_k,
+            "heads": list(trigram_heads) if isinstance(trigram_heads, Iterator) else trigram_heads,
+            "sources": text_sources,
+        }
         trigram_heads = self._options["heads"]
         builds: dict[type[CircuitWidget], Callable[[], dict[str, Any]]] = {
             EigenScatter: lambda: EigenScatter.initial(model, max_tokens=max_tokens, seed=seed, offset=offset),
             AttentionPatterns: lambda: AttentionPatterns.initial(model, source),  # type: ignore[arg-type]
             CompositionMap: lambda: CompositionMap.initial(model, seed=seed, offset=offset),
             SkipTrigramTable: lambda: SkipTrigramTable.initial(
-                model, k=k, profile_k=profile_k, heads=trigram_heads, sources=text_sources, progress_bar=False,
+                model,
+                k=k,
+                profile_k=profile_k,
+                heads=trigram_heads,
+                sources=text_sources,
+                progress_bar=False,
                 offset=offset,
             ),
             TermImportance: lambda: TermImportance.initial(model, source),
@@ -231,10 +246,16 @@ class CircuitExplorer(CircuitWidget):
         self._offset_busy = True
         at, options = engine_offset(new), self._options
         fresh = {
-            EigenScatter: EigenScatter.initial(model, max_tokens=options["max_tokens"], seed=options["seed"], offset=at),
+            EigenScatter: EigenScatter.initial(
+                model, max_tokens=options["max_tokens"], seed=options["seed"], offset=at
+            ),
             CompositionMap: CompositionMap.initial(model, seed=options["seed"], offset=at),
             SkipTrigramTable: SkipTrigramTable.initial(
-                model, k=options["k"], profile_k=options["profile_k"], heads=options["heads"], sources=options["sources"],
+                model,
+                k=options["k"],
+                profile_k=options["profile_k"],
+                heads=options["heads"],
+                sources=options["sources"],
                 offset=at,
             ),
         }
@@ -245,7 +266,11 @@ class CircuitExplorer(CircuitWidget):
         with self.hold_trait_notifications():
             for child, state in fresh.items():
                 prefix = spec_of(child).prefix
-                setattr(self, f"{prefix}_data", {**getattr(self, f"{prefix}_data"), **_split(child, state)[f"{prefix}_data"]})
+                setattr(
+                    self,
+                    f"{prefix}_data",
+                    {**getattr(self, f"{prefix}_data"), **_split(child, state)[f"{prefix}_data"]},
+                )
                 setattr(self, f"{prefix}_qk_offset", new)
         self._offset_busy = False
         trigrams._fill()
@@ -281,8 +306,10 @@ def _token_ids(model: CircuitModel, text_or_tokens: Any) -> list[int]:
     """Token ids of the explorer's text (BOS prepended as the model does), or a typed error."""
     if isinstance(text_or_tokens, str) and text_or_tokens:
         return [int(t) for t in model.to_tokens(text_or_tokens)[0].tolist()]
-    if isinstance(text_or_tokens, (list, tuple, torch.Tensor)) and len(text_or_tokens) > 0 and not any(
-        isinstance(t, str) for t in text_or_tokens
+    if (
+        isinstance(text_or_tokens, (list, tuple, torch.Tensor))
+        and len(text_or_tokens) > 0
+        and not any(isinstance(t, str) for t in text_or_tokens)
     ):
         ids = torch.as_tensor(text_or_tokens)
         return [int(t) for t in ids.reshape(-1).tolist()]

@@ -67,14 +67,21 @@ def _kinds(kind: object) -> list[str]:
 
 def _tokens_for_context(model: CircuitModel, tokens: object) -> Any:
     """``tokens`` with texts tokenised, after refusing more positions than the model's context."""
-    if isinstance(tokens, str) or (isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens)):
+    if isinstance(tokens, str) or (
+        isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens)
+    ):
         tokens = model.to_tokens(cast(Any, tokens))
     shape = getattr(tokens, "shape", None)
     if shape is None and isinstance(tokens, (list, tuple)) and tokens:
         first = tokens[0]
         shape = (len(tokens), len(first)) if isinstance(first, (list, tuple)) else (len(tokens),)
     if shape is not None and len(shape) >= 1:
-        check_context(model, int(shape[-1]), "tokens", "head scores average over positions, so several shorter texts of equal length (a list) give the same measure")
+        check_context(
+            model,
+            int(shape[-1]),
+            "tokens",
+            "head scores average over positions, so several shorter texts of equal length (a list) give the same measure",
+        )
     return tokens
 
 
@@ -107,7 +114,13 @@ def head_scores_data(
         for k in kinds:
             step(k)
             maps.append(head_scores(model, cast(Any, k), tokens=tokens, cache=cache, **options))
-    on = "the given cache" if cache is not None and tokens is None else "the given tokens" if tokens is not None else "repeated random tokens"
+    on = (
+        "the given cache"
+        if cache is not None and tokens is None
+        else "the given tokens"
+        if tokens is not None
+        else "repeated random tokens"
+    )
     return {
         "scores": np.stack(maps).astype(np.float64),
         "names": [k.replace("_", "-") + " score" for k in kinds],
@@ -120,7 +133,9 @@ def _check_map(name: str, values: Any, shape: tuple[int, int] | None) -> NDArray
     """One ``[n_layers, n_heads]`` map: numbers, the right shape, finite; else a typed error naming ``name``."""
     arr = user_array(name, values, "float64", "an array [n_layers, n_heads] of numbers")
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise ShapeError(f"{name}: expected an array [n_layers, n_heads] with at least one head, got shape {list(arr.shape)}")
+        raise ShapeError(
+            f"{name}: expected an array [n_layers, n_heads] with at least one head, got shape {list(arr.shape)}"
+        )
     if shape is not None and arr.shape != shape:
         raise ShapeError(f"{name}: expected shape {list(shape)} like the first map, got {list(arr.shape)}")
     bad = ~np.isfinite(arr)
@@ -212,7 +227,9 @@ class HeadScores(CircuitWidget):
         **kwargs: Any,
     ) -> None:
         if model is not None:
-            data = self.initial(model, "induction" if kind is None else kind, tokens=tokens, cache=cache, progress_bar=progress_bar)
+            data = self.initial(
+                model, "induction" if kind is None else kind, tokens=tokens, cache=cache, progress_bar=progress_bar
+            )
             kwargs = {**data, **kwargs}
         elif kind is not None or tokens is not None or cache is not None:
             raise ArgumentTypeError("model: expected a CircuitModel when kind, tokens or cache is given, got None")

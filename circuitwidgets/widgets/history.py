@@ -41,9 +41,13 @@ def training_history_data(history: History | None, absent: str = "", model_name:
     if history is None:
         empty = np.zeros((0, 0, 0), dtype=np.float32)
         return {
-            "steps": np.zeros(0, dtype=np.int32), "val_loss": np.zeros(0, dtype=np.float32),
-            "icl_score": np.zeros(0, dtype=np.float32), **{name: empty for name in CURVES},
-            "formation": [], "absent": absent or "no training history", "model_name": model_name,
+            "steps": np.zeros(0, dtype=np.int32),
+            "val_loss": np.zeros(0, dtype=np.float32),
+            "icl_score": np.zeros(0, dtype=np.float32),
+            **{name: empty for name in CURVES},
+            "formation": [],
+            "absent": absent or "no training history",
+            "model_name": model_name,
         }
     formation = history.formation()
     return {
@@ -127,7 +131,9 @@ class TrainingHistory(CircuitWidget):
     def from_log(cls, records: object, *, model_name: str = "", **kwargs: Any) -> TrainingHistory:
         """The history of a ``circuitwidgets train`` run: the records of its ``log.jsonl``."""
         history, why = history_from_log(records)
-        return cls(**{**training_history_data(history, why, model_name), **_strongest_induction_head(history), **kwargs})
+        return cls(
+            **{**training_history_data(history, why, model_name), **_strongest_induction_head(history), **kwargs}
+        )
 
     @classmethod
     def from_pretrained(cls, name: str, **kwargs: Any) -> TrainingHistory:

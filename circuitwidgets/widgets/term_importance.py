@@ -46,7 +46,12 @@ def term_importance_data(
         raise ArgumentTypeError(f"model: expected a circuitwidgets.CircuitModel, got {type(model).__name__}")
     shape = _shape(model, text_or_tokens)
     if shape is not None:  # (else the engine says what is wrong with the input)
-        check_context(model, shape[1], "text_or_tokens", "the loss of a long document is the mean over windows: pass them as a batch [batch, pos]")
+        check_context(
+            model,
+            shape[1],
+            "text_or_tokens",
+            "the loss of a long document is the mean over windows: pass them as a batch [batch, pos]",
+        )
     result = term_importance(model, text_or_tokens, max_order=max_order, progress_bar=False)
     shape = shape or _shape(model, text_or_tokens)
     assert shape is not None  # (the engine accepted it)
@@ -222,6 +227,10 @@ def _finite_vector(name: str, values: ArrayLike) -> NDArray[np.float64]:
 
 
 def _finite_number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not np.isfinite(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.floating, np.integer))
+        or not np.isfinite(value)
+    ):
         raise ArgumentTypeError(f"{name}: expected a finite number, got {value!r:.80}")
     return float(value)

@@ -190,7 +190,9 @@ def _api_entry(module: str, name: str, obj: Any) -> str:
         return f".. autoexception:: {target}\n   :members:\n"
     if inspect.isclass(obj):
         if getattr(obj, "_view", None) is not None:  # a widget: its traits are its API
-            return f".. autoclass:: {target}\n   :members:\n   :undoc-members:\n   :exclude-members: {WIDGET_EXCLUDED}\n"
+            return (
+                f".. autoclass:: {target}\n   :members:\n   :undoc-members:\n   :exclude-members: {WIDGET_EXCLUDED}\n"
+            )
         return f".. autoclass:: {target}\n   :members:\n"
     if inspect.isfunction(obj) or inspect.isbuiltin(obj):
         return f".. autofunction:: {target}\n"
@@ -222,7 +224,10 @@ def write_api_pages(app: Sphinx) -> None:
 
     out = DOCS / "api" / "generated"
     out.mkdir(parents=True, exist_ok=True)
-    widget_classes = {getattr(importlib.import_module("circuitwidgets.widgets"), n) for n in importlib.import_module("circuitwidgets.widgets").__all__}
+    widget_classes = {
+        getattr(importlib.import_module("circuitwidgets.widgets"), n)
+        for n in importlib.import_module("circuitwidgets.widgets").__all__
+    }
     for module_name, title in API_PAGES.items():
         module = importlib.import_module(module_name)
         heading = f"``{module_name}``: {title}"
@@ -247,7 +252,12 @@ def write_api_pages(app: Sphinx) -> None:
                 )
             if module_name == "circuitwidgets.widgets" and obj in widget_classes:
                 # The same classes as at the top level, documented there in full.
-                lines += [f".. py:class:: {name}", "", f"   The widget :class:`circuitwidgets.{name}` (the same class).", ""]
+                lines += [
+                    f".. py:class:: {name}",
+                    "",
+                    f"   The widget :class:`circuitwidgets.{name}` (the same class).",
+                    "",
+                ]
                 continue
             lines.append(_api_entry(module_name, name, obj))
         _write(out / f"{module_name}.rst", lines)
@@ -257,9 +267,10 @@ def write_api_pages(app: Sphinx) -> None:
         lines += [f".. currentmodule:: {module_name}", ""]
         if names is None:
             module = importlib.import_module(module_name)
-            names = list(getattr(module, "__all__", None) or (
-                n for n, o in vars(module).items() if isinstance(o, type) and o.__module__ == module_name
-            ))
+            names = list(
+                getattr(module, "__all__", None)
+                or (n for n, o in vars(module).items() if isinstance(o, type) and o.__module__ == module_name)
+            )
         lines += [_api_entry(module_name, n, getattr(importlib.import_module(module_name), n)) for n in names]
     _write(out / "supporting.rst", lines)
 

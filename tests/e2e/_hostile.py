@@ -77,7 +77,9 @@ def assert_tokens_are_text(page: Page, view: Locator) -> None:
         assert not raw_format, f"token {i}: invisible format characters {raw_format} reached the page unescaped"
         for ch in token:
             if is_invisible_format(ord(ch)) and len(token) < 100:
-                assert f"\\u{ord(ch):04x}" in shown, f"token {i}: U+{ord(ch):04X} is not shown as an escape in {shown!r}"
+                assert f"\\u{ord(ch):04x}" in shown, (
+                    f"token {i}: U+{ord(ch):04X} is not shown as an escape in {shown!r}"
+                )
         if len(token) > 1000:
             assert got["width"] < 1200, f"token {i} ({len(token)} chars) is not truncated for display: {got['width']}px"
             assert len(got["title"]) >= len(token) or token in got["title"], (

@@ -119,7 +119,9 @@ def test_report_is_a_linked_page_a_head_chosen_in_the_scatter_moves_the_others(
         wait_changed(views[name], before[name], f"report: the {name} view follows the head chosen in the scatter")
     wait_status(views["attention"], rf"L{layer}\s*H{head}|layer {layer}\D+head {head}")
     title = views["skiptrigrams"].locator(".cw-title").first
-    wait_for(lambda: f"L{layer}H{head}" in (title.text_content() or ""), "the skip-trigram table's title names the head")
+    wait_for(
+        lambda: f"L{layer}H{head}" in (title.text_content() or ""), "the skip-trigram table's title names the head"
+    )
     # and back: a head chosen in the table's own menu moves the scatter
     other = next((l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads) if (l, h) != (layer, head))
     views["skiptrigrams"].locator(".cw-controls select").first.select_option(f"{other[0]}.{other[1]}")
@@ -224,7 +226,9 @@ def assert_our_exporter_page(page: Page, page_log: PageLog, html: Path) -> None:
     assert [(s["selected_layer"], s["selected_head"]) for s in page_states(page)] == [(0, 0), (1, 1)], (
         "the page must show the state the kernel ended with"
     )
-    assert page.locator("#cw-bundle").count() == 1 and text.count('id="cw-bundle"') == 1, "one copy of the bundle per page"
+    assert page.locator("#cw-bundle").count() == 1 and text.count('id="cw-bundle"') == 1, (
+        "one copy of the bundle per page"
+    )
     click_through(views.nth(0), "attention")
     click_through(views.nth(1), "attention")
     page_log.assert_offline_clean()

@@ -35,7 +35,9 @@ DASHBOARD = [
 
 
 #: What Voila's lab template (``voila/templates/lab/index.html.j2``) itself loads from a CDN.
-VOILA_TEMPLATE_CDN = re.compile(r"^https://cdn\.jsdelivr\.net/npm/@fortawesome/fontawesome-free@[^/]+/css/[\w.-]+\.css$")
+VOILA_TEMPLATE_CDN = re.compile(
+    r"^https://cdn\.jsdelivr\.net/npm/@fortawesome/fontawesome-free@[^/]+/css/[\w.-]+\.css$"
+)
 
 
 @pytest.fixture(scope="module")

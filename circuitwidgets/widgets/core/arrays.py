@@ -214,9 +214,7 @@ class NDArrayTrait(traitlets.TraitType[NDArray[Any], NDArray[Any]]):
             raise trait_error(obj, self.name, f"one of dtypes {sorted(WIRE_DTYPES)}", str(value.dtype))
         if self.ndims is not None and value.ndim not in self.ndims:
             raise trait_error(obj, self.name, f"an array with ndim in {self.ndims}", f"shape {value.shape}")
-        if self.dims is not None and any(
-            isinstance(d, int) and value.shape[i] != d for i, d in enumerate(self.dims)
-        ):
+        if self.dims is not None and any(isinstance(d, int) and value.shape[i] != d for i, d in enumerate(self.dims)):
             named = ", ".join(str(d) for d in self.dims)
             raise trait_error(obj, self.name, f"shape [{named}]", f"shape {list(value.shape)}")
         checked: NDArray[Any] = value

@@ -208,7 +208,9 @@ class CircuitWidget(anywidget.AnyWidget):
         writable = type(self)._from_view
         refused = [k for k in keys if writable is not None and k not in writable]
         if refused:
-            log.warning("%s: rejected update from the view: it may not set %s; keeping %s", type(self).__name__, refused, keys)
+            log.warning(
+                "%s: rejected update from the view: it may not set %s; keeping %s", type(self).__name__, refused, keys
+            )
             self._resync(keys)
             return
         before = {k: getattr(self, k) for k in keys}

@@ -40,7 +40,9 @@ def compose(children: Sequence[type[CircuitWidget]]) -> dict[str, traitlets.Trai
         spec = spec_of(child)
         if not spec.prefix:
             raise ValueError(f"{child.__name__} has no _prefix; it cannot be composed")
-        traits[f"{spec.prefix}_data"] = traitlets.Dict().tag(sync=True, role="data", child=spec.prefix, **data_serialization)
+        traits[f"{spec.prefix}_data"] = traitlets.Dict().tag(
+            sync=True, role="data", child=spec.prefix, **data_serialization
+        )
         for name in spec.own:
             traits[f"{spec.prefix}_{name}"] = _clone(getattr(child, name), spec.prefix)
         for name in spec.heads:

@@ -57,14 +57,14 @@ def check_context(model: CircuitModel, n_positions: int, argument: str, how: str
     raise ContextLengthError(
         f"{argument}: expected at most n_ctx={n_ctx} tokens (the context of {model.name or 'the model'}, BOS "
         f"included), got {n_positions}. Pass a shorter text, for example the first {n_ctx} token ids "
-        f"(tokens[:{n_ctx}]) or a few paragraphs"
-        + (f"; {how}" if how else "")
-        + ". Nothing was computed."
+        f"(tokens[:{n_ctx}]) or a few paragraphs" + (f"; {how}" if how else "") + ". Nothing was computed."
     )
 
 
 @contextmanager
-def build_progress(total: int, desc: str, enabled: bool | None = None, delay: float = 0.0) -> Iterator[Callable[[str], None]]:
+def build_progress(
+    total: int, desc: str, enabled: bool | None = None, delay: float = 0.0
+) -> Iterator[Callable[[str], None]]:
     """A progress bar over the ``total`` steps of a build; yields ``step(name)``, called as each step starts.
 
     The bar is ``tqdm.auto``'s: tqdm's widget in a notebook, text on stderr in

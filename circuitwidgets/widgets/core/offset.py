@@ -64,7 +64,9 @@ def validate_offset(widget: Any, model: CircuitModel | None, value: int) -> int:
             raise trait_error(widget, "qk_offset", f"-1 (model {model.name!r} has no rotary layer)", shown(value))
         return value
     if not 0 <= value < model.cfg.n_ctx:
-        raise trait_error(widget, "qk_offset", f"an offset in [0, {model.cfg.n_ctx}) for this rotary model", shown(value))
+        raise trait_error(
+            widget, "qk_offset", f"an offset in [0, {model.cfg.n_ctx}) for this rotary model", shown(value)
+        )
     return value
 
 
@@ -74,9 +76,6 @@ def offset_caption(value: int) -> str:
         return ""
     where = {0: " (query and key at the same position)", 1: " (key one token before the query)"}.get(value, "")
     return f"QK circuits at rotary offset Δ = {value}{where}"
-
-
-
 
 
 class ReadsQKAtOffset(traitlets.HasTraits):

@@ -43,7 +43,19 @@ __all__ = [
 #: the ``text/html`` fallback of a notebook output; save_html has no limit.
 FALLBACK_STATE_LIMIT = 16 * 2**20
 
-_SKIPPED_TRAITS = {"_esm", "_css", "_anywidget_id", "comm", "keys", "log", "layout", "tabbable", "tooltip", "_dom_classes"}
+_SKIPPED_TRAITS = {
+    "_esm",
+    "_css",
+    "_anywidget_id",
+    "comm",
+    "keys",
+    "log",
+    "layout",
+    "tabbable",
+    "tooltip",
+    "_dom_classes",
+}
+
 
 def _static(name: str) -> Path:
     return Path(str(resources.files("circuitwidgets") / "static" / name))
@@ -116,7 +128,13 @@ def _json_for_script(data: Any) -> str:
     # Token strings are untrusted: "<" must never reach the HTML parser, so
     # "</script>" inside a token cannot close the element.
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def _state_block(state: dict[str, Any], link: Sequence[str] = (), group: str = "") -> str:
@@ -179,7 +197,9 @@ def notebook_fragment(state: dict[str, Any], with_bundle: bool) -> str:
 
 def _bundle_block() -> str:
     encoded = base64.b64encode(bundle_source().encode("utf-8")).decode("ascii")
-    return f'<style class="cw-styles">{styles_source()}</style><script type="text/plain" id="cw-bundle">{encoded}</script>'
+    return (
+        f'<style class="cw-styles">{styles_source()}</style><script type="text/plain" id="cw-bundle">{encoded}</script>'
+    )
 
 
 def html_fallback(widget: Any) -> str | None:

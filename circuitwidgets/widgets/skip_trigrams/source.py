@@ -85,7 +85,13 @@ class _Profiles:
 
 
 def _profiles(
-    model: CircuitModel, layer: int, head: int, sources: list[int], k: int, memory_budget: int, offset: int | None = None
+    model: CircuitModel,
+    layer: int,
+    head: int,
+    sources: list[int],
+    k: int,
+    memory_budget: int,
+    offset: int | None = None,
 ) -> _Profiles:
     """``source_profile`` of many sources at once (one QK column block and one OV row block)."""
     if not sources:
@@ -114,7 +120,12 @@ class TrigramSource:
     """
 
     def __init__(
-        self, model: CircuitModel, k: int, profile_k: int, memory_budget: int = DEFAULT_MEMORY_BUDGET, offset: int | None = None
+        self,
+        model: CircuitModel,
+        k: int,
+        profile_k: int,
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        offset: int | None = None,
     ) -> None:
         self.model = model
         self.k = k

@@ -67,7 +67,15 @@ from circuitwidgets.widgets.skip_trigrams.data import (
     trigram_entries,
 )
 
-__all__ = ["MAX_QUERY_CHARS", "ORIGIN_OV", "ORIGIN_QK", "SkipTrigramTable", "TrigramSource", "listing", "skip_trigram_data"]
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "ORIGIN_OV",
+    "ORIGIN_QK",
+    "SkipTrigramTable",
+    "TrigramSource",
+    "listing",
+    "skip_trigram_data",
+]
 
 
 class SkipTrigramTable(CircuitWidget):
@@ -106,10 +114,14 @@ class SkipTrigramTable(CircuitWidget):
     profile_sources = view_data(NDArrayTrait(dtype="int32", dims=("n_layers", "n_heads", "n_sources")))
     """int32 ``[L, H, S]``: precomputed source tokens per head (indices into ``token_strs``), -1 padded."""
 
-    profile_tokens = view_data(NDArrayTrait(dtype="int32", dims=("n_layers", "n_heads", "n_sources", 2, "profile_size")))
+    profile_tokens = view_data(
+        NDArrayTrait(dtype="int32", dims=("n_layers", "n_heads", "n_sources", 2, "profile_size"))
+    )
     """int32 ``[L, H, S, 2, P]``: each source's top destinations and top outs."""
 
-    profile_values = view_data(NDArrayTrait(dtype="float32", dims=("n_layers", "n_heads", "n_sources", 2, "profile_size")))
+    profile_values = view_data(
+        NDArrayTrait(dtype="float32", dims=("n_layers", "n_heads", "n_sources", 2, "profile_size"))
+    )
     """float32 ``[L, H, S, 2, P]``: qk of those destinations, ov of those outs."""
 
     ready = view_data(NDArrayTrait(dtype="uint8", dims=("n_layers", "n_heads")))
@@ -186,7 +198,10 @@ class SkipTrigramTable(CircuitWidget):
         self._options: dict[str, Any] = {
             # (a one-shot iterator is kept as a list, so a recomputation at another offset sees the same heads;
             # anything else is left for skip_trigram_data to check and name)
-            "k": k, "profile_k": profile_k, "heads": list(heads) if isinstance(heads, Iterator) else heads, "sources": sources,
+            "k": k,
+            "profile_k": profile_k,
+            "heads": list(heads) if isinstance(heads, Iterator) else heads,
+            "sources": sources,
             "memory_budget": memory_budget,
         }
         if model is not None:
@@ -211,7 +226,11 @@ class SkipTrigramTable(CircuitWidget):
 
     @classmethod
     def from_trigrams(
-        cls, trigrams: Mapping[tuple[int, int], Iterable[SkipTrigram | Sequence[Any]]], *, model_name: str = "", **kwargs: Any
+        cls,
+        trigrams: Mapping[tuple[int, int], Iterable[SkipTrigram | Sequence[Any]]],
+        *,
+        model_name: str = "",
+        **kwargs: Any,
     ) -> SkipTrigramTable:
         """A table of skip-trigrams found anywhere, per head.
 
