@@ -44,6 +44,9 @@ TRAIN_DEFAULTS: dict[str, int | float | str] = {
     "device": "cpu",
     "eval_every": 500,
     "decay_steps": 0,
+    "d_mlp": 0,
+    "act_fn": "gelu",
+    "norm": "none",
 }
 
 #: ``(option, TrainConfig field, type, help)`` of ``circuitwidgets train``.
@@ -62,24 +65,35 @@ _TRAIN_OPTIONS: list[tuple[str, str, type, str]] = [
     ("--device", "device", str, "torch device, e.g. cpu or cuda"),
     ("--eval-every", "eval_every", int, "steps between evaluations"),
     ("--decay-steps", "decay_steps", int, "anneal the learning rate to 0 (a cosine) over this many final steps"),
+    ("--mlp", "d_mlp", int, "hidden width of each layer's MLP (0: attention-only)"),
+    ("--act", "act_fn", str, "MLP nonlinearity: gelu, gelu_new or relu"),
+    ("--norm", "norm", str, "normalisation: none or layernorm (before each sublayer and the unembedding)"),
 ]
 
 
 def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "train",
-        help="train an attention-only model on the Python standard library, offline",
-        description="Train an attention-only transformer on the Python standard library, offline and "
+        help="train a small transformer (attention-only, or with --mlp and --norm) on the Python standard library, offline",
+        description="Train a small transformer (attention-only by default; --mlp and --norm add GELU MLPs and "
+        "LayerNorm) on the Python standard library, offline and "
         "deterministically. A run directory that already holds a checkpoint is resumed.",
     )
     for option, name, kind, text in _TRAIN_OPTIONS:
         p.add_argument(
-            option, dest=name, type=kind, default=argparse.SUPPRESS, metavar=option[2:].upper().replace("-", "_"),
+            option,
+            dest=name,
+            type=kind,
+            default=argparse.SUPPRESS,
+            metavar=option[2:].upper().replace("-", "_"),
             help=f"{text} (default: {TRAIN_DEFAULTS[name]})",
         )
     p.add_argument("--cache", type=Path, default=None, help="where the tokenizer and token arrays are cached")
     p.add_argument(
-        "--max-bytes", type=int, default=MAX_MODEL_BYTES, metavar="BYTES",
+        "--max-bytes",
+        type=int,
+        default=MAX_MODEL_BYTES,
+        metavar="BYTES",
         help=f"refuse a model whose float16 weights would exceed this (default: {MAX_MODEL_BYTES}, the shipped-model budget)",
     )
     p.add_argument("-o", "--out", type=Path, required=True, help="run directory (resumed if it holds a checkpoint)")
@@ -104,12 +118,15 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "and no network.",
     )
     p.add_argument(
-        "--model", default="attn-only-2l-12h",
+        "--model",
+        default="attn-only-2l-12h",
         help="a shipped model name, or a local directory written by CircuitModel.save or by a Hugging Face "
         "model's save_pretrained (Llama, Gemma, Qwen, Mistral, Phi-3, OLMo, SmolLM, GPT-2, Pythia; default: attn-only-2l-12h, the 12-heads-per-layer model)",
     )
     p.add_argument("--text", default=None, help="text used for term importance (default: a short Python class)")
-    p.add_argument("-o", "--out", type=Path, default=Path("report.html"), help="output HTML file (default: report.html)")
+    p.add_argument(
+        "-o", "--out", type=Path, default=Path("report.html"), help="output HTML file (default: report.html)"
+    )
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -122,7 +139,9 @@ def _run_report(args: argparse.Namespace) -> int:
     else:
         model = load_pretrained(args.model)
         card = pretrained_card(args.model) if args.model in list_pretrained() else {}
-    path = write_report(model, args.out, text=args.text or DEFAULT_TEXT, card=card, log=lambda s: print(f"report: {s}", file=sys.stderr))
+    path = write_report(
+        model, args.out, text=args.text or DEFAULT_TEXT, card=card, log=lambda s: print(f"report: {s}", file=sys.stderr)
+    )
     print(f"Open {path.resolve()} in a browser: it works offline, with no kernel.")
     return 0
 

@@ -48,9 +48,7 @@ def load_stdlib_corpus(root: Path | None = None) -> Corpus:
         Directory to read instead of the interpreter's standard library.
     """
     root = root or stdlib_root()
-    paths = sorted(
-        p for p in root.rglob("*.py") if "site-packages" not in p.relative_to(root).parts
-    )
+    paths = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.relative_to(root).parts)
     if not paths:
         raise FileNotFoundError(f"no .py files under corpus root {root}")
     train: list[str] = []

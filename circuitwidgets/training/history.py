@@ -98,6 +98,7 @@ def _moving_average(values: FloatArray, span: int) -> FloatArray:
     padded = np.pad(values, (span // 2, span - 1 - span // 2), mode="edge")
     return np.convolve(padded, np.ones(span) / span, mode="valid")
 
+
 def _array(records: list[dict[str, Any]], key: str, shape: tuple[int, ...]) -> FloatArray:
     """``records[i][key]`` stacked to ``[T, *shape]``; NaN rows where a record lacks the key."""
     out = np.full((len(records), *shape), np.nan)
@@ -121,12 +122,18 @@ def history_from_log(records: object) -> tuple[TrainingHistory | None, str]:
         if len(shape) != 2:
             return None, f"the logged induction scores have shape {shape}, expected [n_layers, n_heads]"
         L, H = shape
-        k_raw = _array(records, "k_composition", (max(L - 1, 0), H, H)) if L > 1 else np.full((len(records), 0, H, H), np.nan)
+        k_raw = (
+            _array(records, "k_composition", (max(L - 1, 0), H, H))
+            if L > 1
+            else np.full((len(records), 0, H, H), np.nan)
+        )
         k_best = np.full((len(records), L, H), np.nan)
         with np.errstate(all="ignore"):
             for layer in range(1, L):
                 column = k_raw[:, layer - 1]  # [T, earlier, later]
-                k_best[:, layer] = np.where(np.isnan(column).all(axis=1), np.nan, np.nanmax(np.nan_to_num(column, nan=-np.inf), axis=1))
+                k_best[:, layer] = np.where(
+                    np.isnan(column).all(axis=1), np.nan, np.nanmax(np.nan_to_num(column, nan=-np.inf), axis=1)
+                )
         history = TrainingHistory(
             steps=np.asarray([int(r["step"]) for r in records], dtype=np.int64),
             val_loss=np.asarray([float(r.get("val_loss", np.nan)) for r in records]),

@@ -22,8 +22,8 @@ from tokenizers import Tokenizer
 
 from circuitwidgets import circuits
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.training.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from circuitwidgets.training.train import export_model
+from circuitwidgets.training.transformer import ToyConfig, ToyTransformer
 
 PRETRAINED = Path(__file__).resolve().parent.parent / "pretrained"
 
@@ -69,7 +69,10 @@ def measure_findings(model: CircuitModel) -> dict[str, Any]:
     out: dict[str, Any] = {}
     samples = [" def", "(", "self", "import", " return"]
     out["top_bigrams"] = {
-        s: [model.tokenizer.token_str(int(i)) for i in (model.W_E[model.to_tokens(s, prepend_bos=False)[0, 0]] @ model.W_U).topk(8).indices]
+        s: [
+            model.tokenizer.token_str(int(i))
+            for i in (model.W_E[model.to_tokens(s, prepend_bos=False)[0, 0]] @ model.W_U).topk(8).indices
+        ]
         for s in samples
     }
     if L == 0:
@@ -79,7 +82,11 @@ def measure_findings(model: CircuitModel) -> dict[str, Any]:
     for circuit in circuit_names:
         for method in methods:
             out[f"copying_{circuit}_{method}"] = _round(circuits.copying_scores(model, circuit=circuit, method=method))
-    detectors: tuple[Literal["previous_token", "duplicate_token", "induction"], ...] = ("previous_token", "duplicate_token", "induction")
+    detectors: tuple[Literal["previous_token", "duplicate_token", "induction"], ...] = (
+        "previous_token",
+        "duplicate_token",
+        "induction",
+    )
     for detector in detectors:
         out[f"head_{detector}"] = _round(circuits.head_scores(model, kind=detector))
     first, second = _loss_halves(model)
@@ -99,14 +106,21 @@ def measure_findings(model: CircuitModel) -> dict[str, Any]:
         ih, ph = int(ind[1].argmax()), int(prev[0].argmax())
         k_base = circuits.composition_scores(model, kind="K", baseline=True)
         out["induction_head"] = {
-            "layer": 1, "head": ih, "score": round(float(ind[1, ih]), 3),
+            "layer": 1,
+            "head": ih,
+            "score": round(float(ind[1, ih]), 3),
             "previous_token_head": {"layer": 0, "head": ph, "score": round(float(prev[0, ph]), 3)},
             "k_composition_from_previous_token_head_minus_baseline": round(float(k_base[0, ph, 1, ih]), 4),
             "strongest_k_composition_source": int(np.nanargmax(k_base[0, :, 1, ih])),
         }
     tokens = model.to_tokens(REAL_PASSAGE)
     ti = circuits.term_importance(model, tokens)
-    out["term_importance"] = {"losses": _round(ti.losses), "marginal": _round(ti.marginal), "layer_order1": _round(ti.layer_order1), "full_loss": round(ti.full_loss, 3)}
+    out["term_importance"] = {
+        "losses": _round(ti.losses),
+        "marginal": _round(ti.marginal),
+        "layer_order1": _round(ti.layer_order1),
+        "full_loss": round(ti.full_loss, 3),
+    }
     return out
 
 
@@ -115,14 +129,14 @@ def _card_markdown(name: str, card: dict[str, Any]) -> str:
     lines = [
         f"# {name}",
         "",
-        f"An attention-only transformer with {card['config']['n_layers']} layer(s) trained by `{card['command']}`.",
+        f"{_kind_words(card['config'])} with {card['config']['n_layers']} layer(s) trained by `{card['command']}`.",
         "",
         f"- Corpus: {t['corpus'].get('corpus', '?')} — {t['corpus'].get('n_train_tokens', '?')} training tokens, {t['corpus'].get('n_val_files', '?')} held-out files.",
         f"- Tokenizer: byte-level BPE (`tokenizers`), {card['config']['d_vocab']} tokens, id 0 = `<|BOS|>`.",
         f"- Shape: d_model {card['config']['d_model']}, {card['config']['n_heads']} heads × {card['config']['d_head']}, context {card['config']['n_ctx']}; "
-        "no MLP, no biases, no layer norm; sinusoidal positions added to query/key inputs only.",
+        f"{_parts_words(card['config'])}; sinusoidal positions added to query/key inputs only.",
         f"- Training: {t['steps']} steps × {t['batch_size']} × {t['n_ctx']} tokens = {t['tokens']:,} tokens; {t['train_seconds']:.0f} s of wall time to step {t['evaluated_at_step']} "
-        "on one CPU thread of a shared 2-core machine "
+        f"{_device_words(t)} "
         f"(lr {t['lr']}, AdamW β=(0.9, 0.95), wd 0.01, {_schedule_words(t)}, clip 1.0, seed {t['seed']}).",
         f"- Validation loss at step {t['evaluated_at_step']}: {t['val_loss']} nats/token.",
         "",
@@ -136,13 +150,48 @@ def _card_markdown(name: str, card: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _train_command(cfg: AttnOnlyConfig, train_cfg: dict[str, Any], step: int, run_dir: Path) -> str:
+def _kind_words(config: dict[str, Any]) -> str:
+    if config.get("has_mlp"):
+        return f"A transformer with {config.get('act_fn')} MLPs (width {config.get('d_mlp')}) and LayerNorm"
+    return "An attention-only transformer"
+
+
+def _parts_words(config: dict[str, Any]) -> str:
+    if config.get("has_mlp"):
+        return (
+            f"an MLP of width {config.get('d_mlp')} ({config.get('act_fn')}) after each attention layer, a LayerNorm "
+            "before each sublayer and before the unembedding (folded into the weights that read it), biases on the "
+            "attention output and the MLPs"
+        )
+    return "no MLP, no biases, no layer norm"
+
+
+def _device_words(t: dict[str, Any]) -> str:
+    if str(t.get("device", "cpu")).startswith("cuda"):
+        return "on one NVIDIA H100 GPU (four candidate runs shared it; float32, so a CPU rerun agrees to rounding, not bit for bit)"
+    return "on one CPU thread of a shared 2-core machine"
+
+
+def _train_command(cfg: ToyConfig, train_cfg: dict[str, Any], step: int, run_dir: Path) -> str:
     """The ``circuitwidgets train`` command that reproduces the checkpoint (resuming changes nothing)."""
     decay = int(train_cfg.get("decay_steps", 0))
-    anneal = f" --decay-steps {decay}" if decay else ""
+    options = f" --decay-steps {decay}" if decay else ""
+    if cfg.d_mlp:
+        options += f" --mlp {cfg.d_mlp} --act {cfg.act_fn}"
+    if cfg.norm != "none":
+        options += f" --norm {cfg.norm}"
+    for option, name, default in (
+        ("--lr", "lr", 1e-2),
+        ("--batch-size", "batch_size", 16),
+        ("--eval-every", "eval_every", 500),
+    ):
+        if train_cfg.get(name, default) != default:
+            options += f" {option} {train_cfg[name]}"
+    if train_cfg.get("device", "cpu") != "cpu":
+        options += f" --device {train_cfg['device']}"
     return (
         f"circuitwidgets train --layers {cfg.n_layers} --heads {cfg.n_heads} --d-model {cfg.d_model} "
-        f"--d-head {cfg.d_head} --steps {step}{anneal} -o {run_dir}"
+        f"--d-head {cfg.d_head} --steps {step}{options} -o {run_dir}"
     )
 
 
@@ -160,8 +209,18 @@ def publish(run_dir: Path, name: str, tokenizer_path: Path, dest_root: Path = PR
     step = json.loads((run_dir / "checkpoint" / "state.json").read_text())["step"]
     record = max((r for r in log if r["step"] <= step), key=lambda r: r["step"])
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    cfg = AttnOnlyConfig(train_cfg["n_layers"], train_cfg["n_heads"], train_cfg["d_model"], train_cfg["d_head"], tokenizer.get_vocab_size(), train_cfg["n_ctx"])
-    module = AttnOnlyTransformer(cfg)
+    cfg = ToyConfig(
+        train_cfg["n_layers"],
+        train_cfg["n_heads"],
+        train_cfg["d_model"],
+        train_cfg["d_head"],
+        tokenizer.get_vocab_size(),
+        train_cfg["n_ctx"],
+        d_mlp=train_cfg.get("d_mlp", 0),
+        act_fn=train_cfg.get("act_fn", "gelu"),
+        norm=train_cfg.get("norm", "none"),
+    )
+    module = ToyTransformer(cfg)
     module.load_state_dict(load_file(str(run_dir / "checkpoint" / "model.safetensors")))
     dest = dest_root / name
     export_model(module, tokenizer, dest, meta={})
@@ -174,6 +233,7 @@ def publish(run_dir: Path, name: str, tokenizer_path: Path, dest_root: Path = PR
         "config": model.cfg.to_dict(),
         "training": {
             **{k: train_cfg[k] for k in ("lr", "batch_size", "n_ctx", "seed", "vocab_size")},
+            "device": train_cfg.get("device", "cpu"),
             "decay_steps": train_cfg.get("decay_steps", 0),
             "steps": step,
             "tokens": step * train_cfg["batch_size"] * train_cfg["n_ctx"],

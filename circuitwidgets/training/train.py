@@ -29,14 +29,19 @@ from tqdm.auto import tqdm
 from circuitwidgets._glibc import libc
 from circuitwidgets.circuits import composition_baseline, eigen_score
 from circuitwidgets.errors import ArgumentError
-from circuitwidgets.training.attn_only import AttnOnlyConfig, AttnOnlyTransformer
 from circuitwidgets.training.corpus import load_stdlib_corpus
 from circuitwidgets.training.tokenizer import BOS_TOKEN, encode_corpus, train_bpe
+from circuitwidgets.training.transformer import ToyConfig, ToyTransformer
 
 
 @dataclass
 class TrainConfig:
-    """Hyperparameters of one training run (defaults: the shipped two-layer model)."""
+    """Hyperparameters of one training run (defaults: the shipped two-layer model).
+
+    ``d_mlp``, ``act_fn`` and ``norm`` add MLPs and LayerNorm (see
+    :mod:`circuitwidgets.training.transformer`); their defaults keep the
+    attention-only models and their training bit for bit.
+    """
 
     n_layers: int = 2
     n_heads: int = 4
@@ -57,6 +62,9 @@ class TrainConfig:
     checkpoint_every: int = 250
     threads: int = 1
     device: str = "cpu"
+    d_mlp: int = 0
+    act_fn: str = "gelu"
+    norm: str = "none"
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -66,9 +74,15 @@ MAX_MODEL_BYTES = 8 * 2**20
 
 
 def exported_bytes(cfg: TrainConfig) -> int:
-    """Bytes of the float16 weights :func:`export_model` writes for ``cfg`` (W_E, W_pos, W_Q/K/V/O, W_U)."""
+    """Bytes of the float16 weights :func:`export_model` writes for ``cfg`` (W_E, W_pos, W_Q/K/V/O, W_U;
+    with MLPs and norms also ``W_in, W_out`` and the biases that folding creates)."""
     L, H, d, dh, V, n = cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, cfg.vocab_size, cfg.n_ctx
-    return 2 * (2 * V * d + n * d + 4 * L * H * d * dh)
+    size = 2 * V * d + n * d + 4 * L * H * d * dh
+    if cfg.d_mlp:
+        size += L * (2 * d * cfg.d_mlp + cfg.d_mlp + d)
+    if cfg.norm != "none":
+        size += L * (3 * H * dh + d) + V
+    return 2 * size
 
 
 def check_size_budget(cfg: TrainConfig, max_bytes: int = MAX_MODEL_BYTES) -> None:
@@ -116,9 +130,7 @@ def _batch(tokens: np.ndarray, n_ctx: int, batch_size: int, seed: int, step: int
 
 
 def _lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
-    )
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
 
 #: Token windows of the in-context-learning score (0-based positions of the predicted
@@ -130,7 +142,7 @@ ICL_LATE = (195, 205)
 
 
 @torch.no_grad()
-def _val_losses(model: AttnOnlyTransformer, tokens: np.ndarray, n_ctx: int, n_batches: int = 8) -> tuple[float, float]:
+def _val_losses(model: ToyTransformer, tokens: np.ndarray, n_ctx: int, n_batches: int = 8) -> tuple[float, float]:
     """``(validation loss, in-context-learning score)`` on the same held-out batches.
 
     The in-context-learning score is the mean loss on predicted tokens
@@ -139,10 +151,12 @@ def _val_losses(model: AttnOnlyTransformer, tokens: np.ndarray, n_ctx: int, n_ba
     """
     per_position = []
     for i in range(n_batches):
-        batch = _batch(tokens, n_ctx, 16, 10_000, i)
+        batch = _batch(tokens, n_ctx, 16, 10_000, i).to(model.W_E.device)
         logits = model(batch)
         per_position.append(
-            torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), batch[:, 1:], reduction="none").mean(dim=0)
+            torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), batch[:, 1:], reduction="none").mean(
+                dim=0
+            )
         )
     losses = torch.stack(per_position).mean(dim=0)  # [n_ctx - 1], position p predicts token p + 1
     late = losses[ICL_LATE[0] - 1 : ICL_LATE[1] - 1].mean() if n_ctx > ICL_LATE[1] else losses[-10:].mean()
@@ -151,7 +165,7 @@ def _val_losses(model: AttnOnlyTransformer, tokens: np.ndarray, n_ctx: int, n_ba
 
 
 @torch.no_grad()
-def _k_composition(model: AttnOnlyTransformer) -> list[list[list[float]]]:
+def _k_composition(model: ToyTransformer) -> list[list[list[float]]]:
     """Baseline-subtracted K-composition of each earlier head into each head of the next layer.
 
     ``[n_layers - 1][n_heads (earlier)][n_heads (later)]``: the score of
@@ -160,8 +174,9 @@ def _k_composition(model: AttnOnlyTransformer) -> list[list[list[float]]]:
     dense at training scale (d_model × d_model per head).
     """
     cfg = model.cfg
-    ov = model.W_V.double() @ model.W_O.double()  # [L, H, d, d]
-    qk = model.W_Q.double() @ model.W_K.double().transpose(-1, -2)
+    w = model.canonical_weights()  # norms folded: the weights the engine analyses
+    ov = w["W_V"].double() @ w["W_O"].double()  # [L, H, d, d]
+    qk = w["W_Q"].double() @ w["W_K"].double().transpose(-1, -2)
     baseline = composition_baseline(cfg.d_model, cfg.d_head)
     out = []
     for layer in range(cfg.n_layers - 1):
@@ -173,37 +188,88 @@ def _k_composition(model: AttnOnlyTransformer) -> list[list[list[float]]]:
 
 
 @torch.no_grad()
-def _head_scores(model: AttnOnlyTransformer, bos: int, seed: int = 0) -> dict[str, list[list[float]]]:
+def _head_scores(model: ToyTransformer, bos: int, seed: int = 0) -> dict[str, list[list[float]]]:
     """Previous-token and induction scores on ``[BOS] r r`` (same definition as the engine)."""
     cfg = model.cfg
     n = (cfg.n_ctx - 1) // 2
     gen = torch.Generator().manual_seed(seed)
     rand = torch.randint(1, cfg.d_vocab, (16, n), generator=gen)
-    tokens = torch.cat([torch.full((16, 1), bos), rand, rand], dim=1)
+    tokens = torch.cat([torch.full((16, 1), bos), rand, rand], dim=1).to(model.W_E.device)
     _, patterns = model(tokens, return_patterns=True)
     prev, ind = [], []
     for pattern in patterns:
-        dest = torch.arange(2, 2 * n + 1)
+        dest = torch.arange(2, 2 * n + 1, device=tokens.device)
         prev.append(pattern[:, :, dest, dest - 1].mean(dim=(0, 2)).tolist())
-        dest = torch.arange(n + 1, 2 * n + 1)
+        dest = torch.arange(n + 1, 2 * n + 1, device=tokens.device)
         ind.append(pattern[:, :, dest, dest - n + 1].mean(dim=(0, 2)).tolist())
     return {"previous_token": prev, "induction": ind, "ov_copying": _ov_copying_scores(model)}
 
 
 @torch.no_grad()
-def _ov_copying_scores(model: AttnOnlyTransformer) -> list[list[float]]:
+def _ov_copying_scores(model: ToyTransformer) -> list[list[float]]:
     """Eigenvalue copying score of each head's full OV circuit, per layer.
 
     The nonzero eigenvalues of ``W_E W_V W_O W_U`` are those of the small
     ``W_O W_U W_E W_V`` [d_head, d_head], so this costs almost nothing per evaluation.
     The score is the engine's (:func:`circuitwidgets.circuits.eigen_score`).
     """
-    small = model.W_O.double() @ model.W_U.double() @ model.W_E.double() @ model.W_V.double()
+    w = model.canonical_weights()
+    small = w["W_O"].double() @ w["W_U"].double() @ w["W_E"].double() @ w["W_V"].double()
     scores: list[list[float]] = eigen_score(torch.linalg.eigvals(small).cpu().numpy()).tolist()
     return scores
 
 
-def _save_checkpoint(ckpt: Path, model: AttnOnlyTransformer, opt: torch.optim.Optimizer, step: int) -> None:
+@torch.no_grad()
+def _direct_logit_attribution(model: ToyTransformer, tokens: np.ndarray, n_ctx: int) -> dict[str, object]:
+    """Each component's direct effect on the correct next token's logit, on held-out batches.
+
+    Through the final LayerNorm with each token's scale frozen and its centring
+    applied: component ``c`` contributes ``((c − mean c) / s) · w_f · W_U[:, next]``
+    and the norm's bias ``b_f · W_U[:, next]``; they sum to the logit. Recorded:
+    the mean contribution of the embedding, each attention layer and each MLP
+    (logit units), and each one's *share*, its mean absolute contribution over
+    the sum of all components' (so an MLP layer's share says how much of the
+    direct path it carries).
+    """
+    batch = _batch(tokens, n_ctx, 16, 10_000, 0).to(model.W_E.device)
+    parts: dict[str, torch.Tensor] = {}
+    model(batch, components=parts)
+    resid = parts.pop("resid_final")
+    normed = model.cfg.norm != "none"
+    scale = (resid.var(-1, keepdim=True, unbiased=False) + 1e-5).sqrt() if normed else resid.new_ones(1)
+    gain = model.lnf_w[:, None] if normed else 1.0
+    directions = (gain * model.W_U)[:, batch[:, 1:]]  # [d, b, p - 1]
+    values = {}
+    for name, part in parts.items():
+        centred = ((part - part.mean(-1, keepdim=True)) if normed else part) / scale
+        values[name] = torch.einsum("bpd,dbp->bp", centred[:, :-1], directions)
+    total = sum(v.abs().mean() for v in values.values())
+    L = model.cfg.n_layers
+
+    def listed(kind: str, stat: str) -> list[float]:
+        out = []
+        for layer in range(L):
+            v = values.get(f"{kind}.{layer}")
+            if v is None:
+                continue
+            out.append(round(float(v.mean() if stat == "mean" else v.abs().mean() / total), 4))
+        return out
+
+    return {
+        "mean": {
+            "embed": round(float(values["embed"].mean()), 4),
+            "attn": listed("attn", "mean"),
+            "mlp": listed("mlp", "mean"),
+        },
+        "share": {
+            "embed": round(float(values["embed"].abs().mean() / total), 4),
+            "attn": listed("attn", "share"),
+            "mlp": listed("mlp", "share"),
+        },
+    }
+
+
+def _save_checkpoint(ckpt: Path, model: ToyTransformer, opt: torch.optim.Optimizer, step: int) -> None:
     ckpt.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(ckpt / "model.tmp"))
     torch.save(opt.state_dict(), ckpt / "optim.tmp")
@@ -231,24 +297,15 @@ def _load_optimizer_state(path: Path) -> dict[str, object]:
     return state
 
 
-def export_model(model: AttnOnlyTransformer, tokenizer: Tokenizer, out: Path, meta: dict[str, object], dtype: torch.dtype = torch.float16) -> None:
+def export_model(
+    model: ToyTransformer, tokenizer: Tokenizer, out: Path, meta: dict[str, object], dtype: torch.dtype = torch.float16
+) -> None:
     """Write a model directory that :meth:`circuitwidgets.CircuitModel.load` reads."""
     out.mkdir(parents=True, exist_ok=True)
-    cfg = model.cfg
-    weights = {
-        name: getattr(model, name).detach().to(dtype).contiguous()
-        for name in ("W_E", "W_pos", "W_Q", "W_K", "W_V", "W_O", "W_U")
-    }
+    weights = {name: w.to(dtype).contiguous() for name, w in model.canonical_weights().items()}
     save_file(weights, str(out / "model.safetensors"))
     tokenizer.save(str(out / "tokenizer.json"))
-    config = {
-        **asdict(cfg),
-        "architecture": "attn-only",
-        "positional_embedding_type": "shortformer",
-        "normalization": "none",
-        "has_mlp": False,
-        "bos_token_id": tokenizer.token_to_id(BOS_TOKEN),
-    }
+    config = model.model_config(tokenizer.token_to_id(BOS_TOKEN))
     (out / "config.json").write_text(json.dumps(config, indent=2))
     (out / "training.json").write_text(json.dumps(meta, indent=2))
 
@@ -285,8 +342,12 @@ def _records_up_to(log_path: Path, step: int) -> list[str]:
 
 
 def train(
-    cfg: TrainConfig, out_dir: Path, cache_dir: Path | None = None, progress: bool = True, max_bytes: int = MAX_MODEL_BYTES
-) -> AttnOnlyTransformer:
+    cfg: TrainConfig,
+    out_dir: Path,
+    cache_dir: Path | None = None,
+    progress: bool = True,
+    max_bytes: int = MAX_MODEL_BYTES,
+) -> ToyTransformer:
     """Train (or resume) a model into ``out_dir``; return the trained module.
 
     ``out_dir/checkpoint`` holds the resumable state, ``out_dir/log.jsonl`` the
@@ -298,8 +359,18 @@ def train(
     _tune_allocator()
     tokenizer, train_tokens, val_tokens = _cached_corpus_tokens(cache_dir or out_dir / "cache", cfg.vocab_size)
     bos = cast(int, tokenizer.token_to_id(BOS_TOKEN))
-    mcfg = AttnOnlyConfig(cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, tokenizer.get_vocab_size(), cfg.n_ctx)
-    model = AttnOnlyTransformer(mcfg, generator=torch.Generator().manual_seed(cfg.seed)).to(cfg.device)
+    mcfg = ToyConfig(
+        cfg.n_layers,
+        cfg.n_heads,
+        cfg.d_model,
+        cfg.d_head,
+        tokenizer.get_vocab_size(),
+        cfg.n_ctx,
+        d_mlp=cfg.d_mlp,
+        act_fn=cfg.act_fn,
+        norm=cfg.norm,
+    )
+    model = ToyTransformer(mcfg, generator=torch.Generator().manual_seed(cfg.seed)).to(cfg.device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     ckpt, log_path = out_dir / "checkpoint", out_dir / "log.jsonl"
     start = 0
@@ -317,7 +388,14 @@ def train(
         kept = _records_up_to(log_path, start)
         log_path.write_text("".join(line + "\n" for line in kept))
         elapsed = json.loads(kept[-1])["train_seconds"] if kept else 0.0
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not progress, desc=f"train {cfg.n_layers}L", file=sys.stderr)
+    bar = tqdm(
+        range(start, cfg.steps),
+        initial=start,
+        total=cfg.steps,
+        disable=not progress,
+        desc=f"train {cfg.n_layers}L",
+        file=sys.stderr,
+    )
     t0 = time.perf_counter()
     loss = torch.tensor(math.nan)
     for step in bar:
@@ -343,13 +421,20 @@ def train(
             }
             if cfg.n_layers > 1:
                 record["k_composition"] = _k_composition(model)
+            if not mcfg.attention_only:
+                record["direct_logit_attribution"] = _direct_logit_attribution(model, val_tokens, cfg.n_ctx)
             with log_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             bar.set_postfix(val=record["val_loss"])
         if done % cfg.checkpoint_every == 0 or done == cfg.steps:
             _save_checkpoint(ckpt, model, opt, done)
     records = [json.loads(line) for line in log_path.read_text().splitlines()] if log_path.exists() else []
-    meta: dict[str, object] = {"train_config": asdict(cfg), "log": records, "torch": torch.__version__, "python": platform.python_version()}
+    meta: dict[str, object] = {
+        "train_config": asdict(cfg),
+        "log": records,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
     corpus_meta = (cache_dir or out_dir / "cache") / "corpus.json"
     if corpus_meta.exists():
         meta["corpus"] = json.loads(corpus_meta.read_text())
