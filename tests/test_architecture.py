@@ -47,10 +47,6 @@ FLOORS: list[tuple[str, ...]] = [
 
 #: Imports allowed although they close a cycle, each with its reason. Keep this empty where possible.
 ALLOWED_EDGES: dict[tuple[str, str], str] = {
-    # CircuitModel.load / .save call into model.io, which builds a CircuitModel: a lazy import
-    # inside a method. Another issue (model/ is being reworked) removes it; the allowance only
-    # applies while the edge exists.
-    ("circuitwidgets.model.core", "circuitwidgets.model.io"): "fixed by the model/ rework",
 }
 
 #: Longest module, in lines, under circuitwidgets/ and js/src/ (about a page and a half of screen).

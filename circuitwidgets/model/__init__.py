@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from circuitwidgets.model.cache import ActivationCache
 from circuitwidgets.model.config import ACTIVATIONS, NORMALIZATIONS, POSITIONAL_SCHEMES, QK_NORMS, ModelConfig
-from circuitwidgets.model.core import FORWARD_MEMORY_BUDGET, CircuitModel
+from circuitwidgets.model.core import CircuitModel
+from circuitwidgets.model.run import FORWARD_MEMORY_BUDGET
 from circuitwidgets.model.weights import REQUIRED_WEIGHTS, expected_shapes, validate_weights
 
 __all__ = [

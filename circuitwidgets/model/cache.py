@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
+
+from circuitwidgets.errors import ShapeError
 
 
 class ActivationCache:
@@ -16,7 +18,11 @@ class ActivationCache:
     ``attn_scores, pattern [batch, head, dest, src]``; ``result [batch, pos, head,
     d_model]`` (each head's output ``z W_O`` as computed); ``attn_out, mlp_out,
     resid_pre, resid_mid, resid_post [batch, pos, d_model]``; ``scale [batch, pos,
-    1]`` (layer-norm divisor of the attention input, when normalised); Gemma 4's
+    1]`` (the norm's per-token divisor of the attention input: ``sqrt(var + eps)`` for
+    LayerNorm, ``rms`` for RMSNorm, 1 without a norm), ``scale_mlp`` (of the MLP
+    input) and, without a layer, ``scale_final`` (of the unembedding's input);
+    ``mlp_pre, mlp_post [batch, pos, d_mlp]`` (each neuron's input and
+    activation; gated MLPs: the gate's input, and the product fed to ``W_out``); Gemma 4's
     ``per_layer_input [batch, pos, d_per_layer]`` (the layer's per-layer input)
     and ``per_layer_out [batch, pos, d_model]`` (what it writes into the
     residual stream); and, without a layer, ``embed``, ``pos_embed``,
@@ -42,6 +48,11 @@ class ActivationCache:
         key = self.key(*item) if isinstance(item, tuple) else item
         return key in self._store
 
+    def get(self, item: str | tuple[str, int | None]) -> torch.Tensor | None:
+        """The activation ``item`` (``name`` or ``(name, layer)``), or ``None`` when it was not kept."""
+        key = self.key(*item) if isinstance(item, tuple) else item
+        return self._store.get(key)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._store)
 
@@ -53,20 +64,46 @@ class ActivationCache:
         return list(self._store)
 
 
-class Recorder:
-    """Keeps the activations a forward pass was asked for (``keep``: names, ``None`` for all) in ``store``.
+#: A hook: reads an activation and returns ``None`` (keep it) or a tensor of the same shape to use instead.
+Hook = Callable[[torch.Tensor], "torch.Tensor | None"]
 
-    Called as ``record(name, layer, value)``; :meth:`keeps` lets a sublayer skip work whose
-    only purpose is an activation nobody asked for (the dense attention pattern of a long text).
+
+class Recorder:
+    """Keeps the activations a forward pass was asked for, and applies its hooks.
+
+    Called as ``value = record(name, layer, value)`` at every hook point: a hook
+    registered for ``(name, layer)`` may return a replacement (of the same
+    shape), which the pass then uses and the cache keeps; ``keep`` names the
+    activations stored in ``store`` (``None``: all). :meth:`keeps` lets a
+    sublayer skip work whose only purpose is an activation nobody asked for or
+    hooked (the dense attention pattern of a long text).
     """
 
-    def __init__(self, store: dict[str, torch.Tensor], keep: set[str] | None) -> None:
+    def __init__(
+        self,
+        store: dict[str, torch.Tensor],
+        keep: set[str] | None,
+        hooks: Mapping[tuple[str, int | None], Hook] | None = None,
+    ) -> None:
         self.store, self.keep = store, keep
+        self.hooks = dict(hooks or {})
+        self._hooked = {name for name, _ in self.hooks}
 
     def keeps(self, name: str) -> bool:
-        """Whether ``name`` is kept."""
-        return self.keep is None or name in self.keep
+        """Whether ``name`` is kept or hooked (at some layer)."""
+        return self.keep is None or name in self.keep or name in self._hooked
 
-    def __call__(self, name: str, layer: int | None, value: torch.Tensor) -> None:
-        if self.keeps(name):
+    def __call__(self, name: str, layer: int | None, value: torch.Tensor) -> torch.Tensor:
+        hook = self.hooks.get((name, layer))
+        if hook is not None:
+            out = hook(value)
+            if out is not None:
+                if not isinstance(out, torch.Tensor) or out.shape != value.shape:
+                    got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                    raise ShapeError(
+                        f"hooks[{(name, layer)!r}]: expected None or a tensor of shape {tuple(value.shape)}, got {got}"
+                    )
+                value = out.to(value.dtype)
+        if self.keep is None or name in self.keep:
             self.store[ActivationCache.key(name, layer)] = value
+        return value

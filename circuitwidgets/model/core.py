@@ -37,23 +37,18 @@ from torch import nn
 from circuitwidgets.errors import (
     ArgumentError,
     ArgumentTypeError,
-    MemoryBudgetError,
     ShapeError,
 )
-from circuitwidgets.model.cache import ActivationCache, Recorder
 from circuitwidgets.model.config import ModelConfig
-from circuitwidgets.model.forward import check_overrides, check_weights_present, forward_bytes, soft_cap
+from circuitwidgets.model.io import load_model, save_model
 from circuitwidgets.model.rotary import default_frequencies
-from circuitwidgets.model.sublayers import Sublayers
+from circuitwidgets.model.run import Runner
 from circuitwidgets.model.tokens import as_ids
 from circuitwidgets.model.weights import validate_weights
 from circuitwidgets.tokenizer import TokenizerLike, VocabTokenizer
 
-#: Default bytes one :meth:`CircuitModel.run_with_cache` may hold (logits, kept activations, one layer's work).
-FORWARD_MEMORY_BUDGET = 8 * 2**30
 
-
-class CircuitModel(Sublayers, nn.Module):
+class CircuitModel(Runner, nn.Module):
     """A transformer in the canonical form of the paper (row vectors, per-head weights).
 
     Parameters
@@ -277,107 +272,9 @@ class CircuitModel(Sublayers, nn.Module):
             )
         return t.long()
 
-    # ---------------------------------------------------------------- forward
-    def forward(self, tokens: torch.Tensor | Sequence[int] | str) -> torch.Tensor:
-        """Logits ``[batch, pos, d_vocab]``."""
-        logits, _ = self.run_with_cache(tokens, cache=False)
-        return logits
-
-    @torch.no_grad()
-    def run_with_cache(
-        self,
-        tokens: torch.Tensor | Sequence[int] | str,
-        *,
-        patterns: Sequence[torch.Tensor | None] | None = None,
-        head_results: Sequence[torch.Tensor | None] | None = None,
-        names: Sequence[str] | None = None,
-        cache: bool = True,
-        memory_budget: int | None = None,
-    ) -> tuple[torch.Tensor, ActivationCache]:
-        """Run the model and return ``(logits, cache)``.
-
-        Parameters
-        ----------
-        tokens
-            ``[batch, pos]`` ids (or ``[pos]``, or a text); one position works (its
-            pattern is ``[[1]]``), none is a :class:`ShapeError`.
-        patterns
-            Per layer, a frozen attention pattern ``[batch, n_heads, dest, src]``
-            used instead of the computed one (``None`` entries compute it).
-        head_results
-            Per layer, ``[batch, pos, n_heads, d_model]`` written to the residual
-            stream instead of each head's computed output ``z W_O`` (``b_O`` is still
-            added). The cache still records the computed ``result``: the paper's
-            term-importance algorithm feeds one run's computed outputs into the next.
-        names
-            Activation names to keep (default all); see :class:`ActivationCache`.
-        cache
-            ``False`` keeps nothing (a plain forward pass).
-        memory_budget
-            Bytes the run may hold at once (default :data:`FORWARD_MEMORY_BUDGET`):
-            the logits, the kept activations and one layer's working tensors.
-            A larger estimate raises :class:`MemoryBudgetError` before anything
-            is computed (pass fewer sequences, fewer ``names``, or a larger budget).
-        """
-        cfg = self.cfg
-        check_weights_present(cfg, self.name)
-        t = self._check_tokens(tokens)
-        batch, n_pos = t.shape
-        store: dict[str, torch.Tensor] = {}
-        if names is not None and (isinstance(names, str) or not all(isinstance(n, str) for n in names)):
-            raise ArgumentTypeError(f"names: expected a list of activation names, got {names!r:.80}")
-        keep = set(names) if names is not None else None
-        budget = FORWARD_MEMORY_BUDGET if memory_budget is None else memory_budget
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise ArgumentTypeError(f"memory_budget: expected a positive int (bytes) or None, got {memory_budget!r}")
-        needed = self.forward_bytes(batch, n_pos, names=keep if cache else set())
-        if needed > budget:
-            raise MemoryBudgetError(
-                f"tokens: a forward pass on [batch={batch}, pos={n_pos}] {'keeping ' + (str(sorted(keep)) if keep is not None else 'every activation') if cache else 'without a cache'} "
-                f"needs about {needed:,} bytes ({needed / 2**30:.2f} GiB), more than memory_budget={budget:,} bytes; "
-                "pass fewer sequences, keep fewer activations with names=[...], or raise memory_budget"
-            )
-
-        record = Recorder(store, keep if cache else set())
-
-        check_overrides("patterns", patterns, (batch, cfg.n_heads, n_pos, n_pos), cfg.n_layers)
-        check_overrides("head_results", head_results, (batch, n_pos, cfg.n_heads, cfg.d_model), cfg.n_layers)
-
-        resid = self.W_E[t]
-        record("embed", None, resid)
-        per_layer = self._per_layer_inputs(t, resid)
-        pos = self.W_pos[:n_pos][None] if self.W_pos is not None else None
-        if pos is not None:
-            record("pos_embed", None, pos.expand(batch, -1, -1))
-        if cfg.positional_embedding_type == "standard":
-            assert pos is not None
-            resid = resid + pos
-        shared: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # keys and values of layers that later layers reuse
-        for layer in range(cfg.n_layers):
-            frozen = patterns[layer] if patterns is not None else None
-            replaced = head_results[layer] if head_results is not None else None
-            resid = self._layer(layer, resid, pos, frozen, replaced, shared, per_layer, record)
-        record("resid_final", None, resid)
-        final, _ = self._normalize(resid, final=True)
-        logits = final @ self.W_U
-        b_U = self.weight("b_U")
-        if b_U is not None:
-            logits = logits + b_U
-        return soft_cap(logits, cfg.final_softcap), ActivationCache(store)
-
-    def forward_bytes(self, batch: int, n_pos: int, names: set[str] | None = None) -> int:
-        """Estimated peak bytes of :meth:`run_with_cache` on ``[batch, n_pos]`` tokens keeping ``names`` (all when ``None``).
-
-        Counts the logits, the kept activations of every layer and one layer's
-        working tensors, in the weights' dtype (``circuitwidgets.model.forward.forward_bytes``).
-        """
-        return forward_bytes(self.cfg, batch, n_pos, names, self.W_E.element_size())
-
     # -------------------------------------------------------------- save/load
     def save(self, path: str | Path) -> None:
         """Write ``model.safetensors``, ``config.json`` and (when it has one) ``tokenizer.json`` into a directory."""
-        from circuitwidgets.model.io import save_model
-
         save_model(self, path)
 
     @classmethod
@@ -385,9 +282,8 @@ class CircuitModel(Sublayers, nn.Module):
         cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
     ) -> CircuitModel:
         """Read a directory written by :meth:`save` (safetensors only; nothing is unpickled)."""
-        from circuitwidgets.model.io import load_model
-
-        return load_model(path, dtype=dtype, device=device)
+        cfg, weights, tokenizer, name = load_model(path, dtype=dtype, device=device)
+        return cls(cfg, weights, tokenizer=tokenizer, name=name)
 
     def __repr__(self) -> str:
         c = self.cfg

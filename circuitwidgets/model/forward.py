@@ -164,6 +164,9 @@ def forward_bytes(cfg: ModelConfig, batch: int, n_pos: int, names: set[str] | No
         "pattern": square,
         "result": b * p * H * d,
         "scale": b * p,
+        "scale_mlp": b * p if cfg.has_mlp else 0,
+        "mlp_pre": b * p * (cfg.d_mlp or 0),
+        "mlp_post": b * p * (cfg.d_mlp or 0),
         "attn_out": b * p * d,
         "resid_pre": b * p * d,
         "resid_post": b * p * d,
@@ -172,7 +175,7 @@ def forward_bytes(cfg: ModelConfig, batch: int, n_pos: int, names: set[str] | No
         "per_layer_input": b * p * P,
         "per_layer_out": b * p * d if P else 0,
     }
-    once = {"embed": b * p * d, "pos_embed": b * p * d, "resid_final": b * p * d}
+    once = {"embed": b * p * d, "pos_embed": b * p * d, "resid_final": b * p * d, "scale_final": b * p}
     kept = sum(v * cfg.n_layers for k, v in per_layer.items() if names is None or k in names)
     kept += sum(v for k, v in once.items() if names is None or k in names)
     working = sum(per_layer.values()) + b * p * (cfg.d_mlp or 0) * (2 if cfg.gated_mlp else 1) + 2 * b * p * d

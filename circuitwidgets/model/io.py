@@ -4,20 +4,33 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.model.config import ModelConfig
-from circuitwidgets.model.core import CircuitModel
 from circuitwidgets.model.tokens import load_tokenizer
 from circuitwidgets.model.weights import FREQUENCY_WEIGHTS
-from circuitwidgets.tokenizer import FastTokenizer, HFTokenizer, VocabTokenizer
+from circuitwidgets.tokenizer import FastTokenizer, HFTokenizer, TokenizerLike, VocabTokenizer
+
+
+class SavableModel(Protocol):
+    """What :func:`save_model` reads of a model (a :class:`~circuitwidgets.CircuitModel`)."""
+
+    cfg: ModelConfig
+    name: str
+    tokenizer: TokenizerLike
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """All stored tensors by name."""
+        ...
+
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
-def save_model(model: CircuitModel, path: str | Path) -> None:
+def save_model(model: SavableModel, path: str | Path) -> None:
     """Write ``model.safetensors``, ``config.json`` and (when it has one) ``tokenizer.json`` into a directory."""
     from safetensors.torch import save_file
 
@@ -36,8 +49,11 @@ def save_model(model: CircuitModel, path: str | Path) -> None:
 
 def load_model(
     path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
-) -> CircuitModel:
-    """Read a directory written by :meth:`save` (safetensors only; nothing is unpickled)."""
+) -> tuple[ModelConfig, dict[str, torch.Tensor], TokenizerLike | None, str]:
+    """Read a directory written by :meth:`CircuitModel.save` (safetensors only; nothing is unpickled).
+
+    Returns ``(cfg, weights, tokenizer, name)``, from which ``CircuitModel.load`` builds the model.
+    """
     from safetensors.torch import load_file
 
     if not isinstance(path, (str, Path)) or (isinstance(path, str) and "\x00" in path):
@@ -83,4 +99,4 @@ def load_model(
     except (RuntimeError, AssertionError) as exc:  # an unavailable device (no CUDA build, no such GPU)
         raise ArgumentError(f"device: cannot place the weights on {device} ({exc})") from None
     tokenizer = load_tokenizer(root, cfg)
-    return CircuitModel(cfg, weights, tokenizer=tokenizer, name=str(config.get("name", root.name)))
+    return cfg, weights, tokenizer, str(config.get("name", root.name))

@@ -16,8 +16,6 @@ per-layer ``layer_scalar`` at the end of the layer.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from circuitwidgets.model.cache import Recorder
@@ -26,7 +24,6 @@ from circuitwidgets.model.forward import (
     activation,
     attention_mask,
     chunked_attention,
-    layer_norm_scale,
     rms_norm,
     rms_scale,
     soft_cap,
@@ -48,14 +45,28 @@ class Sublayers:
         """Rotary inverse frequencies of ``layer`` (defined by the model)."""
         raise NotImplementedError
 
-    def _normalize(self, x: torch.Tensor, final: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """The per-token part of the norm before a sublayer (or, with ``final``, before the unembedding)."""
+    def _normalize(self, x: torch.Tensor, record: Recorder, name: str, layer: int | None) -> torch.Tensor:
+        """The per-token part of the norm before a sublayer (``name``: ``scale``, ``scale_mlp``) or the unembedding
+        (``scale_final``): ``x`` centred (LayerNorm) and divided by its per-token scale.
+
+        The scale is a hook point: a hook that returns a run's scales freezes the
+        norm (the stream-to-output map becomes linear). Without a norm the scale is 1.
+        """
         kind = self.cfg.normalization
-        if kind == "none" or (kind == "rms_post" and not final):
-            return x, torch.ones_like(x[..., :1])
+        if kind == "none" or (kind == "rms_post" and name != "scale_final"):
+            record(name, layer, torch.ones_like(x[..., :1]))
+            return x
         if kind == "ln_pre":
-            return layer_norm_scale(x, self.cfg.ln_eps)
-        return rms_scale(x, self.cfg.ln_eps)
+            centred = x - x.mean(-1, keepdim=True)
+            scale = (centred.pow(2).mean(-1, keepdim=True) + self.cfg.ln_eps).sqrt()
+            return centred / record(name, layer, scale)
+        work = x if x.dtype == torch.float64 else x.float()
+        rms = (work.pow(2).mean(-1, keepdim=True) + self.cfg.ln_eps).sqrt()
+        seen = rms.to(x.dtype)
+        used = record(name, layer, seen)
+        if used is not seen:  # a hook replaced it: divide by that (Hugging Face divides in float32, so do we)
+            rms = used.to(work.dtype)
+        return (work / rms).to(x.dtype)
 
     def _output_norm(self, out: torch.Tensor, layer: int, multiplier: str) -> torch.Tensor:
         """A sublayer's output norm (Gemma 2/3, OLMo 2/3), or ``out`` unchanged."""
@@ -119,8 +130,7 @@ class Sublayers:
         record: Recorder,
     ) -> torch.Tensor:
         cfg = self.cfg
-        x, scale = self._normalize(resid)
-        record("scale", layer, scale)
+        x = self._normalize(resid, record, "scale", layer)
         qk_in = x + pos if cfg.positional_embedding_type == "shortformer" and pos is not None else x
         positions = torch.arange(resid.shape[1], device=resid.device)
         q = self._qk_norm(self._project(qk_in, layer, "Q"), layer, "q_norm")
@@ -130,63 +140,52 @@ class Sublayers:
         k, v = self._keys_and_values(layer, x, qk_in, positions, shared)
         if cfg.group_size > 1:
             k, v = k.repeat_interleave(cfg.group_size, dim=2), v.repeat_interleave(cfg.group_size, dim=2)
-        record("q", layer, q)
-        record("k", layer, k)
-        record("v", layer, v)
+        q = record("q", layer, q)
+        k = record("k", layer, k)
+        v = record("v", layer, v)
         if frozen is None and not (record.keeps("attn_scores") or record.keeps("pattern")):
-            z = chunked_attention(q, k, v, cfg.scale, cfg.attn_softcap, cfg.window(layer))
-            record("z", layer, z)
+            z = record("z", layer, chunked_attention(q, k, v, cfg.scale, cfg.attn_softcap, cfg.window(layer)))
             return self._head_outputs(layer, z, replaced, record)
         if frozen is None:
             scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q, k) / cfg.scale, cfg.attn_softcap)
             mask = attention_mask(resid.shape[1], cfg.window(layer), resid.device)
-            scores = scores.masked_fill(~mask, float("-inf"))
-            record("attn_scores", layer, scores)
+            scores = record("attn_scores", layer, scores.masked_fill(~mask, float("-inf")))
             pattern = scores.softmax(dim=-1)
         else:
             pattern = frozen.to(v.dtype)
-        record("pattern", layer, pattern)
-        z = torch.einsum("bhqk,bkhe->bqhe", pattern, v)
-        record("z", layer, z)
+        pattern = record("pattern", layer, pattern)
+        z = record("z", layer, torch.einsum("bhqk,bkhe->bqhe", pattern, v))
         return self._head_outputs(layer, z, replaced, record)
 
     def _head_outputs(
         self, layer: int, z: torch.Tensor, replaced: torch.Tensor | None, record: Recorder
     ) -> torch.Tensor:
         """Each head's output ``z W_O`` (or its replacement), summed, with ``b_O`` and the output norm."""
-        result = torch.einsum("bqhe,hed->bqhd", z, self._buffers["W_O"][layer])  # type: ignore[index]
-        record("result", layer, result)
+        result = record("result", layer, torch.einsum("bqhe,hed->bqhd", z, self._buffers["W_O"][layer]))  # type: ignore[index]
         written = replaced.to(result.dtype) if replaced is not None else result
         out = written.sum(dim=2)
         b_O = self.weight("b_O")
         if b_O is not None:
             out = out + b_O[layer]
-        out = self._output_norm(out, layer, "post_attn_norm")
-        record("attn_out", layer, out)
-        return out
+        return record("attn_out", layer, self._output_norm(out, layer, "post_attn_norm"))
 
-    def _mlp(self, layer: int, resid: torch.Tensor, record: Any) -> torch.Tensor:
+    def _mlp(self, layer: int, resid: torch.Tensor, record: Recorder) -> torch.Tensor:
         cfg = self.cfg
         assert cfg.act_fn is not None
-        x, _ = self._normalize(resid)
+        x = self._normalize(resid, record, "scale_mlp", layer)
 
         def project(name: str, bias: str) -> torch.Tensor:
             out = x @ self._buffers[name][layer]  # type: ignore[index]
             b = self.weight(bias)
             return out + b[layer] if b is not None else out
 
-        hidden = (
-            activation(cfg.act_fn, project("W_gate", "b_gate")) * project("W_in", "b_in")
-            if cfg.gated_mlp
-            else activation(cfg.act_fn, project("W_in", "b_in"))
-        )
-        out = hidden @ self._buffers["W_out"][layer]  # type: ignore[index]
+        pre = record("mlp_pre", layer, project("W_gate", "b_gate") if cfg.gated_mlp else project("W_in", "b_in"))
+        hidden = activation(cfg.act_fn, pre) * project("W_in", "b_in") if cfg.gated_mlp else activation(cfg.act_fn, pre)
+        out = record("mlp_post", layer, hidden) @ self._buffers["W_out"][layer]  # type: ignore[index]
         b_out = self.weight("b_out")
         if b_out is not None:
             out = out + b_out[layer]
-        out = self._output_norm(out, layer, "post_mlp_norm")
-        record("mlp_out", layer, out)
-        return out
+        return record("mlp_out", layer, self._output_norm(out, layer, "post_mlp_norm"))
 
     def _per_layer_inputs(self, tokens: torch.Tensor, embed: torch.Tensor) -> torch.Tensor | None:
         """Gemma 4's per-layer inputs ``[batch, pos, n_layers, d_per_layer]``, or ``None`` without them.
@@ -201,19 +200,18 @@ class Sublayers:
         normed = rms_norm(projected, self.cfg.ln_eps, self._buffers["per_layer_proj_norm"])  # type: ignore[arg-type]
         return normed + self._buffers["W_E_per_layer"][tokens]  # type: ignore[index]
 
-    def _per_layer_block(self, layer: int, resid: torch.Tensor, inputs: torch.Tensor, record: Any) -> torch.Tensor:
+    def _per_layer_block(self, layer: int, resid: torch.Tensor, inputs: torch.Tensor, record: Recorder) -> torch.Tensor:
         """What layer ``layer``'s per-layer input writes into the residual stream ``[batch, pos, d_model]``.
 
         ``rms(act(resid W_per_layer_gate) · input · W_per_layer_out) · post_per_layer_norm``:
         the gate reads the residual stream itself, not a normalised copy.
         """
         assert self.cfg.act_fn is not None
-        record("per_layer_input", layer, inputs)
+        inputs = record("per_layer_input", layer, inputs)
         gate = activation(self.cfg.act_fn, resid @ self._buffers["W_per_layer_gate"][layer])  # type: ignore[index]
         out = (gate * inputs) @ self._buffers["W_per_layer_out"][layer]  # type: ignore[index]
         out = rms_norm(out, self.cfg.ln_eps, self._buffers["post_per_layer_norm"][layer])  # type: ignore[index]
-        record("per_layer_out", layer, out)
-        return out
+        return record("per_layer_out", layer, out)
 
     def _layer(
         self,
@@ -224,23 +222,22 @@ class Sublayers:
         replaced: torch.Tensor | None,
         shared: dict[int, tuple[torch.Tensor, torch.Tensor]],
         per_layer: torch.Tensor | None,
-        record: Any,
+        record: Recorder,
     ) -> torch.Tensor:
         """The residual stream after ``layer``: attention, MLP (after or beside it), per-layer input, layer scalar."""
         cfg = self.cfg
-        record("resid_pre", layer, resid)
+        resid = record("resid_pre", layer, resid)
         attn_out = self._attention(layer, resid, pos, frozen, replaced, shared, record)
         if cfg.has_mlp and cfg.parallel_attn_mlp:
             resid = resid + attn_out + self._mlp(layer, resid, record)
         else:
             resid = resid + attn_out
             if cfg.has_mlp:
-                record("resid_mid", layer, resid)
+                resid = record("resid_mid", layer, resid)
                 resid = resid + self._mlp(layer, resid, record)
         if per_layer is not None:
             resid = resid + self._per_layer_block(layer, resid, per_layer[:, :, layer], record)
         scalar = self.weight("layer_scalar")
         if scalar is not None:
             resid = resid * scalar[layer]
-        record("resid_post", layer, resid)
-        return resid
+        return record("resid_post", layer, resid)
