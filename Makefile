@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make demo   set up, then write report.html (interactive report of the shipped 2-layer model)
-#   make test   set up, then ruff, mypy, tsc, vitest, pytest (including browser tests)
+#   make test   set up, then ruff (lint and format), mypy, tsc, vitest, the documentation build (as
+#               `make docs`), pytest (including browser tests, and the docs' offline check on that build)
 #   make docs   set up, then build the documentation site into docs/_build/html and check it offline
 #
 # `setup` is incremental: each step reruns only when its inputs change.
@@ -52,17 +53,22 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(NPM) run typecheck
 	$(NPM) test
-	$(BIN)/pytest
+	$(SPHINX)
+	CW_DOCS_BUILT=1 $(BIN)/pytest
 
 # Sphinx + MyST-NB (docs/conf.py). Warnings are errors and every cross-reference must
 # resolve (-n -W); a notebook cell that raises fails the build (docs/_ext/cw_docs.py;
 # executions are cached in docs/_build/.executed/). Then every page is opened in
 # headless Chromium with the network cut: each widget must draw, with no request and no error.
+# `make test` runs the same build, and its pytest run checks it (tests/e2e/test_e2e_docs.py).
+SPHINX := $(BIN)/python -m sphinx -b html -n -W --keep-going -q docs docs/_build/html
+
 docs: setup
-	$(BIN)/python -m sphinx -b html -n -W --keep-going -q docs docs/_build/html
+	$(SPHINX)
 	CW_DOCS_BUILT=1 $(BIN)/pytest -q tests/e2e/test_e2e_docs.py
 	@echo "docs: open docs/_build/html/index.html"
 
