@@ -19,7 +19,7 @@ from circuitwidgets.errors import ArgumentError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.training.corpus import load_stdlib_corpus
 from circuitwidgets.training.tokenizer import encode_corpus, train_bpe
-from circuitwidgets.training.train import TrainConfig, exported_bytes, export_model
+from circuitwidgets.training.train import TrainConfig, export_model, exported_bytes
 from circuitwidgets.training.transformer import ToyConfig, ToyTransformer
 
 SMALL = ["--layers", "2", "--heads", "2", "--d-model", "32", "--d-head", "8", "--n-ctx", "32", "--batch-size", "8"]

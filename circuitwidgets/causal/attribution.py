@@ -1,0 +1,239 @@
+"""Attribution patching (the gradient approximation of activation patching) and exact direct logit attribution."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import torch
+
+from circuitwidgets.causal.components import component_labels, components_at
+from circuitwidgets.causal.engine import check_pair, normalise, run_base
+from circuitwidgets.causal.metrics import as_metric, scalar
+from circuitwidgets.causal.patching import dim_labels, prompts_of
+from circuitwidgets.causal.result import Sweep
+from circuitwidgets.causal.sites import SITE_AXES, check_site
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.model import CircuitModel
+from circuitwidgets.model.cache import Hook, Recorder
+
+
+def attribution_patch(
+    model: CircuitModel,
+    clean: torch.Tensor | Sequence[int] | str,
+    corrupted: torch.Tensor | Sequence[int] | str,
+    metric: object,
+    site: str = "resid_pre",
+    by: Sequence[str] = ("layer", "pos"),
+) -> Sweep:
+    """Attribution patching: ``(clean − corrupted) · ∂metric/∂activation`` at the corrupted run, for every cell at once.
+
+    The first-order estimate of :func:`~circuitwidgets.causal.patch` with the
+    same ``site`` and ``by`` (same dims), from one forward and one backward pass
+    (norms recomputed, as in the patched runs). Exact where the metric is linear
+    in the activation; check it against :func:`patch` on the cells that matter.
+    """
+    a, b = check_pair(model, clean, corrupted)
+    cells = check_site(model, site, by, a.shape[1])
+    m = as_metric(metric, model.cfg.d_vocab)
+    source = run_base(model, a, m, [site])
+    base = run_base(model, b, m, [site])
+    L = model.cfg.n_layers
+    deltas = {layer: torch.zeros_like(base.cache[site, layer], requires_grad=True) for layer in range(L)}
+    hooks: dict[tuple[str, int | None], Hook] = {(site, layer): _adder(delta) for layer, delta in deltas.items()}
+    positions = m.positions_at(b.shape[1])
+    columns = m.columns.to(model.device) if m.columns is not None else None
+    with torch.enable_grad():
+        logits = model.run_from(b, 0, None, Recorder({}, set(), hooks), positions=positions, columns=columns)
+        value = scalar(m.batched(logits[None], b.shape[0])[0], m.name)
+        value.backward()  # type: ignore[no-untyped-call]
+    axes = SITE_AXES[site]
+    rest = [d for d in cells.by if d != "layer"]
+    per_layer = []
+    for layer in range(L):
+        grad = deltas[layer].grad
+        assert grad is not None
+        product = ((source.cache[site, layer] - base.cache[site, layer]) * grad).double()
+        keep = [1 + axes.index(d) for d in rest]
+        summed = product.sum(dim=[i for i in range(product.ndim) if i not in keep])
+        order = sorted(keep)
+        per_layer.append(summed.permute([order.index(1 + axes.index(d)) for d in rest]) if rest else summed)
+    stacked = torch.stack(per_layer).cpu().numpy()
+    layer_axis = cells.by.index("layer")
+    values = np.moveaxis(stacked, 0, layer_axis)
+    values, clean_value, corrupted_value = normalise(values, m, source.value, base.value)
+    return Sweep(
+        values, cells.by, dim_labels(model, cells, a), "attribution patching", m.name, clean_value, corrupted_value,
+        site, "gradient at the corrupted run, norms recomputed", model.name, prompts_of(model, clean=a, corrupted=b),
+    )  # fmt: skip
+
+
+def _adder(delta: torch.Tensor) -> Hook:
+    """A hook adding ``delta`` (a zero leaf whose gradient is the activation's)."""
+
+    def add(value: torch.Tensor) -> torch.Tensor:
+        return value + delta
+
+    return add
+
+
+#: What ``logit_attribution`` splits the logit into.
+ATTRIBUTION_BY = ("component", "layer", "head", "neuron")
+
+
+def _directions(model: CircuitModel, answers: object, batch: int) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """``([batch, d_model] unembedding directions, [batch] bias terms, name)`` of ``answers``."""
+    V = model.cfg.d_vocab
+    b_U = model.weight("b_U")
+    if isinstance(answers, torch.Tensor) and answers.is_floating_point():
+        if answers.shape != (model.cfg.d_model,):
+            raise ShapeError(f"answers: expected a direction [d_model={model.cfg.d_model}], got {tuple(answers.shape)}")
+        d = answers.to(model.device, model.dtype)
+        return d[None].expand(batch, -1), torch.zeros(batch, device=model.device, dtype=model.dtype), "direction"
+    pairs = answers
+    if isinstance(pairs, tuple) and len(pairs) == 2:
+        c = torch.as_tensor(pairs[0]).flatten()
+        w = torch.as_tensor(pairs[1]).flatten()
+    else:
+        c, w = torch.as_tensor(pairs).flatten(), None
+    for arg, ids in (("answers", c), ("answers (wrong)", w)):
+        if ids is None:
+            continue
+        if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.numel() not in (1, batch):
+            raise ArgumentTypeError(
+                f"{arg}: expected one token id or one per prompt ({batch}), got {ids.tolist()!r:.80}"
+            )
+        if int(ids.min()) < 0 or int(ids.max()) >= V:
+            raise ArgumentError(f"{arg}: expected ids in [0, {V}), got {ids.tolist()!r:.80}")
+    c = c.expand(batch) if c.numel() == 1 else c
+    direction = model.W_U[:, c].T
+    bias = b_U[c] if b_U is not None else torch.zeros(batch, device=model.device, dtype=model.dtype)
+    name = "logit of the answer"
+    if w is not None:
+        w = w.expand(batch) if w.numel() == 1 else w
+        direction = direction - model.W_U[:, w].T
+        if b_U is not None:
+            bias = bias - b_U[w]
+        name = "logit difference (answer − wrong)"
+    return direction, bias, name
+
+
+def logit_attribution(
+    model: CircuitModel,
+    tokens: torch.Tensor | Sequence[int] | str,
+    answers: object,
+    by: Literal["component", "layer", "head", "neuron"] = "component",
+    pos: int = -1,
+    *,
+    reduce: Literal["mean", "none"] = "mean",
+) -> Sweep:
+    """Exact direct logit attribution: each component's write, through the final norm, onto the answer's logit.
+
+    The final norm's per-token scale is frozen from the run and its centring
+    applied, so the map from the residual stream to the logit is linear and the
+    parts sum exactly to the logit the model computed (before a final soft-cap,
+    which is not linear; ``extra["logit"]`` is that pre-cap logit).
+
+    Parameters
+    ----------
+    answers
+        a token id (or one per prompt): its logit; a pair ``(correct, wrong)``: the
+        logit difference; a float tensor ``[d_model]``: any direction read after the final norm.
+    by
+        ``"component"``: embedding, positions, each layer's attention (heads and
+        ``b_O``) and MLP, the unembedding's bias; ``"layer"``: each layer's
+        attention + MLP; ``"head"``: each head ``[layer, head]``; ``"neuron"``: each
+        MLP neuron ``[layer, neuron]``. What ``values`` leaves out is in
+        ``extra["rest"]``; ``values.sum() + sum(rest.values())`` is the logit.
+    pos
+        the position read.
+    reduce
+        ``"mean"`` over prompts, or ``"none"``: a leading ``batch`` dim.
+    """
+    t = model._check_tokens(tokens)
+    if by not in ATTRIBUTION_BY:
+        raise ArgumentError(f"by: expected one of {ATTRIBUTION_BY}, got {by!r}")
+    if by == "neuron" and not model.cfg.has_mlp:
+        raise ArgumentError(f"by: 'neuron' needs a model with MLPs; {model.name!r} has none")
+    if reduce not in ("mean", "none"):
+        raise ArgumentError(f"reduce: expected 'mean' or 'none', got {reduce!r}")
+    batch, n_pos = t.shape
+    if isinstance(pos, bool) or not isinstance(pos, int) or not -n_pos <= pos < n_pos:
+        raise ArgumentError(f"pos: expected a position in [{-n_pos}, {n_pos}), got {pos!r}")
+    direction, bias, name = _directions(model, answers, batch)
+    names = ["embed", "pos_embed", "result", "mlp_out", "mlp_post", "per_layer_out", "resid_final", "scale_final"]
+    logits, cache = model.run_with_cache(t, names=names)
+    parts = components_at(model, cache, pos % n_pos, by)  # name -> [batch, *shape, d_model]
+    scale = cache["scale_final"][:, pos % n_pos]  # [batch, 1]
+    centred = model.cfg.normalization == "ln_pre"
+    out: dict[str, torch.Tensor] = {}
+    for key, part in parts.items():
+        x = part - part.mean(-1, keepdim=True) if centred else part
+        x = x / scale.double().view(batch, *([1] * (x.ndim - 1)))
+        out[key] = torch.einsum("b...d,bd->b...", x, direction.double())
+    values = out.pop("values")
+    rest = dict(out)
+    rest["unembed bias"] = bias.double()
+    final = cache["resid_final"][:, pos % n_pos].double()
+    normed = final - final.mean(-1, keepdim=True) if centred else final
+    logit = ((normed / scale.double()) * direction.double()).sum(-1) + bias.double()
+
+    def reduced(x: torch.Tensor) -> np.ndarray:
+        x = x.double()
+        return (x.mean(0) if reduce == "mean" else x).cpu().numpy()
+
+    shapes = {
+        "component": ("component",),
+        "layer": ("layer",),
+        "head": ("layer", "head"),
+        "neuron": ("layer", "neuron"),
+    }
+    dims: tuple[str, ...] = shapes[by]
+    labels = {
+        "component": component_labels(model),
+        "layer": [f"L{i}" for i in range(model.cfg.n_layers)],
+        "head": [f"H{i}" for i in range(model.cfg.n_heads)],
+        "neuron": [f"N{i}" for i in range(model.cfg.d_mlp or 0)],
+    }
+    if reduce == "none":
+        dims = ("batch", *dims)
+        labels["batch"] = [f"prompt {i}" for i in range(batch)]
+    convention = (
+        "final norm's scale frozen from the run, centring applied"
+        if centred
+        else ("final norm's scale frozen from the run" if model.cfg.normalization != "none" else "model has no norms")
+    )
+    return Sweep(
+        reduced(values), dims, {d: labels[d] for d in dims}, "direct logit attribution", name, site=None,
+        convention=convention, model=model.name, prompts=prompts_of(model, tokens=t),
+        extra={
+            "rest": {k: reduced(v) for k, v in rest.items()},
+            "logit": reduced(logit),
+            "pos": pos,
+            "softcap": model.cfg.final_softcap,
+            "model_logits": reduced(_model_logit(logits[:, pos % n_pos], answers, batch, model)),
+        },
+    )  # fmt: skip
+
+
+def _model_logit(logits: torch.Tensor, answers: object, batch: int, model: CircuitModel) -> torch.Tensor:
+    """The logit (difference) the model output, for the sum check (after any soft-cap)."""
+    if isinstance(answers, torch.Tensor) and answers.is_floating_point():
+        return torch.full((batch,), float("nan"))
+    if isinstance(answers, tuple) and len(answers) == 2:
+        c = (
+            torch.as_tensor(answers[0]).flatten().expand(batch)
+            if torch.as_tensor(answers[0]).numel() == 1
+            else torch.as_tensor(answers[0]).flatten()
+        )
+        w = (
+            torch.as_tensor(answers[1]).flatten().expand(batch)
+            if torch.as_tensor(answers[1]).numel() == 1
+            else torch.as_tensor(answers[1]).flatten()
+        )
+        rows = torch.arange(batch)
+        return logits[rows, c] - logits[rows, w]
+    c = torch.as_tensor(answers).flatten()
+    c = c.expand(batch) if c.numel() == 1 else c
+    return logits[torch.arange(batch), c]

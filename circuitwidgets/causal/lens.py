@@ -1,0 +1,127 @@
+"""The logit lens and per-token loss: what the residual stream predicts along the way, and how well the model predicts.
+
+The logit lens reads the stream before each layer and after the last
+(``n_layers + 1`` rows) through the final norm, recomputed on that stream (its
+own scale, as the lens is usually drawn), and the unembedding. It keeps the
+top-k tokens and their log-probabilities per (layer, position) and the
+normalised streams, so a chosen answer's log-prob is exact on demand; it never
+holds ``[layers, pos, d_vocab]`` unless :meth:`LogitLens.dense` is asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.model import CircuitModel
+from circuitwidgets.model.cache import Recorder
+from circuitwidgets.model.forward import soft_cap
+
+
+@dataclass
+class LogitLens:
+    """Top-k predictions of the stream at every layer: ``top_ids``, ``top_log_probs`` ``[L + 1, batch, pos, k]``.
+
+    Row ``l < L`` reads the stream before layer ``l`` (``resid_pre``), row ``L``
+    after the last layer. ``layer_labels`` names the rows, ``tokens`` the
+    prompts' token strings (untrusted text).
+    """
+
+    top_ids: NDArray[np.int64]
+    top_log_probs: NDArray[np.float32]
+    layer_labels: list[str]
+    tokens: list[list[str]]
+    model: str
+    _normed: torch.Tensor  # [L + 1, batch, pos, d_model], after the final norm
+    _lse: torch.Tensor  # [L + 1, batch, pos]
+    _model: CircuitModel
+
+    def _logits(self, ids: torch.Tensor | None) -> torch.Tensor:
+        W_U = self._model.W_U if ids is None else self._model.W_U[:, ids]
+        out = self._normed @ W_U
+        b_U = self._model.weight("b_U")
+        if b_U is not None:
+            out = out + (b_U if ids is None else b_U[ids])
+        return soft_cap(out, self._model.cfg.final_softcap)
+
+    def log_prob(self, ids: int | Sequence[int] | torch.Tensor) -> NDArray[np.float64]:
+        """Log-probability of token ``ids`` at every (layer, prompt, position): ``[L + 1, batch, pos]`` for one id,
+        ``[L + 1, batch, pos, len(ids)]`` for several; exact (from the kept streams, not the top-k)."""
+        t = torch.as_tensor(ids, device=self._normed.device)
+        if t.dtype.is_floating_point or t.dtype == torch.bool:
+            raise ArgumentTypeError(f"ids: expected token ids, got dtype {t.dtype}")
+        flat = t.flatten().long()
+        V = self._model.cfg.d_vocab
+        if flat.numel() == 0 or int(flat.min()) < 0 or int(flat.max()) >= V:
+            raise ArgumentError(f"ids: expected ids in [0, {V}), got {flat.tolist()!r:.80}")
+        with torch.no_grad():
+            out = (self._logits(flat) - self._lse[..., None]).double().cpu().numpy()
+        return out[..., 0] if t.ndim == 0 else out
+
+    def rank(self, ids: int) -> NDArray[np.int64]:
+        """Rank of token ``ids`` (0 = top prediction) at every (layer, prompt, position) ``[L + 1, batch, pos]``."""
+        with torch.no_grad():
+            logits = self._logits(None)
+            at = logits[..., int(ids)]
+            return (logits > at[..., None]).sum(-1).cpu().numpy()
+
+    def dense(self) -> torch.Tensor:
+        """Every log-probability ``[L + 1, batch, pos, d_vocab]`` (large: asked for, never kept)."""
+        with torch.no_grad():
+            return self._logits(None) - self._lse[..., None]
+
+
+def logit_lens(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | str, k: int = 5) -> LogitLens:
+    """The logit lens of ``tokens``: the top ``k`` predictions of the stream before each layer and after the last.
+
+    Cost: one forward pass, then ``(L + 1) · batch · pos · d_model · d_vocab``
+    multiply-adds for the unembedding, one layer at a time.
+    """
+    t = model._check_tokens(tokens)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= model.cfg.d_vocab:
+        raise ArgumentError(f"k: expected an int in [1, {model.cfg.d_vocab}], got {k!r}")
+    L = model.cfg.n_layers
+    _, cache = model.run_with_cache(t, names=["resid_pre", "resid_final"])
+    streams = [cache["resid_pre", layer] for layer in range(L)] + [cache["resid_final"]]
+    normed, lse, top_ids, top_lp = [], [], [], []
+    with torch.no_grad():
+        for stream in streams:
+            x = model._normalize(stream, Recorder({}, set()), "scale_final", None)
+            logits = soft_cap(
+                x @ model.W_U + (b if (b := model.weight("b_U")) is not None else 0), model.cfg.final_softcap
+            )
+            work = logits if logits.dtype == torch.float64 else logits.float()
+            s = torch.logsumexp(work, dim=-1)
+            values, ids = work.topk(k, dim=-1)
+            normed.append(x)
+            lse.append(s)
+            top_ids.append(ids)
+            top_lp.append(values - s[..., None])
+    return LogitLens(
+        torch.stack(top_ids).cpu().numpy().astype(np.int64),
+        torch.stack(top_lp).cpu().numpy().astype(np.float32),
+        [f"before L{i}" for i in range(L)] + ["final"],
+        [model.to_str_tokens(row) for row in t],
+        model.name,
+        torch.stack(normed),
+        torch.stack(lse).to(model.dtype),
+        model,
+    )
+
+
+def per_token_loss(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | str) -> NDArray[np.float64]:
+    """``−log p(token_{i+1} | tokens_{≤i})`` at each position ``i``: ``[batch, pos − 1]`` (TransformerLens's
+    ``loss_per_token``)."""
+    t = model._check_tokens(tokens)
+    if t.shape[1] < 2:
+        raise ShapeError(f"tokens: per-token loss needs at least 2 positions, got {t.shape[1]}")
+    with torch.no_grad():
+        logits = model(t).float()
+        lp = logits.log_softmax(-1)[:, :-1]
+        loss: NDArray[np.float64] = (-lp.gather(-1, t[:, 1:, None])[..., 0]).double().cpu().numpy()
+        return loss

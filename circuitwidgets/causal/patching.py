@@ -1,0 +1,263 @@
+"""Activation patching, ablation and path patching: what a circuit does, tested by intervening on a run.
+
+Definitions follow TransformerLens (``transformer_lens.patching``) so numbers
+can be compared: run the corrupted prompts, replace one activation (a cell of
+``by``) with the clean run's, and apply ``metric`` to the logits. An ablation
+replaces it with zeros, a mean over a reference set, or a reference example's
+value. Path patching (Wang et al., 2022) adds a sender head's clean-minus-corrupted
+write to one input (q, k or v) of one later head only. All of them run many
+cells per pass (:mod:`circuitwidgets.causal.engine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import torch
+
+from circuitwidgets.causal.engine import BaseRun, check_budget, check_pair, normalise, run_base, sweep
+from circuitwidgets.causal.metrics import as_metric
+from circuitwidgets.causal.result import Sweep
+from circuitwidgets.causal.sites import Cells, check_site
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.model import CircuitModel
+from circuitwidgets.model.cache import Hook, Recorder
+
+
+def dim_labels(model: CircuitModel, cells: Cells, tokens: torch.Tensor) -> dict[str, list[str]]:
+    """Display labels of each dim of ``cells`` (positions: ``"3 ' the'"`` from the first prompt)."""
+    strs = model.to_str_tokens(tokens[0])
+    table = {
+        "layer": [f"L{i}" for i in range(model.cfg.n_layers)],
+        "head": [f"H{i}" for i in range(model.cfg.n_heads)],
+        "pos": [f"{i} {s!r}" for i, s in enumerate(strs)],
+        "neuron": [f"N{i}" for i in range(model.cfg.d_mlp or 0)],
+    }
+    return {d: table[d] for d in cells.by}
+
+
+def prompts_of(model: CircuitModel, **tokens: torch.Tensor) -> dict[str, list[list[str]]]:
+    """Each prompt's token strings (untrusted text), by role."""
+    return {role: [model.to_str_tokens(row) for row in t] for role, t in tokens.items()}
+
+
+def _convention(freeze_norms: bool, model: CircuitModel) -> str:
+    if model.cfg.normalization == "none":
+        return "model has no norms"
+    return "norm scales frozen from the base run" if freeze_norms else "norms recomputed on each patched run"
+
+
+def patch(
+    model: CircuitModel,
+    clean: torch.Tensor | Sequence[int] | str,
+    corrupted: torch.Tensor | Sequence[int] | str,
+    metric: object,
+    site: str = "resid_pre",
+    by: Sequence[str] = ("layer", "pos"),
+    *,
+    freeze_norms: bool = False,
+    memory_budget: int | None = None,
+) -> Sweep:
+    """Activation patching: ``metric`` of the corrupted run with each cell of ``site`` restored from the clean run.
+
+    Parameters
+    ----------
+    clean, corrupted
+        token ids ``[batch, pos]`` of the same shape (or texts).
+    metric
+        ``metric(logits [batch, pos, d_vocab]) -> scalar`` (TransformerLens's form),
+        :func:`~circuitwidgets.causal.logit_diff`, or either wrapped in
+        :func:`~circuitwidgets.causal.normalised` (0 = corrupted, 1 = clean).
+    site
+        ``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out``, ``q``,
+        ``k``, ``v``, ``z``, ``result``, ``pattern``, ``mlp_pre`` or ``mlp_post``.
+    by
+        ``"layer"`` and any of the site's ``pos``, ``head`` (per query head;
+        under grouped-query attention a query head's copy of its group's ``k``/``v``),
+        ``neuron``: the result's dims, in this order.
+    freeze_norms
+        replay the corrupted run's norm scales in every patched run.
+    memory_budget
+        bytes the patched variants of one pass may hold (default 1 GiB).
+
+    Cost: for a layer ``l``, ``cells(l)`` variants of ``batch`` prompts through
+    layers ``l … L−1`` and the metric's logits, in chunks that fit the budget.
+    """
+    a, b = check_pair(model, clean, corrupted)
+    cells = check_site(model, site, by, a.shape[1])
+    m = as_metric(metric, model.cfg.d_vocab)
+    budget = check_budget(memory_budget)
+    source = run_base(model, a, m, [site])
+    base = run_base(model, b, m, ["resid_pre", site])
+    values = sweep(
+        model, base, lambda layer: source.cache[site, layer], cells, m,
+        freeze_norms=freeze_norms, memory_budget=budget, desc=f"patch {site}",
+    )  # fmt: skip
+    values, clean_value, corrupted_value = normalise(values, m, source.value, base.value)
+    return Sweep(
+        values, cells.by, dim_labels(model, cells, a), "activation patching", m.name, clean_value, corrupted_value,
+        site, _convention(freeze_norms, model), model.name, prompts_of(model, clean=a, corrupted=b),
+    )  # fmt: skip
+
+
+def ablate(
+    model: CircuitModel,
+    tokens: torch.Tensor | Sequence[int] | str,
+    metric: object,
+    site: str = "z",
+    by: Sequence[str] = ("layer", "head"),
+    *,
+    kind: Literal["zero", "mean", "resample"] = "zero",
+    reference: torch.Tensor | Sequence[int] | str | None = None,
+    freeze_norms: bool = False,
+    memory_budget: int | None = None,
+) -> Sweep:
+    """``metric`` with each cell of ``site`` ablated: set to zero, to its mean, or to a reference example's value.
+
+    ``kind="mean"``: the mean of the site over ``reference``'s prompts (default:
+    ``tokens`` themselves) at each position, so ``reference`` has the prompts'
+    length. ``kind="resample"``: ``reference`` ``[batch, pos]`` of the same shape
+    as ``tokens``, prompt ``b`` takes reference ``b``'s value. The result's
+    ``clean_value`` is the metric of the unablated run; values are not normalised
+    unless the metric asks.
+    """
+    t = model._check_tokens(tokens)
+    cells = check_site(model, site, by, t.shape[1])
+    if kind not in ("zero", "mean", "resample"):
+        raise ArgumentError(f"kind: expected 'zero', 'mean' or 'resample', got {kind!r}")
+    m = as_metric(metric, model.cfg.d_vocab)
+    budget = check_budget(memory_budget)
+    ref: torch.Tensor | None = None
+    if kind == "resample" and reference is None:
+        raise ArgumentError("reference: kind='resample' needs reference prompts of the tokens' shape, got None")
+    if reference is not None:
+        ref = model._check_tokens(reference)
+        if kind == "resample" and ref.shape != t.shape:
+            raise ShapeError(
+                f"reference: expected the tokens' shape {tuple(t.shape)} for kind='resample', got {tuple(ref.shape)}"
+            )
+        if kind == "mean" and ref.shape[1] != t.shape[1]:
+            raise ShapeError(f"reference: expected prompts of {t.shape[1]} tokens for kind='mean', got {ref.shape[1]}")
+    base = run_base(model, t, m, ["resid_pre", site])
+    reference_cache = None
+    if kind in ("mean", "resample"):
+        _, reference_cache = model.run_with_cache(ref if ref is not None else t, names=[site])
+
+    def source(layer: int) -> torch.Tensor:
+        value = base.cache[site, layer]
+        if kind == "zero" or reference_cache is None:
+            return torch.zeros_like(value)
+        ref_value = reference_cache[site, layer]
+        if kind == "mean":
+            return ref_value.mean(dim=0, keepdim=True).expand_as(value)
+        return ref_value
+
+    values = sweep(
+        model, base, source, cells, m, freeze_norms=freeze_norms, memory_budget=budget, desc=f"ablate {site}"
+    )
+    values, clean_value, _ = normalise(values, m, base.value, base.value) if m.normalise else (values, base.value, 0.0)
+    return Sweep(
+        values, cells.by, dim_labels(model, cells, t), f"{kind} ablation", m.name, clean_value, None, site,
+        _convention(freeze_norms, model), model.name, prompts_of(model, tokens=t),
+        extra={"kind": kind},
+    )  # fmt: skip
+
+
+class _CapturedError(Exception):
+    """Stops a pass once the activation it was run for is captured."""
+
+
+def _receiver_inputs(
+    model: CircuitModel, base: BaseRun, layer: int, delta: torch.Tensor, via: str, freeze: bool
+) -> torch.Tensor:
+    """``via`` (q, k or v) of every head of ``layer`` computed from the base stream plus ``delta``: ``[batch, pos, H, d_head]``."""
+    got: dict[str, torch.Tensor] = {}
+
+    def capture(value: torch.Tensor) -> torch.Tensor | None:
+        got["value"] = value
+        raise _CapturedError
+
+    hooks: dict[tuple[str, int | None], Hook] = {(via, layer): capture}
+    if freeze:
+        frozen = base.cache["scale", layer]
+        hooks[("scale", layer)] = lambda value: frozen
+    start = model.restart_layer(layer)
+    resid = base.cache["resid_pre", start]
+    if start == layer:
+        resid = resid + delta
+    else:  # a layer reusing earlier keys/values: add the sender's write where this layer reads the stream
+        hooks[("resid_pre", layer)] = lambda value: value + delta
+    try:
+        model.run_from(base.tokens, start, resid if start > 0 else None, Recorder({}, set(), hooks), positions=[0])
+    except _CapturedError:
+        return got["value"]
+    raise AssertionError("the receiver's input was never computed")  # pragma: no cover
+
+
+def path_patch(
+    model: CircuitModel,
+    clean: torch.Tensor | Sequence[int] | str,
+    corrupted: torch.Tensor | Sequence[int] | str,
+    metric: object,
+    sender: tuple[int, int] | None = None,
+    via: Literal["q", "k", "v"] = "k",
+    *,
+    freeze_norms: bool = False,
+    memory_budget: int | None = None,
+) -> Sweep:
+    """Path patching: ``metric`` when one sender head's clean-minus-corrupted write reaches one receiver's ``via`` only.
+
+    On the corrupted run, receiver ``(l2, h2)``'s ``via`` input (its query, key or
+    value) is computed from the residual stream plus the sender's write
+    ``result_clean − result_corrupted``; nothing else sees the sender's change,
+    and everything after the receiver is recomputed. Values ``[layer, head]`` of
+    receivers for one ``sender=(layer, head)``, NaN where a receiver cannot read the
+    sender (its layer or an earlier one); ``sender=None``: every sender at once,
+    ``[sender_layer, sender_head, layer, head]``.
+    """
+    a, b = check_pair(model, clean, corrupted)
+    if via not in ("q", "k", "v"):
+        raise ArgumentError(f"via: expected 'q', 'k' or 'v', got {via!r}")
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    if sender is not None:
+        if (
+            not isinstance(sender, tuple) or len(sender) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in sender)
+        ):  # fmt: skip
+            raise ArgumentTypeError(f"sender: expected a (layer, head) pair of ints or None, got {sender!r}")
+        if not (0 <= sender[0] < L and 0 <= sender[1] < H):
+            raise ArgumentError(f"sender: expected layer in [0, {L}) and head in [0, {H}), got {sender!r}")
+        if sender[0] == L - 1:
+            raise ArgumentError(f"sender: a head of the last layer ({sender!r}) has no later head to receive it")
+    m = as_metric(metric, model.cfg.d_vocab)
+    budget = check_budget(memory_budget)
+    cells = check_site(model, via, ("layer", "head"), a.shape[1])
+    source = run_base(model, a, m, ["result"])
+    base = run_base(model, b, m, ["resid_pre", "result", via])
+    senders = [sender] if sender is not None else [(l1, h1) for l1 in range(L - 1) for h1 in range(H)]
+    out = np.full((L, H, L, H), np.nan)
+    for l1, h1 in senders:
+        delta = source.cache["result", l1][:, :, h1] - base.cache["result", l1][:, :, h1]
+        inputs = {l2: _receiver_inputs(model, base, l2, delta, via, freeze_norms) for l2 in range(l1 + 1, L)}
+        out[l1, h1] = sweep(
+            model, base, inputs.__getitem__, cells, m, freeze_norms=freeze_norms,
+            memory_budget=budget, desc=f"path patch L{l1}H{h1} → {via}", layers=list(inputs),
+        )  # fmt: skip
+    values = out[sender[0], sender[1]] if sender is not None else out
+    values, clean_value, corrupted_value = normalise(values, m, source.value, base.value)
+    layers = [f"L{i}" for i in range(L)]
+    heads = [f"H{i}" for i in range(H)]
+    if sender is not None:
+        dims: tuple[str, ...] = ("layer", "head")
+        labels = {"layer": layers, "head": heads}
+    else:
+        dims = ("sender_layer", "sender_head", "layer", "head")
+        labels = {"sender_layer": layers, "sender_head": heads, "layer": layers, "head": heads}
+    return Sweep(
+        values, dims, labels, "path patching", m.name, clean_value, corrupted_value, via,
+        _convention(freeze_norms, model) + f"; sender's write added to the receivers' {via} input only",
+        model.name, prompts_of(model, clean=a, corrupted=b),
+        extra={"sender": sender, "via": via},
+    )  # fmt: skip

@@ -1,0 +1,99 @@
+"""The activations a causal sweep patches (sites), the dims a sweep may run over, and the masks that pick a cell.
+
+A site is a hook point of :meth:`circuitwidgets.CircuitModel.run_with_cache`
+(TransformerLens's names). Its value, after the batch axis, has named axes:
+``resid_*``/``attn_out``/``mlp_out`` ``[pos, d_model]``; ``q, k, v, z`` ``[pos, head, d_head]``;
+``result`` ``[pos, head, d_model]``; ``pattern`` ``[head, pos (destination), src]``;
+``mlp_pre``/``mlp_post`` ``[pos, neuron]``. A sweep's ``by`` names ``layer``
+and any of the site's ``pos``, ``head``, ``neuron``: one cell per combination, and
+a cell patches exactly that slice (the other axes whole).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import product
+
+import torch
+
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, WeightsAbsentError
+from circuitwidgets.model import CircuitModel
+
+#: Each site's named axes after the batch axis (``None``: an axis a cell never splits).
+SITE_AXES: dict[str, tuple[str | None, ...]] = {
+    "resid_pre": ("pos", None),
+    "resid_mid": ("pos", None),
+    "resid_post": ("pos", None),
+    "attn_out": ("pos", None),
+    "mlp_out": ("pos", None),
+    "q": ("pos", "head", None),
+    "k": ("pos", "head", None),
+    "v": ("pos", "head", None),
+    "z": ("pos", "head", None),
+    "result": ("pos", "head", None),
+    "pattern": ("head", "pos", None),
+    "mlp_pre": ("pos", "neuron"),
+    "mlp_post": ("pos", "neuron"),
+}
+
+MLP_SITES = ("resid_mid", "mlp_out", "mlp_pre", "mlp_post")
+
+
+@dataclass(frozen=True)
+class Cells:
+    """The cells of a sweep: ``by`` (dims, ``layer`` first in the result's order as given) and their sizes."""
+
+    site: str
+    by: tuple[str, ...]
+    sizes: dict[str, int]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The result's shape, in the order of ``by``."""
+        return tuple(self.sizes[d] for d in self.by)
+
+    def at_layer(self) -> list[tuple[int, ...]]:
+        """Indices (in ``by`` order, without ``layer``) of the cells of one layer."""
+        rest = [d for d in self.by if d != "layer"]
+        return list(product(*(range(self.sizes[d]) for d in rest)))
+
+    def mask(self, cells: Sequence[tuple[int, ...]], value_shape: Sequence[int], device: torch.device) -> torch.Tensor:
+        """``[n, 1, *value_shape-with-ones]``: 1 on each cell's slice of a site value, 0 elsewhere."""
+        axes = SITE_AXES[self.site]
+        rest = [d for d in self.by if d != "layer"]
+        mask = torch.ones(len(cells), 1, *([1] * len(value_shape)), device=device)
+        for j, dim in enumerate(rest):
+            axis = axes.index(dim)
+            idx = torch.tensor([c[j] for c in cells], device=device)
+            onehot = torch.nn.functional.one_hot(idx, value_shape[axis]).float()
+            shape = [len(cells), 1] + [1] * len(value_shape)
+            shape[2 + axis] = value_shape[axis]
+            mask = mask * onehot.view(shape)
+        return mask
+
+
+def check_site(model: CircuitModel, site: object, by: object, n_pos: int) -> Cells:
+    """The cells of ``site`` by ``by``, or a typed error naming the bad argument."""
+    if not isinstance(site, str) or site not in SITE_AXES:
+        raise ArgumentError(f"site: expected one of {sorted(SITE_AXES)}, got {site!r}")
+    if site in MLP_SITES and not model.cfg.has_mlp:
+        raise ArgumentError(f"site: {site!r} needs a model with MLPs; {model.name!r} has none")
+    if model.cfg.mlp_weights_absent:
+        raise WeightsAbsentError(
+            f"model: {model.name!r} was loaded without its MLP weights (from_hf(path, mlp=False)) and cannot be run; "
+            "causal techniques need the whole model: circuitwidgets.from_hf(path)"
+        )
+    if isinstance(by, str):
+        by = (by,)
+    if not isinstance(by, (tuple, list)) or not all(isinstance(d, str) for d in by):
+        raise ArgumentTypeError(f"by: expected a tuple of dim names such as ('layer', 'pos'), got {by!r}")
+    allowed = {"layer", *(a for a in SITE_AXES[site] if a is not None)}
+    bad = [d for d in by if d not in allowed]
+    if bad or "layer" not in by or len(set(by)) != len(by):
+        raise ArgumentError(
+            f"by: site {site!r} sweeps over 'layer' and any of {sorted(allowed - {'layer'})} (each once), got {tuple(by)!r}"
+        )
+    cfg = model.cfg
+    sizes = {"layer": cfg.n_layers, "pos": n_pos, "head": cfg.n_heads, "neuron": cfg.d_mlp or 0}
+    return Cells(site, tuple(by), {d: sizes[d] for d in by})
