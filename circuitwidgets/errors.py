@@ -51,3 +51,11 @@ def expect(condition: bool, error: type[CircuitWidgetsError], message: str) -> N
     """Raise ``error(message)`` unless ``condition`` holds."""
     if not condition:
         raise error(message)
+
+
+class CustomCodeError(ArgumentError):
+    """A checkpoint directory names its own Python code (``auto_map``), which circuitwidgets never runs."""
+
+
+class IncompleteCheckpointError(ShapeError):
+    """A checkpoint's stored tensors do not match the ones its config declares (missing or unexpected)."""

@@ -92,7 +92,7 @@ def meta_model(root: Path, config: Any) -> Any:
 
     try:
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")  # type: ignore[no-untyped-call]
+            model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", trust_remote_code=False)  # type: ignore[no-untyped-call]
     except Exception as exc:  # transformers' own errors: an unknown or inconsistent config
         raise ArgumentError(
             f"model: cannot build the model of {root / 'config.json'} ({type(exc).__name__}: {exc})"

@@ -14,7 +14,9 @@ Supported architectures (:data:`SUPPORTED_ARCHITECTURES`):
 
 A model is given in memory, or as a local directory written by
 ``save_pretrained`` (weights read from safetensors only; a directory holding
-only pickled weights is refused without opening them). Any other string is
+only pickled weights is refused without opening them; one naming its own
+Python code in an ``auto_map`` is refused before transformers reads it, and
+transformers is always told ``trust_remote_code=False``). Any other string is
 taken for a hub name and refused with
 :class:`~circuitwidgets.errors.NetworkRefusedError`: circuitwidgets never
 downloads. Our forward pass does not depend on the model's attention
@@ -49,6 +51,7 @@ from circuitwidgets.sources._convert import (
     verify_logits,
     work_dtype,
 )
+from circuitwidgets.sources._local import refuse_custom_code
 from circuitwidgets.sources.hf_decoders import FAMILIES, read_decoder
 from circuitwidgets.sources.hf_gpt import read_gpt2, read_neox
 from circuitwidgets.sources.hf_stream import StreamingSource, meta_model, weight_map
@@ -120,8 +123,9 @@ def _directory_config(root: Path) -> Any:
 
     if not (root / "config.json").is_file():
         raise ArgumentError(f"model: expected a directory written by save_pretrained (with config.json), got {root}")
+    refuse_custom_code(root)
     _weight_files(root)
-    config = AutoConfig.from_pretrained(root, local_files_only=True)
+    config = AutoConfig.from_pretrained(root, local_files_only=True, trust_remote_code=False)
     declared = [str(a) for a in (getattr(config, "architectures", None) or [])]
     if declared and not set(declared) & set(SUPPORTED_ARCHITECTURES):
         raise UnsupportedArchitectureError(
@@ -135,7 +139,8 @@ def _directory_tokenizer(root: Path) -> Any:
     if (root / "tokenizer.json").is_file() or (root / "tokenizer_config.json").is_file():
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(root, local_files_only=True)
+        refuse_custom_code(root)
+        return AutoTokenizer.from_pretrained(root, local_files_only=True, trust_remote_code=False)
     return None
 
 
@@ -146,7 +151,12 @@ def _load_directory(root: Path) -> tuple[Any, Any]:
     _directory_config(root)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            root, local_files_only=True, use_safetensors=True, dtype="auto", attn_implementation="eager"
+            root,
+            local_files_only=True,
+            use_safetensors=True,
+            dtype="auto",
+            attn_implementation="eager",
+            trust_remote_code=False,
         )
     except Exception as exc:  # safetensors, JSON and transformers' own errors all mean a bad checkpoint
         raise ArgumentError(

@@ -14,7 +14,9 @@
   frees the source layer by layer as it converts.
 
 ``pytorch_model.bin`` and other pickles are refused with a clear error, never
-opened: unpickling can run arbitrary code.
+opened: unpickling can run arbitrary code. So is a directory whose
+``config.json`` or ``tokenizer_config.json`` names its own Python code
+(``auto_map``): see :mod:`circuitwidgets.sources._local`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError, UnsupportedArchitectureError
 from circuitwidgets.model import CircuitModel
+from circuitwidgets.sources._local import refuse_custom_code
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 # Checkpoint names older than this transformers' module names (Pythia's output embeddings).
@@ -151,6 +154,7 @@ def load_safetensors(
     root = Path(path)
     if not root.is_dir():
         raise ArgumentError(f"path: expected an existing local directory, got {str(root)!r} (nothing is downloaded)")
+    refuse_custom_code(root, "path")
     config = _read_config(root)
     if "n_layers" in config and "d_model" in config:  # written by CircuitModel.save
         return CircuitModel.load(root, dtype=dtype or torch.float32, device=device)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,6 +53,29 @@ BUNDLE_PATH = Path(__file__).resolve().parents[2] / "static" / "index.js"
 
 #: The built stylesheet of all views (``js/src/styles/``).
 STYLES_PATH = BUNDLE_PATH.with_name("index.css")
+
+
+def hot_reload() -> bool:
+    """Whether anywidget's hot reload is asked for (the ``ANYWIDGET_HMR`` environment variable is set)."""
+    return bool(os.environ.get("ANYWIDGET_HMR"))
+
+
+def asset(path: Path) -> str | Path:
+    """What a widget class gives anywidget as ``_esm`` or ``_css``: the file's text, or its path under hot reload.
+
+    A path makes anywidget connect one strong callback per instance to a
+    class-level file-watch signal that ``close()`` never disconnects
+    (anywidget issue #929), so no widget, nor the model its data came from,
+    would ever be freed. Text has no signal. With hot reload on, the path is
+    kept (so ``npm --prefix js run watch`` reloads open views), each instance
+    listens through a weakly held method and :meth:`CircuitWidget.close`
+    disconnects it.
+    """
+    if hot_reload():
+        return path
+    text = path.read_text(encoding="utf-8")
+    # anywidget takes a one-line string ending in a file suffix for a path; a newline rules that out.
+    return text if "\n" in text else text + "\n"
 
 
 class BundleNotBuiltError(FileNotFoundError):
@@ -119,6 +143,12 @@ def refuse_unknown(cls: type, kwargs: dict[str, Any], hints: dict[str, str]) -> 
     )
 
 
+def _watcher_of(cls: type, key: str) -> Any:
+    """The change signal of a watched ``_esm``/``_css`` (anywidget's ``FileContents``), or ``None`` for text."""
+    value = getattr(cls, key, None)
+    return None if value is None or isinstance(value, str) else getattr(value, "changed", None)
+
+
 class CircuitWidget(anywidget.AnyWidget):
     """Base of all circuitwidgets widgets: the shared bundle, view dispatch, safe sync.
 
@@ -131,11 +161,10 @@ class CircuitWidget(anywidget.AnyWidget):
     """Name of the front-end view that renders this widget."""
 
     if BUNDLE_PATH.is_file():
-        # File paths: anywidget reads them, and with ANYWIDGET_HMR=1 (a source
-        # checkout) watches them, so `npm --prefix js run watch` reloads open views.
-        _esm = BUNDLE_PATH
+        # Text, or under ANYWIDGET_HMR a watched path (see `asset`).
+        _esm = asset(BUNDLE_PATH)
     if STYLES_PATH.is_file():
-        _css = STYLES_PATH
+        _css = asset(STYLES_PATH)
 
     _prefix: ClassVar[str] = ""
     """Prefix of this view's traits inside :class:`~circuitwidgets.widgets.CircuitExplorer`."""
@@ -158,12 +187,42 @@ class CircuitWidget(anywidget.AnyWidget):
     def __init__(self, **kwargs: Any) -> None:
         read_bundle()  # fail early and clearly when the bundle is missing
         refuse_unknown(type(self), kwargs, type(self)._spellings)
+        self._watch_assets()
         try:
             super().__init__(**kwargs)
         except traitlets.TraitError as exc:
             if isinstance(exc, TraitArgumentError):
                 raise
             raise TraitArgumentError(f"{type(self).__name__}: {exc}") from None
+
+    def _watch_assets(self) -> None:
+        """Under hot reload, sync ``_esm``/``_css`` from the watched files through weakly held methods.
+
+        anywidget would connect a lambda holding this widget to the class-level
+        file watcher, never disconnected (anywidget issue #929): adding the
+        traits first makes it skip that, and :meth:`close` disconnects ours.
+        """
+        for key, reload in (("_esm", self._reload_esm), ("_css", self._reload_css)):
+            signal = _watcher_of(type(self), key)
+            if signal is not None and not self.has_trait(key):
+                self.add_traits(**{key: traitlets.Unicode(str(getattr(type(self), key))).tag(sync=True)})
+                signal.connect(reload)
+
+    def _reload_esm(self, contents: str) -> None:
+        """Send the rebuilt bundle to the view (hot reload)."""
+        self.set_trait("_esm", contents)
+
+    def _reload_css(self, contents: str) -> None:
+        """Send the rebuilt stylesheet to the view (hot reload)."""
+        self.set_trait("_css", contents)
+
+    def close(self) -> None:
+        """Close the view's comm and disconnect this widget from the hot-reload file watcher, if any."""
+        super().close()
+        for key, reload in (("_esm", self._reload_esm), ("_css", self._reload_css)):
+            signal = _watcher_of(type(self), key)
+            if signal is not None:
+                signal.disconnect(reload, missing_ok=True)
 
     def _store_quietly(self, name: str, value: Any) -> None:
         """Set the kernel's value of ``name`` without sending it or notifying observers.
