@@ -35,7 +35,13 @@ def _help_in_fresh_interpreter(*argv: str) -> tuple[int, str, set[str]]:
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=True
+        [sys.executable, "-c", _PROBE, *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+        check=True,
     )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return result["code"], result["help"], set(result["modules"])

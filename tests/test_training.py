@@ -22,7 +22,22 @@ from circuitwidgets.cli import main
 from circuitwidgets.training.corpus import load_stdlib_corpus
 from circuitwidgets.training.tokenizer import encode_corpus, train_bpe
 
-TINY = ["--layers", "1", "--heads", "2", "--d-model", "32", "--d-head", "8", "--n-ctx", "32", "--batch-size", "8", "--lr", "1e-2"]
+TINY = [
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--d-model",
+    "32",
+    "--d-head",
+    "8",
+    "--n-ctx",
+    "32",
+    "--batch-size",
+    "8",
+    "--lr",
+    "1e-2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +93,9 @@ def test_training_is_deterministic_and_resuming_gives_the_same_weights(cache: Pa
     assert json.loads((resumed / "checkpoint" / "state.json").read_text()) == {"step": 40}
 
 
-def test_an_annealed_run_resumed_midway_matches_an_unbroken_one_and_logs_each_step_once(cache: Path, tmp_path: Path) -> None:
+def test_an_annealed_run_resumed_midway_matches_an_unbroken_one_and_logs_each_step_once(
+    cache: Path, tmp_path: Path
+) -> None:
     straight = _train(cache, tmp_path / "straight", 40, "--decay-steps", "20", "--eval-every", "10")
     resumed = _train(cache, tmp_path / "resumed", 30, "--eval-every", "10")  # constant lr up to its checkpoint
     (resumed / "log.jsonl").write_text((resumed / "log.jsonl").read_text() + json.dumps({"step": 35}) + "\n")

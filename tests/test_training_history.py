@@ -13,8 +13,11 @@ from circuitwidgets.training.history import history_from_card, history_from_log
 
 def _record(step: int, induction: float, k: float | None = 0.1) -> dict[str, Any]:
     record: dict[str, Any] = {
-        "step": step, "val_loss": 4.0 - step / 1000, "icl_score": -induction,
-        "previous_token": [[0.9, 0.1], [0.0, 0.0]], "induction": [[0.0, 0.0], [induction, induction / 2]],
+        "step": step,
+        "val_loss": 4.0 - step / 1000,
+        "icl_score": -induction,
+        "previous_token": [[0.9, 0.1], [0.0, 0.0]],
+        "induction": [[0.0, 0.0], [induction, induction / 2]],
         "ov_copying": [[0.5, 0.5], [0.9, 0.1]],
     }
     if k is not None:
@@ -39,7 +42,9 @@ def test_a_slow_late_climb_does_not_move_the_phase_change() -> None:
     history, _ = history_from_log([_record(100 * (i + 1), score) for i, score in enumerate(scores)])
     assert history is not None
     formation = history.formation()
-    assert formation is not None and 1_000 <= formation["start"] < formation["step"] < formation["end"] <= 1_600, formation
+    assert formation is not None and 1_000 <= formation["start"] < formation["step"] < formation["end"] <= 1_600, (
+        formation
+    )
 
 
 def test_a_score_that_never_rises_has_no_phase_change() -> None:
@@ -62,7 +67,10 @@ def test_older_logs_without_composition_or_icl_still_load() -> None:
         ({"training": {"log": []}}, "no training log"),
         ({"training": {"log": [{"step": 1}]}}, "no per-head detector scores"),
         ({"training": {"log": [_record(200, 0.1), _record(100, 0.2)]}}, "not increasing"),
-        ({"training": {"log": [{**_record(100, 0.1), "induction": [[0.1, 0.2, 0.3]]}, _record(200, 0.2)]}}, "malformed"),
+        (
+            {"training": {"log": [{**_record(100, 0.1), "induction": [[0.1, 0.2, 0.3]]}, _record(200, 0.2)]}},
+            "malformed",
+        ),
         ({"training": {"log": [{**_record(100, 0.1), "induction": "high"}]}}, "malformed|shape"),
     ],
 )
