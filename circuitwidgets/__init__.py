@@ -1,7 +1,8 @@
 """circuitwidgets: Jupyter widgets for *A Mathematical Framework for Transformer Circuits*.
 
 The public surface is small: a canonical model (:class:`CircuitModel`) and its
-loaders, the engine in :mod:`circuitwidgets.circuits`, the widgets, and
+loaders, the engine in :mod:`circuitwidgets.circuits` (weights) and :mod:`circuitwidgets.causal`
+(interventions on a run), the widgets, and
 :func:`save_html`. Heavy modules load on first use.
 """
 
@@ -38,7 +39,7 @@ __all__ = sorted([*_LAZY, "__version__"])
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in ("circuits", "widgets", "errors"):
+    if name in ("circuits", "causal", "widgets", "errors", "export"):
         return importlib.import_module(f"circuitwidgets.{name}")
     raise AttributeError(f"module 'circuitwidgets' has no attribute {name!r}")
 

@@ -66,6 +66,10 @@ nitpick_ignore_regex = [
     (r"py:.*", r"circuitwidgets\.widgets\.(core|attention|eigen|skip_trigrams)(\.\w+)*"),
     (r"py:.*", r"circuitwidgets\.circuits\.(topk_tiles|topk_methods|composition_tiles|kcomp)(\.\w+)*"),
     (r"py:mod", r"circuitwidgets\.activations(\.\w+)*"),
+    # the causal package's modules (its public names are documented as circuitwidgets.causal.<name>)
+    # and the forward pass's internals that its docstrings name
+    (r"py:.*", r"circuitwidgets\.causal\.(engine|metrics|sites|components|patching|attribution|lens|result)(\.\w+)*"),
+    (r"py:.*", r"circuitwidgets\.model\.(cache|run)\.(Recorder|Hook|Hooks|Runner)(\.\w+)*"),
 ]
 # Module-level helpers that public docstrings name but the API does not document.
 nitpick_ignore = [

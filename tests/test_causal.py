@@ -297,3 +297,20 @@ def test_an_exception_inside_a_hook_leaves_nothing_behind(gelu: CircuitModel, pr
         gelu.run_with_hooks(clean, {("z", 0): broken})
     torch.testing.assert_close(gelu(clean), before, atol=0, rtol=0)
     assert not gelu._forward_hooks and not gelu._forward_pre_hooks
+
+
+def test_the_attention_views_logit_effects_are_exact_direct_logit_attribution(gelu: CircuitModel, prompts: Any) -> None:
+    from circuitwidgets.activations.value_paths import logit_effects
+
+    clean, _ = prompts
+    _, cache = gelu.run_with_cache(clean, names=["z", "scale_final"])
+    effects = logit_effects(gelu, cache, clean[1], seq=1)
+    for p in (2, 7):
+        exact = causal.logit_attribution(gelu, clean[1:], int(clean[1, p + 1]), by="head", pos=p)
+        np.testing.assert_allclose(effects[:, :, p], exact.values, atol=1e-6)
+    assert np.isnan(effects[:, :, -1]).all()
+    with pytest.raises(ShapeError, match="seq"):
+        logit_effects(gelu, cache, clean[0])  # a batched cache names its sequence, never sequence 0 silently
+    _, no_scale = gelu.run_with_cache(clean[:1], names=["z"])
+    with pytest.raises(ArgumentError, match="scale_final"):
+        logit_effects(gelu, no_scale, clean[0])

@@ -70,7 +70,7 @@ def test_a_long_text_from_a_rotary_model_is_shown_from_its_queries_and_keys_exac
     ids = torch.randint(3, 64, (n,), generator=torch.Generator().manual_seed(2))
     w = AttentionPatterns(model, ids)
     assert w.qk is not None and w.patterns.shape[2] == 0
-    _, cache = model.run_with_cache(ids[None], names=["pattern", "v", "z"])  # the dense forward
+    _, cache = model.run_with_cache(ids[None], names=["pattern", "v", "z", "scale_final"])  # the dense forward
     norms, effects = value_norms(model, cache), logit_effects(model, cache, ids)
     # value norms and logit effects (from the chunked forward's z) equal the dense forward's
     assert w.value_norms is not None and w.logit_effect is not None

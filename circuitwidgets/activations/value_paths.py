@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from circuitwidgets.activations.writes import final_read, written_by_heads
+from circuitwidgets.errors import ArgumentError, ShapeError
 from circuitwidgets.model import CircuitModel
 
 __all__ = ["logit_effects", "value_norms", "value_weighted"]
@@ -56,22 +58,47 @@ def value_norms(model: CircuitModel, cache: Any) -> NDArray[np.float32]:
     return np.stack(out)
 
 
-def logit_effects(model: CircuitModel, cache: Any, ids: torch.Tensor) -> NDArray[np.float32]:
-    """Each head's direct effect on the logit of the next token: float32 ``[n_layers, n_heads, pos]``.
+def logit_effects(model: CircuitModel, cache: Any, ids: torch.Tensor, seq: int | None = None) -> NDArray[np.float32]:
+    """Each head's exact direct effect on the logit of the next token: float32 ``[n_layers, n_heads, pos]``.
 
-    ``(r_i W_O W_U)[t_{i+1}]`` where ``r_i`` is the head's mixed value at
-    position ``i`` (``cache["z", layer]``); NaN at the last position. Leaves
-    out the final normalisation scale and ``b_U``.
+    The head's write (``result = z W_O``, through its layer's output norm and any
+    later layer scalars: :func:`~circuitwidgets.activations.writes.written_by_heads`)
+    read by the unembedding through the final norm with the run's per-token scale
+    frozen and its centring applied (:func:`~circuitwidgets.activations.writes.final_read`),
+    at ``W_U[:, t_{i+1}]``: the head's share of the logit the model computed, as in
+    direct logit attribution (``circuitwidgets.causal.logit_attribution``; the
+    unembedding's bias is no head's). Before a final soft-cap. NaN at the last position.
+
+    ``cache`` needs ``z`` and, on a model with norms, ``scale_final`` (``run_with_cache``
+    keeps it by default); ``seq`` picks the sequence of a batched cache (required then).
     Cost: O(n_layers · pos · n_heads · d_head · d_model).
     """
+    batch = int(cache["z", 0].shape[0]) if model.cfg.n_layers else 1
+    if seq is None:
+        if batch != 1:
+            raise ShapeError(f"seq: the cache holds {batch} sequences; pass seq=<index> to choose one, got None")
+        seq = 0
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < batch:
+        raise ArgumentError(f"seq: expected a sequence index in [0, {batch}), got {seq!r}")
     n = int(ids.shape[-1])
     out = np.full((model.cfg.n_layers, model.cfg.n_heads, n), np.nan, dtype=np.float32)
     if n < 2:
         return out
-    unembed = model.W_U[:, ids[1:].to(model.W_U.device)]  # [d_model, pos-1]
+    if "scale_final" in cache:
+        scale = cache["scale_final"][seq, :-1]
+    elif model.cfg.normalization == "none":
+        scale = torch.ones(n - 1, 1, device=model.device)
+    else:
+        raise ArgumentError(
+            "cache: logit effects read the final norm's per-token scale; run the model keeping 'scale_final' "
+            "(model.run_with_cache(tokens, names=[..., 'z', 'scale_final']))"
+        )
+    unembed = model.W_U[:, ids[1:].to(model.W_U.device)].double()  # [d_model, pos-1]
+    W_O = model.weight("W_O")
+    assert W_O is not None
     for layer in range(model.cfg.n_layers):
-        z = cache["z", layer][0, :-1]  # [pos-1, H, dh]
-        result = torch.einsum("phe,hed->phd", z, model.W_O[layer])
-        effect = torch.einsum("phd,dp->hp", result, unembed)
-        out[layer, :, :-1] = effect.to("cpu", torch.float32).numpy()
+        z = cache["z", layer][seq, :-1]  # [pos-1, H, dh]
+        heads, _ = written_by_heads(model, torch.einsum("phe,hed->phd", z, W_O[layer]), layer)
+        read = final_read(model, heads, scale[:, None])  # [pos-1, H, d]
+        out[layer, :, :-1] = torch.einsum("phd,dp->hp", read, unembed).to("cpu", torch.float32).numpy()
     return out

@@ -18,10 +18,8 @@ from circuitwidgets.causal.lens import LogitLens, logit_lens, per_token_loss
 from circuitwidgets.causal.metrics import LogitDiff, logit_diff, normalised
 from circuitwidgets.causal.patching import ablate, patch, path_patch
 from circuitwidgets.causal.result import Sweep
-from circuitwidgets.causal.sites import SITE_AXES
 
 __all__ = [
-    "SITE_AXES",
     "LogitDiff",
     "LogitLens",
     "Sweep",

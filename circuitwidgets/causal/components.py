@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from circuitwidgets.activations.writes import output_norm_factor, scalars_after, written_by_heads
 from circuitwidgets.model import ActivationCache, CircuitModel
 
 
@@ -30,29 +31,6 @@ def component_labels(model: CircuitModel) -> list[str]:
     return names
 
 
-def _after_scalars(model: CircuitModel) -> torch.Tensor:
-    """``[L + 1]``: the product of the layer scalars a part written in layer ``l`` (``l = L``… the embedding: index 0 ) carries.
-
-    Index ``l`` holds ``∏_{m ≥ l} scalar_m``; the embedding uses index 0.
-    """
-    L = model.cfg.n_layers
-    scalar = model.weight("layer_scalar")
-    if scalar is None:
-        return torch.ones(L + 1, dtype=torch.float64)
-    s = scalar.double().cpu()
-    return torch.cat([torch.flip(torch.cumprod(torch.flip(s, [0]), 0), [0]), torch.ones(1, dtype=torch.float64)])
-
-
-def _post_norm(model: CircuitModel, written: torch.Tensor, layer: int, multiplier: str) -> torch.Tensor | None:
-    """``w / s`` ``[batch, d_model]`` of a sublayer's output norm (``s`` the rms of what it normalised), or ``None``."""
-    weight = model.weight(multiplier)
-    if weight is None:
-        return None
-    work = written.double()
-    s = (work.pow(2).mean(-1, keepdim=True) + model.cfg.ln_eps).sqrt()
-    return weight[layer].double() / s
-
-
 def components_at(model: CircuitModel, cache: ActivationCache, p: int, by: str) -> dict[str, torch.Tensor]:
     """The parts of the final stream at position ``p`` (float64): ``"values"`` split by ``by``, the rest by name.
 
@@ -61,22 +39,24 @@ def components_at(model: CircuitModel, cache: ActivationCache, p: int, by: str) 
     """
     cfg = model.cfg
     L = cfg.n_layers
-    after = _after_scalars(model)
-    pieces: dict[str, torch.Tensor] = {"embed": cache["embed"][:, p].double() * after[0]}
+    first = scalars_after(model, 0)
+    pieces: dict[str, torch.Tensor] = {"embed": cache["embed"][:, p].double() * first}
     if cfg.positional_embedding_type == "standard":
-        pieces["pos_embed"] = cache["pos_embed"][:, p].double() * after[0]
-    heads, attn_bias, attn, mlp, mlp_bias, neurons, per_layer = [], [], [], [], [], [], []
+        pieces["pos_embed"] = cache["pos_embed"][:, p].double() * first
+    heads: list[torch.Tensor] = []
+    attn_bias: list[torch.Tensor] = []
+    attn: list[torch.Tensor] = []
+    mlp: list[torch.Tensor] = []
+    mlp_bias: list[torch.Tensor] = []
+    neurons: list[torch.Tensor] = []
+    per_layer: list[torch.Tensor] = []
     b_O, b_out, W_out = model.weight("b_O"), model.weight("b_out"), model.weight("W_out")
     for layer in range(L):
-        f = float(after[layer])
-        result = cache["result", layer][:, p].double()  # [batch, H, d]
-        bias = b_O[layer].double().expand(result.shape[0], -1) if b_O is not None else torch.zeros_like(result[:, 0])
-        norm = _post_norm(model, result.sum(1) + bias, layer, "post_attn_norm")
-        if norm is not None:
-            result, bias = result * norm[:, None], bias * norm
-        heads.append(result * f)
-        attn_bias.append(bias * f)
-        attn.append((result.sum(1) + bias) * f)
+        f = scalars_after(model, layer)
+        result, bias = written_by_heads(model, cache["result", layer][:, p], layer)  # [batch, H, d], [batch, d]
+        heads.append(result)
+        attn_bias.append(bias)
+        attn.append(result.sum(1) + bias)
         if cfg.has_mlp:
             out = cache["mlp_out", layer][:, p].double()
             mlp.append(out * f)
@@ -85,7 +65,7 @@ def components_at(model: CircuitModel, cache: ActivationCache, p: int, by: str) 
                 post = cache["mlp_post", layer][:, p].double()  # [batch, d_mlp]
                 each = post[:, :, None] * W_out[layer].double()[None]  # [batch, d_mlp, d]
                 nb = b_out[layer].double().expand(post.shape[0], -1) if b_out is not None else torch.zeros_like(out)
-                norm = _post_norm(model, each.sum(1) + nb, layer, "post_mlp_norm")
+                norm = output_norm_factor(model, each.sum(1) + nb, layer, "post_mlp_norm")
                 if norm is not None:
                     each, nb = each * norm[:, None], nb * norm
                 neurons.append(each * f)

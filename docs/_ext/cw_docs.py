@@ -15,7 +15,7 @@ Three things, all at build time:
   fragment (:func:`circuitwidgets.export.notebook_fragment`). Code that raises,
   or does not end in a widget, fails the build.
 - The API pages (``docs/api/generated/``) are written from the ``__all__`` of
-  ``circuitwidgets``, ``circuitwidgets.circuits`` and ``circuitwidgets.widgets``,
+  ``circuitwidgets``, ``circuitwidgets.circuits``, ``circuitwidgets.causal`` and ``circuitwidgets.widgets``,
   so every public name has an entry and a new one cannot be forgotten.
 
 MyST-NB then renders the executed notebooks with execution off.
@@ -205,6 +205,7 @@ WIDGET_EXCLUDED = "keys, comm, log, layout, tabbable, tooltip, get_state, set_st
 API_PAGES = {
     "circuitwidgets": "The package: models, loaders, widgets, export",
     "circuitwidgets.circuits": "The engine: circuits of the paper as numbers",
+    "circuitwidgets.causal": "Causal techniques: patching, ablation, attribution, the logit lens",
     "circuitwidgets.widgets": "The widgets",
 }
 
@@ -214,6 +215,7 @@ SUPPORTING = {
     "circuitwidgets.activations.qk_patterns": None,
     "circuitwidgets.model": ["ActivationCache"],
     "circuitwidgets.model.sublayers": ["Sublayers"],  # a base of CircuitModel: one layer's computations
+    "circuitwidgets.model.run": ["Runner"],  # a base of CircuitModel: the forward pass and its hooks
     "circuitwidgets.tokenizer": ["TokenizerLike", "HFTokenizer"],
 }
 

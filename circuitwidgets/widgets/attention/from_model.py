@@ -134,7 +134,7 @@ def from_model_source(model: CircuitModel, ids: torch.Tensor) -> Source:
     """Tokens, patterns (every layer), value norms and logit effects of one forward pass over ``ids [pos]``."""
     check_state_bytes(model.cfg.n_layers, model.cfg.n_heads, int(ids.shape[0]), value_weighted=True)
     tokens = model.to_str_tokens(ids)
-    _, cache = model.run_with_cache(ids[None], names=["pattern", "v", "z"])
+    _, cache = model.run_with_cache(ids[None], names=["pattern", "v", "z", "scale_final"])
     heads = Heads([cache["pattern", layer][0] for layer in range(model.cfg.n_layers)], len(tokens))
     return Source(tokens, heads, True, value_norms(model, cache), logit_effects(model, cache, ids), known_causal=True)
 
@@ -151,7 +151,7 @@ def qk_from_model(model: CircuitModel, ids: torch.Tensor) -> LongText:
     Cost: ``16 · n_layers · n_heads · pos · d_head`` bytes while the pass's cache lives.
     """
     cfg = model.cfg
-    _, cache = model.run_with_cache(ids[None], names=["q", "k", "v", "z"])
+    _, cache = model.run_with_cache(ids[None], names=["q", "k", "v", "z", "scale_final"])
     q = torch.stack([cache["q", layer][0].transpose(0, 1) for layer in range(cfg.n_layers)]).float()
     k = torch.stack([cache["k", layer][0].transpose(0, 1) for layer in range(cfg.n_layers)]).float()
     norms, effects = value_norms(model, cache), logit_effects(model, cache, ids)

@@ -37,6 +37,7 @@ import torch
 from numpy.typing import NDArray
 
 from circuitwidgets.activations.value_paths import value_norms, value_weighted
+from circuitwidgets.activations.writes import final_read, written_by_heads
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets.attention.codec import _quantise, check_state_bytes
@@ -107,18 +108,25 @@ def check_window(model: CircuitModel, window: Any, stride: Any, n: int, bos: boo
 
 
 def _next_token_effects(model: CircuitModel, cache: Any, layer: int, targets: torch.Tensor) -> NDArray[np.float32]:
-    """``(r_i W_O W_U)[targets_i]`` per head and row of one window (NaN where ``targets_i < 0``): ``[n_heads, w]``.
+    """Each head's exact direct effect on ``targets_i``'s logit per row of one window (NaN where ``targets_i < 0``):
+    ``[n_heads, w]``.
 
-    The quantity of :func:`~circuitwidgets.activations.value_paths.logit_effects`, with each row's
+    The quantity of :func:`~circuitwidgets.activations.value_paths.logit_effects` (the head's write
+    read through the final norm with the window run's scale frozen and centred), with each row's
     next token taken from the text (a window's last row has one beyond the window).
     """
     z = cache["z", layer][0]  # [w, H, dh]
-    result = torch.einsum("phe,hed->phd", z, model.W_O[layer])
+    W_O = model.weight("W_O")
+    assert W_O is not None
     keep = targets >= 0
     out = np.full((model.cfg.n_heads, z.shape[0]), np.nan, dtype=np.float32)
     if bool(keep.any()):
-        unembed = model.W_U[:, targets[keep].to(model.W_U.device)]  # [d_model, rows]
-        effect = torch.einsum("phd,dp->hp", result[keep.to(result.device)], unembed)
+        rows = keep.to(z.device)
+        heads, _ = written_by_heads(model, torch.einsum("phe,hed->phd", z[rows], W_O[layer]), layer)
+        scale = cache["scale_final"][0][rows] if "scale_final" in cache else torch.ones(int(rows.sum()), 1)
+        read = final_read(model, heads, scale[:, None])
+        unembed = model.W_U[:, targets[keep].to(model.W_U.device)].double()  # [d_model, rows]
+        effect = torch.einsum("phd,dp->hp", read, unembed)
         out[:, keep.cpu().numpy()] = effect.to("cpu", torch.float32).numpy()
     return out
 
@@ -151,7 +159,9 @@ def windowed_data(
         for k in range(len(windows.starts)):
             where = windows.positions(k)
             rows = np.nonzero(owners[where] == k)[0]  # local rows this window gives (contiguous)
-            _, cache = model.run_with_cache(ids[torch.as_tensor(where)][None], names=["pattern", "v", "z"])
+            _, cache = model.run_with_cache(
+                ids[torch.as_tensor(where)][None], names=["pattern", "v", "z", "scale_final"]
+            )
             norms = value_norms(model, cache)
             nxt = torch.as_tensor(where[rows] + 1)
             targets = torch.where(nxt < n, ids.cpu()[nxt.clamp(max=n - 1)], torch.full_like(nxt, -1))
