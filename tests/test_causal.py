@@ -13,7 +13,7 @@ from families import CASES, VOCAB
 import circuitwidgets as cw
 from circuitwidgets import causal
 from circuitwidgets.causal.sites import SITE_AXES
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError, UnsupportedArchitectureError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.sources.huggingface import from_hf
 
@@ -314,3 +314,17 @@ def test_the_attention_views_logit_effects_are_exact_direct_logit_attribution(ge
     _, no_scale = gelu.run_with_cache(clean[:1], names=["z"])
     with pytest.raises(ArgumentError, match="scale_final"):
         logit_effects(gelu, no_scale, clean[0])
+
+
+def test_centred_weights_change_no_prediction_and_centre_every_write() -> None:
+    plain = cw.load_pretrained("gelu-2l", dtype=torch.float64)
+    centred = cw.load_pretrained("gelu-2l", dtype=torch.float64, center=True)
+    tokens = torch.randint(1, 2048, (2, 12), generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(centred(tokens).log_softmax(-1), plain(tokens).log_softmax(-1), atol=1e-9, rtol=0)
+    for name in ("W_E", "W_O", "b_O", "W_out", "b_out"):
+        assert centred.weight(name).mean(-1).abs().max() < 1e-12, name  # type: ignore[union-attr]
+    assert centred.W_U.mean(-1).abs().max() < 1e-12
+    attribution = causal.logit_attribution(centred, tokens, (5, 6), by="head")
+    assert "centring applied" in attribution.convention
+    with pytest.raises(UnsupportedArchitectureError, match="center"):  # RMSNorm keeps the mean: refused
+        from_hf(next(c for c in CASES if c.id.startswith("llama")).build()).centered()

@@ -39,6 +39,7 @@ from circuitwidgets.errors import (
     ArgumentTypeError,
     ShapeError,
 )
+from circuitwidgets.model.centering import centred_weights
 from circuitwidgets.model.config import ModelConfig
 from circuitwidgets.model.io import load_model, save_model
 from circuitwidgets.model.rotary import default_frequencies
@@ -272,6 +273,18 @@ class CircuitModel(Runner, nn.Module):
             )
         return t.long()
 
+    def centered(self) -> CircuitModel:
+        """A copy with TransformerLens's default centring (``center_writing_weights``, ``center_unembed``).
+
+        Outputs are unchanged (log-probabilities and logit differences exactly;
+        logits by a constant per position); what changes is how the residual
+        stream splits between components, so attributions and composition scores
+        equal TransformerLens's defaults. See :mod:`circuitwidgets.model.centering`
+        for what is refused and why.
+        """
+        weights = centred_weights(self.cfg, self.weights())
+        return type(self)(self.cfg, weights, tokenizer=self.tokenizer, name=self.name)
+
     # -------------------------------------------------------------- save/load
     def save(self, path: str | Path) -> None:
         """Write ``model.safetensors``, ``config.json`` and (when it has one) ``tokenizer.json`` into a directory."""
@@ -279,11 +292,21 @@ class CircuitModel(Runner, nn.Module):
 
     @classmethod
     def load(
-        cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+        cls,
+        path: str | Path,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        center: bool = False,
     ) -> CircuitModel:
-        """Read a directory written by :meth:`save` (safetensors only; nothing is unpickled)."""
+        """Read a directory written by :meth:`save` (safetensors only; nothing is unpickled).
+
+        ``center=True`` centres the weights as TransformerLens does by default (:meth:`centered`).
+        """
+        if not isinstance(center, bool):
+            raise ArgumentTypeError(f"center: expected a bool, got {center!r}")
         cfg, weights, tokenizer, name = load_model(path, dtype=dtype, device=device)
-        return cls(cfg, weights, tokenizer=tokenizer, name=name)
+        model = cls(cfg, weights, tokenizer=tokenizer, name=name)
+        return model.centered() if center else model
 
     def __repr__(self) -> str:
         c = self.cfg

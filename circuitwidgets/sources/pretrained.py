@@ -48,9 +48,12 @@ def _model_dir(name: str) -> Path:
 
 
 def load_pretrained(
-    name: str = DEFAULT_MODEL, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    name: str = DEFAULT_MODEL,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    center: bool = False,
 ) -> CircuitModel:
-    """Load a shipped attention-only model (weights are stored in float16, computed in ``dtype``).
+    """Load a shipped model (weights are stored in float16, computed in ``dtype``).
 
     Parameters
     ----------
@@ -58,7 +61,11 @@ def load_pretrained(
         One of :func:`list_pretrained`; default ``"attn-only-2l"``.
     dtype, device
         Where and how to hold the weights (analyses run on CPU by default).
+    center
+        Centre the weights as TransformerLens does by default (``gelu-2l``: writing
+        weights and unembedding; attention-only models: the unembedding);
+        see :meth:`CircuitModel.centered`.
     """
-    model = CircuitModel.load(_model_dir(name), dtype=dtype, device=device)
+    model = CircuitModel.load(_model_dir(name), dtype=dtype, device=device, center=center)
     model.name = name
     return model
