@@ -158,13 +158,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``circuitwidgets`` command."""
+    """Entry point of the ``circuitwidgets`` command.
+
+    A bad argument or input (any of :mod:`circuitwidgets.errors`) is one line on
+    standard error and exit status 2, as argparse's own errors; no traceback.
+    """
+    from circuitwidgets.errors import CircuitWidgetsError
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "train":
-        return _run_train(args)
-    if args.command == "report":
-        return _run_report(args)
+    try:
+        if args.command == "train":
+            return _run_train(args)
+        if args.command == "report":
+            return _run_report(args)
+    except CircuitWidgetsError as exc:
+        print(f"circuitwidgets {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     parser.error(f"unknown command {args.command!r}")
     return 2
 

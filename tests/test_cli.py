@@ -114,9 +114,19 @@ def test_the_restated_size_budget_is_the_training_one() -> None:
     assert MAX_MODEL_BYTES == TRAINING_BUDGET
 
 
-def test_train_refuses_a_model_over_the_size_budget_before_training(tmp_path: Path) -> None:
-    from circuitwidgets.errors import ArgumentError
+def test_train_refuses_a_model_over_the_size_budget_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
 
-    with pytest.raises(ArgumentError, match=r"exports [\d,]+ bytes .* budget of 8,388,608"):
-        main(["train", "--layers", "2", "--d-model", "1024", "-o", str(tmp_path)])
+    assert main(["train", "--layers", "2", "--d-model", "1024", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"^circuitwidgets train: error: cfg: .*exports [\d,]+ bytes .* budget of 8,388,608", err), err
     assert not any(tmp_path.iterdir())  # nothing was written: no corpus, no checkpoint
+
+
+def test_a_bad_model_name_is_one_line_on_stderr_and_a_nonzero_exit(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "--model", "no-such-model", "-o", "unused.html"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("circuitwidgets report: error: name: expected one of the shipped models")
