@@ -121,7 +121,8 @@ def per_token_loss(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | s
     if t.shape[1] < 2:
         raise ShapeError(f"tokens: per-token loss needs at least 2 positions, got {t.shape[1]}")
     with torch.no_grad():
-        logits = model(t).float()
+        logits = model(t)
+        logits = logits if logits.dtype == torch.float64 else logits.float()
         lp = logits.log_softmax(-1)[:, :-1]
         loss: NDArray[np.float64] = (-lp.gather(-1, t[:, 1:, None])[..., 0]).double().cpu().numpy()
         return loss
