@@ -29,7 +29,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
-NAMES = ("01_zero_and_one_layer", "02_two_layer_induction", "03_bring_your_own_model")
+NAMES = ("01_zero_and_one_layer", "02_two_layer_induction", "03_bring_your_own_model", "04_causal_induction")
 KERNEL = "circuitwidgets-notebooks"
 CELL_TIMEOUT_S = 300
 
@@ -293,3 +293,53 @@ def test_the_phase_change_is_shown(nb02: nbformat.NotebookNode) -> None:
     assert found is not None, out
     step, start, end = (int(v) for v in found.groups())
     assert 0 < start <= step <= end and end - start <= 4_000
+
+
+# ----------------------------------------------------------------------------- 04: causal methods
+
+
+@pytest.fixture(scope="module")
+def nb04(executed: Callable[[str], nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    return executed("04_causal_induction")
+
+
+INDUCTION_12H = ["L1H5", "L1H7", "L1H9"]
+
+
+def test_ablation_finds_the_previous_token_head_and_induction_heads(nb04: nbformat.NotebookNode) -> None:
+    out = printed(nb04, "ablation")
+    heads = ast.literal_eval(find(r"hurts most: (\[.*\])", out).group(1))
+    assert "L0H11" in heads and len(set(heads) & set(INDUCTION_12H)) >= 2, out
+
+
+def test_head_patching_three_strongest_heads_are_the_induction_heads(nb04: nbformat.NotebookNode) -> None:
+    out = printed(nb04, "head-patching")
+    assert ast.literal_eval(find(r"three strongest heads: (\[.*\])", out).group(1)) == INDUCTION_12H, out
+    assert number(r"previous-token head L0H11 alone: ([+-][\d.]+)", out) < 0.1, out  # does not restore induction
+
+
+def test_the_previous_token_head_restores_when_only_the_address_is_corrupted(nb04: nbformat.NotebookNode) -> None:
+    out = printed(nb04, "previous-token-alone")
+    assert number(r"restoring the previous-token head L0H11: ([+-][\d.]+)", out) > 0.6, out
+    patterned = re.findall(r"attention pattern of (L\d+H\d+)", out)
+    assert sorted(patterned) == INDUCTION_12H, out
+
+
+def test_path_patching_runs_through_the_induction_heads_keys_not_queries_or_values(nb04: nbformat.NotebookNode) -> None:
+    out = printed(nb04, "path-patching")
+    via = {m.group(1): float(m.group(2)) for m in re.finditer(r"via (\w): strongest receiver \S+ ([+-][\d.]+)", out)}
+    assert via["k"] > 0.2 and via["q"] < 0.05 and via["v"] < 0.05, out
+    assert ast.literal_eval(find(r"strongest key receivers: (\[.*\])", out).group(1)) == INDUCTION_12H, out
+
+
+def test_weights_and_causal_test_name_the_same_heads(nb04: nbformat.NotebookNode) -> None:
+    out = printed(nb04, "agreement")
+    assert "weights and causal test agree: True" in out, out
+
+
+def test_on_the_gelu_model_the_key_path_runs_through_the_first_mlp(nb04: nbformat.NotebookNode) -> None:
+    out = printed(nb04, "gelu")
+    assert number(r"restoring L0H\d+: ([+-][\d.]+)", out) > 0.5, out
+    direct = number(r"-> keys, strongest receiver \S+: ([+-][\d.]+)", out)
+    via_mlp = number(r"answer's earlier position: ([+-][\d.]+)", out)
+    assert direct < 0.1 < 0.5 < via_mlp, out
