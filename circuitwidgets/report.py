@@ -301,6 +301,16 @@ def _intro(model: CircuitModel, card: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _text_page(title: str, body: str) -> str:
+    """A self-contained page of text and tables only (no widget, so no script)."""
+    return (
+        '<!doctype html>\n<html><head><meta charset="utf-8"><title>'
+        + html.escape(title)
+        + "</title><style>body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+        "</style></head><body>" + body + "</body></html>\n"
+    )
+
+
 def write_report(
     model: CircuitModel,
     path: str | Path,
@@ -320,9 +330,13 @@ def write_report(
         if section.widget is not None:
             texts.append(pending)
             pending = ""
-    page = html_page(widgets, title=f"circuitwidgets report: {model.name}", sections=texts, link=LINKED)
-    if pending:
-        page = page.replace("</body>", pending + "</body>", 1)
+    title = f"circuitwidgets report: {model.name}"
+    if widgets:
+        page = html_page(widgets, title=title, sections=texts, link=LINKED)
+        if pending:
+            page = page.replace("</body>", pending + "</body>", 1)
+    else:  # a zero-layer model: its direct path is a table, and the page needs no view
+        page = _text_page(title, pending)
     page = page.replace(
         "</style>",
         ".cw-table{border-collapse:collapse;font-size:13px}.cw-table td,.cw-table th{border:1px solid #ddd;padding:2px 6px;text-align:left}</style>",
