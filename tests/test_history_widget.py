@@ -53,3 +53,10 @@ def test_choosing_a_head_is_shared_with_linked_views() -> None:
     cw.link(history, scatter)
     scatter.selected_layer, scatter.selected_head = 0, 2
     assert (history.selected_layer, history.selected_head) == (0, 2)
+
+
+def test_the_view_says_which_measure_its_head_scores_are() -> None:
+    # The logged detectors (16 × 127 tokens repeated) read lower than circuits.head_scores (8 × 50): say so.
+    view = cw.TrainingHistory.from_pretrained("attn-only-2l-12h")
+    assert "127 random tokens repeated" in view.measure and "circuits.head_scores" in view.measure
+    assert cw.TrainingHistory.from_log([]).measure == ""

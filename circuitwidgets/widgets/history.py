@@ -36,7 +36,25 @@ __all__ = ["TrainingHistory", "training_history_data"]
 CURVES = ("previous_token", "induction", "ov_copying", "k_composition")
 
 
-def training_history_data(history: History | None, absent: str = "", model_name: str = "") -> dict[str, Any]:
+def measure_words(n_ctx: int | None) -> str:
+    """What the logged head scores measure, in the words the view shows under its curves.
+
+    ``circuitwidgets train`` logs the detectors on 16 sequences of ``[BOS]`` and
+    ``(n_ctx − 1) // 2`` random tokens repeated; :func:`circuitwidgets.circuits.head_scores`
+    defaults to 8 sequences of 50, where a head's attention is spread over fewer
+    earlier tokens, so its induction scores read higher for the same weights.
+    """
+    half = f"{(n_ctx - 1) // 2}" if n_ctx else "(context − 1) / 2"
+    return (
+        f"Head scores as logged during training: mean attention on 16 sequences of [BOS] and {half} random tokens "
+        "repeated. circuits.head_scores (the head-scores view and the report's detector table) uses 8 sequences of 50 "
+        "by default, which gives higher induction scores for the same weights."
+    )
+
+
+def training_history_data(
+    history: History | None, absent: str = "", model_name: str = "", n_ctx: int | None = None
+) -> dict[str, Any]:
     """Trait values of a :class:`TrainingHistory` (``history=None``: an empty view saying ``absent``)."""
     if history is None:
         empty = np.zeros((0, 0, 0), dtype=np.float32)
@@ -48,6 +66,7 @@ def training_history_data(history: History | None, absent: str = "", model_name:
             "formation": [],
             "absent": absent or "no training history",
             "model_name": model_name,
+            "measure": "",
         }
     formation = history.formation()
     return {
@@ -58,6 +77,7 @@ def training_history_data(history: History | None, absent: str = "", model_name:
         "formation": [] if formation is None else [formation["start"], formation["step"], formation["end"]],
         "absent": "",
         "model_name": model_name,
+        "measure": measure_words(n_ctx),
     }
 
 
@@ -111,6 +131,9 @@ class TrainingHistory(CircuitWidget):
     absent = view_data(traitlets.Unicode(""))
     """Why there is no history (shown instead of the curves), or ``""``."""
 
+    measure = view_data(traitlets.Unicode(""))
+    """What the head scores measure (shown under the curves): the logged detectors differ from ``circuits.head_scores``'s defaults."""
+
     selected_layer = head_selection(SelectionIndex("n_layers"))
     """Layer of the head whose curves are drawn."""
 
@@ -125,7 +148,10 @@ class TrainingHistory(CircuitWidget):
         """The history in a model card (``card["training"]["log"]``); a missing or malformed one gives a view that says so."""
         history, why = history_from_card(card)
         name = model_name or (str(card.get("name", "")) if isinstance(card, dict) else "")
-        return cls(**{**training_history_data(history, why, name), **_strongest_induction_head(history), **kwargs})
+        training = card.get("training") if isinstance(card, dict) else None
+        n_ctx = training.get("n_ctx") if isinstance(training, dict) else None
+        data = training_history_data(history, why, name, n_ctx if isinstance(n_ctx, int) else None)
+        return cls(**{**data, **_strongest_induction_head(history), **kwargs})
 
     @classmethod
     def from_log(cls, records: object, *, model_name: str = "", **kwargs: Any) -> TrainingHistory:

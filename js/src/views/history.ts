@@ -26,6 +26,7 @@ export interface HistoryTraits {
   k_composition: WireArray;
   formation: number[];
   absent: string;
+  measure: string;
   selected_layer: number;
   selected_head: number;
 }
@@ -167,7 +168,7 @@ export function renderHistory({ model, el: root }: RenderProps<HistoryTraits>): 
       formation,
     );
     panel.body.replaceChildren(loss, icl, headChart);
-    note.textContent = formationText(formation);
+    note.textContent = [formationText(formation), String(m.get("measure") ?? "")].filter(Boolean).join(" ");
     const last = d.steps.length - 1;
     const ind = headSeries(d.curves.induction ?? [], d.steps.length, d.nLayers, d.nHeads, layer, head)[last];
     const prev = headSeries(d.curves.previous_token ?? [], d.steps.length, d.nLayers, d.nHeads, layer, head)[last];
@@ -184,7 +185,7 @@ export function renderHistory({ model, el: root }: RenderProps<HistoryTraits>): 
   );
   return runView(
     m, panel, frame, cleanups,
-    { data: ["steps", "val_loss", "icl_score", "previous_token", "induction", "ov_copying", "k_composition"], redraw: ["formation", "absent", "selected_layer", "selected_head", "model_name"] },
+    { data: ["steps", "val_loss", "icl_score", "previous_token", "induction", "ov_copying", "k_composition"], redraw: ["formation", "absent", "measure", "selected_layer", "selected_head", "model_name"] },
     load, draw,
   );
 }
