@@ -29,6 +29,7 @@ _LAZY = {
     "TrainingHistory": "circuitwidgets.widgets",
     "CircuitExplorer": "circuitwidgets.widgets",
     "HeadScores": "circuitwidgets.widgets",
+    "PatchingMap": "circuitwidgets.widgets",
     "link": "circuitwidgets.widgets.core.link",
     "save_html": "circuitwidgets.export",
 }

@@ -62,16 +62,17 @@ _CSP = (
 )
 
 
-def _linked_groups(items: Sequence[Any]) -> list[tuple[tuple[str, ...], str]]:
-    """Per widget of a page, the traits it shares with others of the page through :func:`circuitwidgets.link`, and its group."""
+def _linked_groups(items: Sequence[Any]) -> list[tuple[tuple[str, ...], str, dict[str, str]]]:
+    """Per widget of a page, the traits it shares with others of the page through :func:`circuitwidgets.link`,
+    its group, and the names it links under another trait (a patching map's ``selected_pos`` as ``selected_dest``)."""
     groups = [link_of(w) for w in items]
-    out: list[tuple[tuple[str, ...], str]] = []
-    for group in groups:
+    out: list[tuple[tuple[str, ...], str, dict[str, str]]] = []
+    for widget, group in zip(items, groups, strict=True):
         on_page = sum(1 for g in groups if g is not None and g is group)
         if group is None or on_page < 2:
-            out.append(((), ""))
+            out.append(((), "", {}))
             continue
-        out.append((tuple(group.names), f"g{groups.index(group)}"))  # (each view links the names it has)
+        out.append((group.names_of(widget), f"g{groups.index(group)}", group.aliases_of(widget)))
     return out
 
 
@@ -103,7 +104,7 @@ def html_page(
         raise ArgumentTypeError(f"sections: expected a list of HTML strings, got {type(sections).__name__}")
     if sections is not None and len(sections) != len(items):
         raise ArgumentError(f"sections: expected one per widget ({len(items)}), got {len(sections)}")
-    linked = [(tuple(link), "")] * len(items) if link else _linked_groups(items)
+    linked = [(tuple(link), "", {})] * len(items) if link else _linked_groups(items)
     body = "\n".join(
         (sections[i] if sections is not None else "") + _widget_block(w, *linked[i]) for i, w in enumerate(items)
     )

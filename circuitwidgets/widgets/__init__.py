@@ -8,6 +8,7 @@ from circuitwidgets.widgets.eigen import EigenScatter
 from circuitwidgets.widgets.explorer import CircuitExplorer
 from circuitwidgets.widgets.head_scores import HeadScores
 from circuitwidgets.widgets.history import TrainingHistory
+from circuitwidgets.widgets.patching_map import PatchingMap
 from circuitwidgets.widgets.skip_trigrams import SkipTrigramTable
 from circuitwidgets.widgets.term_importance import TermImportance
 
@@ -17,6 +18,7 @@ __all__ = [
     "CompositionMap",
     "EigenScatter",
     "HeadScores",
+    "PatchingMap",
     "SkipTrigramTable",
     "TermImportance",
     "TrainingHistory",

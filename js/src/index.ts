@@ -14,6 +14,7 @@ import { renderEigen } from "./views/eigen";
 import { renderExplorer } from "./views/explorer";
 import { renderHeadScores } from "./views/headscores";
 import { renderHistory } from "./views/history";
+import { renderPatchingMap } from "./views/patchingmap";
 import { renderSkipTrigrams } from "./views/skiptrigrams";
 import { renderTermImportance } from "./views/termimportance";
 
@@ -27,6 +28,7 @@ export const VIEWS: Readonly<Record<string, ViewRender>> = {
   explorer: renderExplorer,
   headscores: renderHeadScores,
   history: renderHistory,
+  patchingmap: renderPatchingMap,
   skiptrigrams: renderSkipTrigrams,
   termimportance: renderTermImportance,
 };

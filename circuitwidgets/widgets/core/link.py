@@ -10,15 +10,24 @@ linked in the browser, with no kernel). What is linked:
   (:class:`~circuitwidgets.AttentionPatterns` over several prompts);
 - ``selected_dest`` and ``selected_src`` (token positions), between widgets that
   have them and show the same number of tokens (in every prompt of a batch, or
-  batches whose prompts have the same lengths, prompt by prompt).
+  batches whose prompts have the same lengths, prompt by prompt); otherwise
+  positions are not linked, with a :class:`LinkWarning` saying so.
 
-Widgets of models of different shapes (another number of layers or heads)
-are refused: a head of one is not a head of the other.
+A view may link a trait under another name (``_link_as``: a patching map's
+``selected_pos`` is linked as ``selected_dest``, so a click on a (layer,
+position) cell selects that token in an attention view), and may hold a layer
+that is not a head's (``_links_heads`` false: a map with no head axis, the logit
+lens's rows), which then moves no other view's head, or no position
+(``_links_positions`` false: a map with no position axis).
+
+Widgets of models of different shapes (another number of layers or heads), or
+of models with different names, are refused: a head of one is not a head of the other.
 """
 
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +36,7 @@ import traitlets
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.widgets.core.base import CircuitWidget
 
-__all__ = ["HEAD_TRAITS", "POSITION_TRAITS", "PROMPT_TRAITS", "Link", "link", "link_of"]
+__all__ = ["HEAD_TRAITS", "POSITION_TRAITS", "PROMPT_TRAITS", "Link", "LinkWarning", "link", "link_of"]
 
 #: Head selection, linked whenever both widgets have it.
 HEAD_TRAITS = ("selected_layer", "selected_head")
@@ -43,6 +52,22 @@ _LINKED = (*HEAD_TRAITS, *PROMPT_TRAITS, *POSITION_TRAITS)
 
 #: Sizes that must agree for widgets to be linked (read when a widget has them).
 _SHAPE = ("n_layers", "n_heads")
+
+
+class LinkWarning(UserWarning):
+    """Something :func:`link` could not link (token positions of texts of different lengths)."""
+
+
+def local_name(widget: Any, name: str) -> str | None:
+    """The trait of ``widget`` linked as ``name`` (itself, or its ``_link_as`` alias), or ``None``."""
+    if name in HEAD_TRAITS and not getattr(widget, "_links_heads", True):
+        return None
+    if name in POSITION_TRAITS and not getattr(widget, "_links_positions", True):
+        return None
+    if widget.has_trait(name):
+        return name
+    alias = getattr(type(widget), "_link_as", {}).get(name)
+    return alias if alias is not None and widget.has_trait(alias) else None
 
 
 def _size(widget: Any, name: str) -> int | None:
@@ -77,28 +102,58 @@ class Link:
     def __init__(self, widgets: Sequence[Any]) -> None:
         self.widgets: tuple[Any, ...] = tuple(widgets)
         self.names: tuple[str, ...] = ()
+        self.notes: tuple[str, ...] = ()
         self._links: list[traitlets.link] = []
         self._connect()
 
     def _connect(self) -> None:
         names = []
+        notes = []
         for name in _LINKED:
-            holders = [w for w in self.widgets if w.has_trait(name)]
+            holders = [w for w in self.widgets if local_name(w, name) is not None]
             if name in PROMPT_TRAITS:
                 holders = [w for w in holders if (_size(w, "n_prompts") or 1) > 1]
                 if len({_size(w, "n_prompts") for w in holders}) > 1:
                     continue  # (batches of different sizes: prompt 3 of one is not prompt 3 of the other)
-            if name in POSITION_TRAITS and not _positions_agree(holders):
-                continue  # (different texts: a position of one is not a position of the other)
+            if name in POSITION_TRAITS and len(holders) > 1 and not _positions_agree(holders):
+                # (different texts: a position of one is not a position of the other)
+                note = (
+                    "token positions are not linked: the views show texts of different lengths ("
+                    + ", ".join(f"{type(w).__name__} {_size(w, 'n_tokens')}" for w in holders)
+                    + " tokens)"
+                )
+                if note not in notes:
+                    notes.append(note)
+                continue
             if len(holders) < 2:
                 continue
             names.append(name)
             first = holders[0]
+            mine = local_name(first, name)
+            assert mine is not None
             for other in holders[1:]:
-                if getattr(other, name) != getattr(first, name):
-                    setattr(other, name, getattr(first, name))
-                self._links.append(traitlets.link((first, name), (other, name)))
+                theirs = local_name(other, name)
+                assert theirs is not None
+                if getattr(other, theirs) != getattr(first, mine):
+                    setattr(other, theirs, getattr(first, mine))
+                self._links.append(traitlets.link((first, mine), (other, theirs)))
         self.names = tuple(names)
+        self.notes = tuple(notes)
+        for note in notes:
+            warnings.warn(f"circuitwidgets.link: {note}; heads are linked", LinkWarning, stacklevel=4)
+
+    def names_of(self, widget: Any) -> tuple[str, ...]:
+        """The linked names ``widget`` takes part in (its own trait for each: :meth:`aliases_of`)."""
+        return tuple(n for n in self.names if local_name(widget, n) is not None)
+
+    def aliases_of(self, widget: Any) -> dict[str, str]:
+        """Linked name → ``widget``'s own trait, where they differ (``{"selected_dest": "selected_pos"}``)."""
+        out = {}
+        for name in self.names_of(widget):
+            own = local_name(widget, name)
+            if own is not None and own != name:
+                out[name] = own
+        return out
 
     def unlink(self) -> None:
         """Stop keeping the selections equal (live and in pages saved afterwards)."""
@@ -157,7 +212,7 @@ def link(*widgets: Any) -> Link:
         if isinstance(group, Link) and group not in previous:
             previous.append(group)
     _check_shapes(widgets)
-    if not any(sum(w.has_trait(n) for w in members) >= 2 for n in _LINKED):
+    if not any(sum(local_name(w, n) is not None for w in members) >= 2 for n in _LINKED):
         raise ArgumentError(
             f"widgets: expected widgets with a selection in common ({', '.join(_LINKED)}), "
             f"got {', '.join(type(w).__name__ for w in widgets)}"
@@ -170,8 +225,26 @@ def link(*widgets: Any) -> Link:
     return joined
 
 
+def _model_name(widget: Any) -> str:
+    name = getattr(widget, "model_name", "") if widget.has_trait("model_name") else ""
+    return name if isinstance(name, str) else ""
+
+
 def _check_shapes(widgets: Sequence[Any]) -> None:
-    """Refuse arguments whose models differ in shape (a widget's group counts as it), naming the argument."""
+    """Refuse arguments whose models differ in shape or name (a widget's group counts as it), naming the argument."""
+    named: tuple[int, str] | None = None
+    for i, widget in enumerate(widgets):
+        group = link_of(widget)
+        found = [n for n in (_model_name(m) for m in (group.widgets if group else (widget,))) if n]
+        if not found:
+            continue
+        if named is None:
+            named = (i, found[0])
+        elif found[0] != named[1]:
+            raise ArgumentError(
+                f"widgets[{i}]: expected a widget of the model {named[1]!r} like widgets[{named[0]}], "
+                f"got {type(widget).__name__} of {found[0]!r}; widgets of different models cannot be linked"
+            )
     for name in _SHAPE:
         reference: tuple[int, int] | None = None
         for i, widget in enumerate(widgets):

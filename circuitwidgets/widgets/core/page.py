@@ -137,10 +137,15 @@ def _json_for_script(data: Any) -> str:
     )
 
 
-def _state_block(state: dict[str, Any], link: Sequence[str] = (), group: str = "") -> str:
+def _state_block(
+    state: dict[str, Any], link: Sequence[str] = (), group: str = "", alias: dict[str, str] | None = None
+) -> str:
     linked = f' data-cw-link="{html.escape(" ".join(link))}"' if link else ""
     if link and group:
         linked += f' data-cw-link-group="{html.escape(group)}"'
+    if link and alias:
+        pairs = " ".join(f"{name}={own}" for name, own in alias.items())
+        linked += f' data-cw-link-as="{html.escape(pairs)}"'
     return (
         f'<div class="cw-widget"{linked}>'
         f'<script type="application/json" class="cw-state">{_json_for_script(state)}</script>'
@@ -148,8 +153,8 @@ def _state_block(state: dict[str, Any], link: Sequence[str] = (), group: str = "
     )
 
 
-def _widget_block(widget: Any, link: Sequence[str] = (), group: str = "") -> str:
-    return _state_block(widget_state(widget), link, group)
+def _widget_block(widget: Any, link: Sequence[str] = (), group: str = "", alias: dict[str, str] | None = None) -> str:
+    return _state_block(widget_state(widget), link, group, alias)
 
 
 def is_saved_circuitwidget(entry: Any) -> bool:

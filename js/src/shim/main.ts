@@ -1,10 +1,10 @@
 // Mounts the widgets of an exported page (see offline.ts). The page holds, per
-// widget, `<div class="cw-widget" [data-cw-link="name …" [data-cw-link-group="id"]]>`
+// widget, `<div class="cw-widget" [data-cw-link="name …" [data-cw-link-group="id"] [data-cw-link-as="name=own …"]]>`
 // (widgets of one group, or of the page when no group is named, are linked) with its state in
 // `script.cw-state` and an empty `.cw-view`; the bundle is base64 text in
 // `#cw-bundle`, imported once from a blob URL (the page's CSP allows nothing else).
 
-import { b64bytes, LinkGroup, OfflineModel, revive } from "./offline";
+import { b64bytes, LinkGroup, OfflineModel, parseAliases, revive } from "./offline";
 
 interface Widget {
   initialize?: (props: { model: OfflineModel }) => unknown;
@@ -40,10 +40,12 @@ async function mount(node: HTMLElement): Promise<void> {
   const model = new OfflineModel(state);
   const link = node.dataset.cwLink;
   if (link) {
-    const key = `${node.dataset.cwLinkGroup ?? ""}|${link}`;
+    // (a named group's members may link different names: a map with no head axis links positions only)
+    const names = link.split(/\s+/).filter(Boolean);
+    const key = node.dataset.cwLinkGroup ? `g|${node.dataset.cwLinkGroup}` : `|${link}`;
     let group = groups.get(key);
-    if (group === undefined) groups.set(key, (group = new LinkGroup(link.split(/\s+/).filter(Boolean))));
-    group.add(model);
+    if (group === undefined) groups.set(key, (group = new LinkGroup(names)));
+    group.add(model, names, parseAliases(node.dataset.cwLinkAs));
   }
   const el = node.querySelector<HTMLElement>(".cw-view");
   if (el === null) return;

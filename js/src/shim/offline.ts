@@ -99,24 +99,44 @@ export class OfflineModel {
  * Models that keep `names` equal: a change of one of those traits in any
  * member is set on every other member that holds it (so choosing a head in
  * one view of a page moves the others). Echoes stop at once: `set` of an
- * equal value emits nothing.
+ * equal value emits nothing. A member may take part in some of the names only
+ * (`names` of `add`), and hold a name under its own trait (`alias`: a patching
+ * map's `selected_pos` linked as `selected_dest`).
  */
 export class LinkGroup {
   readonly names: readonly string[];
-  private readonly members: OfflineModel[] = [];
+  private readonly members: { model: OfflineModel; local: Map<string, string> }[] = [];
 
   constructor(names: readonly string[]) {
     this.names = names;
   }
 
-  /** Link `model` to the members before and after it. */
-  add(model: OfflineModel): void {
-    this.members.push(model);
-    for (const name of this.names) {
-      if (!model.has(name)) continue;
-      model.on(`change:${name}`, (value: unknown) => {
-        for (const other of this.members) if (other !== model && other.has(name)) other.set(name, value);
+  /** Link `model` to the members before and after it, on `names` (default: the group's), each under `alias[name]` or its own name. */
+  add(model: OfflineModel, names: readonly string[] = this.names, alias: Readonly<Record<string, string>> = {}): void {
+    const local = new Map<string, string>();
+    for (const name of names) {
+      const own = alias[name] ?? name;
+      if (model.has(own)) local.set(name, own);
+    }
+    const me = { model, local };
+    this.members.push(me);
+    for (const [name, own] of local) {
+      model.on(`change:${own}`, (value: unknown) => {
+        for (const other of this.members) {
+          const theirs = other.local.get(name);
+          if (other !== me && theirs !== undefined) other.model.set(theirs, value);
+        }
       });
     }
   }
+}
+
+/** `"selected_dest=selected_pos other=mine"` (a page's `data-cw-link-as`) as a record. */
+export function parseAliases(text: string | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const pair of (text ?? "").split(/\s+/)) {
+    const [name, own] = pair.split("=");
+    if (name && own) out[name] = own;
+  }
+  return out;
 }
