@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { allEdges, compValue, edgeId, edgeOr, edgePath, edgeWidth, layeredLayout, parseEdgeId, strongestEdges, type CompData } from "../src/lib/graph";
+import { allEdges, compValue, edgeId, edgeOr, edgePath, edgeWidth, KIND_STYLE, layeredLayout, parseEdgeId, scaledDash, strongestEdges, type CompData } from "../src/lib/graph";
 
 function data(): CompData {
   // 3 layers, 2 heads; value = 0.1 * (k + 1) + l1 + 0.01 * h1 + 0.001 * h2 ... only where l1 < l2
@@ -59,5 +59,17 @@ describe("composition graph logic", () => {
     expect(edgeWidth(1, 1)).toBe(6);
     expect(edgeWidth(0.5, 1)).toBe(3.5);
     expect(edgeWidth(-1, 1)).toBe(1);
+  });
+});
+
+describe("edge styles", () => {
+  it("stretches a dash with the line's width, so a thick K-composition edge still reads as dashed", () => {
+    expect(scaledDash(null, 8)).toBeNull();
+    expect(scaledDash("7 3", 1)).toBe("7 3");
+    expect(scaledDash("7 3", 8)).toBe("28 12");
+  });
+  it("never draws Q-composition in the heatmaps' below-baseline blue", () => {
+    expect(KIND_STYLE.Q.colour.toUpperCase()).not.toBe("#0072B2");
+    expect(new Set(Object.values(KIND_STYLE).map((s) => s.colour)).size).toBe(3);
   });
 });

@@ -7,7 +7,8 @@ export type Kind = (typeof KINDS)[number];
 
 /** Colour and dash of each kind (Okabe–Ito colours, dashes for readers who cannot tell them apart). */
 export const KIND_STYLE: Record<Kind, { colour: string; dash: string | null; label: string }> = {
-  Q: { colour: "#0072B2", dash: null, label: "Q-composition (feeds queries)" },
+  // Not blue: the heatmaps beside the graph use blue for "below the random baseline".
+  Q: { colour: "#CC79A7", dash: null, label: "Q-composition (feeds queries)" },
   K: { colour: "#D55E00", dash: "7 3", label: "K-composition (feeds keys)" },
   V: { colour: "#009E73", dash: "2 3", label: "V-composition (feeds values)" },
 };
@@ -215,4 +216,14 @@ export function nearestEdge(p: { x: number; y: number }, curves: readonly (reado
 export function edgeOpacity(value: number, max: number): number {
   if (!(max > 0) || !(value > 0)) return 0.35;
   return 0.35 + 0.6 * Math.min(1, value / max);
+}
+
+/** A dash pattern stretched with the line's width, so a thick dashed edge still reads as dashed. */
+export function scaledDash(dash: string | null, width: number): string | null {
+  if (dash === null) return null;
+  const k = Math.max(1, width / 2);
+  return dash
+    .split(/\s+/)
+    .map((v) => String(Math.round(Number(v) * k * 10) / 10))
+    .join(" ");
 }

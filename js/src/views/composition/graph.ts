@@ -4,7 +4,7 @@
 // join, lib/graphlayout.ts), so at 32 × 32 heads nothing overlaps.
 
 import { layerPalette, textOn } from "../../lib/colour";
-import { type CompData, compValue, type Edge, edgeId, edgeOpacity, edgePath, edgePoints, edgeWidth, type Kind, KIND_STYLE, KINDS, strongestEdges } from "../../lib/graph";
+import { type CompData, compValue, type Edge, edgeId, edgeOpacity, edgePath, edgePoints, edgeWidth, type Kind, KIND_STYLE, KINDS, scaledDash, strongestEdges } from "../../lib/graph";
 import { graphLayout } from "../../lib/graphlayout";
 import { fmt, headName, svgEl, svgTitle } from "../../lib/svg";
 
@@ -72,7 +72,7 @@ export function drawGraph(doc: Document, d: CompData, edges: readonly Edge[], se
         fill: "none",
         stroke: style.colour,
         "stroke-width": edgeWidth(e.value, max),
-        "stroke-dasharray": style.dash,
+        "stroke-dasharray": scaledDash(style.dash, edgeWidth(e.value, max)),
         // strength alone sets the shade, so a selected head's weak edge never looks strong
         "stroke-opacity": selected ? 0.95 : edgeOpacity(e.value, max),
         "stroke-linecap": "round",
