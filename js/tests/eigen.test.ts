@@ -1,7 +1,7 @@
 // @vitest-environment happy-dom
 import { describe, expect, it } from "vitest";
 import { decodeArray } from "../src/lib/arrays";
-import { eigenScore, headEigenvalues, placeLabels, scatterPoints, scoreDomain, stripRows, toEigenData } from "../src/lib/eigen";
+import { coincident, eigenScore, headEigenvalues, headToSelect, placeLabels, scatterPoints, scoreDomain, stripRows, toEigenData } from "../src/lib/eigen";
 import { eigenState, H, L, nextFrame, viewsCleanedAfterEach } from "./weightspace-fixtures";
 
 const view = viewsCleanedAfterEach(eigenState);
@@ -136,5 +136,25 @@ describe("label placement", () => {
   it("dodges dots on the n/a strip into rows so none hides another", () => {
     expect(stripRows([10, 12, 40, 11], 13)).toEqual([0, 2, 0, 1]); // by x: 10, 11, 12 each take a new row
     expect(stripRows([], 13)).toEqual([]);
+  });
+});
+
+describe("heads drawn on one point", () => {
+  const points = [
+    { id: "1.9", x: 300, y: 40 },
+    { id: "1.5", x: 300, y: 40 },
+    { id: "1.7", x: 301, y: 41 },
+    { id: "0.11", x: 120, y: 200 },
+  ];
+  it("lists every head within a few pixels, in head order", () => {
+    expect(coincident(points, points[0]!)).toEqual(["1.5", "1.7", "1.9"]);
+    expect(coincident(points, points[3]!)).toEqual(["0.11"]);
+  });
+  it("cycles through them on repeated clicks, and selects a lone head directly", () => {
+    expect(headToSelect(points, points[1]!, "0.11")).toBe("1.5");
+    expect(headToSelect(points, points[1]!, "1.5")).toBe("1.7");
+    expect(headToSelect(points, points[1]!, "1.7")).toBe("1.9");
+    expect(headToSelect(points, points[1]!, "1.9")).toBe("1.5");
+    expect(headToSelect(points, points[3]!, "1.5")).toBe("0.11");
   });
 });

@@ -235,3 +235,29 @@ export function parseHeadName(text: string, nLayers: number, nHeads: number): He
 export function pointRadius(count: number): number {
   return count > 256 ? 3.5 : count > 64 ? 4.5 : 5.5;
 }
+
+/** A point of the scatter as the click handler sees it: its head id ("l.h") and its position in pixels. */
+export interface PlacedHead {
+  id: string;
+  x: number;
+  y: number;
+}
+
+/** Heads drawn within `radius` pixels of `at` (itself included), in head order: one spot, several heads. */
+export function coincident(points: readonly PlacedHead[], at: PlacedHead, radius = 3): string[] {
+  const order = (id: string) => id.split(".").map(Number) as [number, number];
+  return points
+    .filter((p) => Math.hypot(p.x - at.x, p.y - at.y) <= radius)
+    .map((p) => p.id)
+    .sort((a, b) => order(a)[0] - order(b)[0] || order(a)[1] - order(b)[1]);
+}
+
+/**
+ * The head a click on `clicked` selects: itself, or, when several heads share its spot and one of
+ * them is selected, the next of them (clicking again cycles through heads drawn on one point).
+ */
+export function headToSelect(points: readonly PlacedHead[], clicked: PlacedHead, selected: string): string {
+  const here = coincident(points, clicked);
+  const at = here.indexOf(selected);
+  return at < 0 || here.length < 2 ? clicked.id : (here[(at + 1) % here.length] as string);
+}

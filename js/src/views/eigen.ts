@@ -16,7 +16,7 @@ import { offsetControl } from "../lib/offset";
 import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName } from "../lib/svg";
-import { type EigenData, METHOD_LABELS, scoreAt, toEigenData } from "../lib/eigen";
+import { type EigenData, headToSelect, METHOD_LABELS, type PlacedHead, scoreAt, toEigenData } from "../lib/eigen";
 import { drawScatter, showHoverLabel } from "./eigen/scatter";
 import { headFinder, layerFilter } from "./eigen/controls";
 import { drawSide } from "./eigen/side";
@@ -197,8 +197,15 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
     listen(plotBox, "mouseleave", hover),
     listen(plotBox, "click", (event) => {
       const g = (event.target as Element | null)?.closest?.("[data-cw-head]");
-      const value = g?.getAttribute("data-cw-head");
-      if (!value) return;
+      if (!g?.getAttribute("data-cw-head")) return;
+      const placed = (e: Element): PlacedHead => ({
+        id: e.getAttribute("data-cw-head") ?? "",
+        x: Number(e.getAttribute("data-cw-x")),
+        y: Number(e.getAttribute("data-cw-y")),
+      });
+      const points = Array.from(plotBox.querySelectorAll("[data-cw-head]"), placed);
+      const current = `${m.get("selected_layer")}.${m.get("selected_head")}`;
+      const value = headToSelect(points, placed(g), current);
       const [layer, head] = value.split(".").map(Number);
       setTraits(m, { selected_layer: layer as number, selected_head: head as number });
       frame.schedule();

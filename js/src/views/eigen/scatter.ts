@@ -2,7 +2,7 @@
 // by layer, the selected head ringed and named, labels placed clear of every
 // dot, ring and other label, and a hover label for heads left unnamed.
 
-import { type EigenData, type LabelWish, type Obstacle, placeLabels, pointRadius, scatterPoints, scoreDomain, stripRows } from "../../lib/eigen";
+import { coincident, type EigenData, type LabelWish, type Obstacle, type PlacedHead, placeLabels, pointRadius, scatterPoints, scoreDomain, stripRows } from "../../lib/eigen";
 import { drawAxes, fmt, headName, linearScale, svgEl, svgTitle } from "../../lib/svg";
 
 export const PLOT = { width: 380, height: 390, left: 54, right: 14, top: 26, bottom: 46, strip: 34 };
@@ -74,6 +74,13 @@ export function drawScatter(doc: Document, d: EigenData, o: ScatterOptions): SVG
   // drawn back to front: muted heads, the emphasised ones, the selected head last (on top)
   const rank = (p: { layer: number; head: number }) => (isSelected(p) ? 2 : inFocus(p) ? 1 : 0);
   const ordered = [...points].sort((a, b) => rank(a) - rank(b));
+  const placed: PlacedHead[] = ordered
+    .filter((p) => Number.isFinite(p.x))
+    .map((p) => ({
+      id: `${p.layer}.${p.head}`,
+      x: x(p.x),
+      y: Number.isNaN(p.y) ? stripY + (stripRow.get(`${p.layer}.${p.head}`) ?? 0) * STRIP_ROW : y(p.y),
+    }));
   const wishes: Wish[] = [];
   const obstacles: Obstacle[] = [];
   for (const p of ordered) {
@@ -98,7 +105,10 @@ export function drawScatter(doc: Document, d: EigenData, o: ScatterOptions): SVG
         "fill-opacity": Number.isNaN(p.y) ? 0.55 : 0.95,
       }),
     );
-    svgTitle(doc, g, `${name}: OV ${fmt(p.x)}, QK ${Number.isNaN(p.y) ? "n/a" : fmt(p.y)}`);
+    const here = coincident(placed, { id: `${p.layer}.${p.head}`, x: px, y: py });
+    const others = here.filter((id) => id !== `${p.layer}.${p.head}`).map((id) => headName(...(id.split(".").map(Number) as [number, number])));
+    const shared = others.length ? ` (same point: ${others.join(", ")}; click again to cycle)` : "";
+    svgTitle(doc, g, `${name}: OV ${fmt(p.x)}, QK ${Number.isNaN(p.y) ? "n/a" : fmt(p.y)}${shared}`);
     svg.append(g);
     obstacles.push({ x: px, y: py, r: selected ? RING + 2 : radius + 1.5 });
     if (selected || (labelAll && focus)) {
