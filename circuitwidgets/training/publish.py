@@ -150,6 +150,19 @@ def _card_markdown(name: str, card: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: Sections of a card's README written by hand after publishing (measured by named tests), kept on republishing.
+KEPT_SECTIONS = ("## Findings (causal)",)
+
+
+def _kept_sections(readme: Path) -> str:
+    """The part of an existing README from the first kept section on (``""`` if none)."""
+    if not readme.exists():
+        return ""
+    text = readme.read_text(encoding="utf-8")
+    starts = [text.find(heading) for heading in KEPT_SECTIONS if heading in text]
+    return "\n" + text[min(starts) :] if starts else ""
+
+
 def _kind_words(config: dict[str, Any]) -> str:
     if config.get("has_mlp"):
         return f"A transformer with {config.get('act_fn')} MLPs (width {config.get('d_mlp')}) and LayerNorm"
@@ -248,7 +261,7 @@ def publish(run_dir: Path, name: str, tokenizer_path: Path, dest_root: Path = PR
         "findings": measure_findings(model),
     }
     (dest / "card.json").write_text(json.dumps(card, indent=1, ensure_ascii=False))
-    (dest / "README.md").write_text(_card_markdown(name, card))
+    (dest / "README.md").write_text(_card_markdown(name, card) + _kept_sections(dest / "README.md"))
     return card
 
 
