@@ -217,3 +217,97 @@ def test_a_saved_page_links_the_map_position_as_the_attention_token(tmp_path: Pa
     assert 'data-cw-link="selected_layer selected_head selected_dest"' in blocks[0]
     assert 'data-cw-link-as="selected_dest=selected_pos"' in blocks[0]
     assert "data-cw-link-as" not in blocks[1] and 'data-cw-link-group="g0"' in blocks[1]
+
+
+# ---------------------------------------------------------------- LogitLens
+
+
+@pytest.fixture(scope="module")
+def gelu() -> dict[str, Any]:
+    model = cw.load_pretrained("gelu-2l")
+    ids = model.to_tokens("def add(self, other):\n    return self.value + other.value")
+    return {"model": model, "ids": ids, "lens": causal.logit_lens(model, ids, k=4)}
+
+
+def test_logit_lens_carries_each_cell_top_k_as_text_and_probabilities(gelu: dict[str, Any]) -> None:
+    lens = gelu["lens"]
+    w = cw.LogitLens(lens)
+    rows, _, n, k = lens.top_ids.shape
+    assert w.top_ids.shape == w.top_probs.shape == (rows, n, k) and (w.n_rows, w.n_tokens, w.k) == (3, n, 4)
+    assert w.layer_labels == ["before L0", "before L1", "final"] and w.tokens == lens.tokens[0]
+    assert w.selected_layer == 2 and w.selected_pos == -1 and w.n_layers == 2
+    np.testing.assert_allclose(w.top_probs, np.exp(lens.top_log_probs[:, 0]), rtol=1e-6)
+    top = gelu["model"].to_str_tokens(torch.tensor(lens.top_ids[1, 0, 5]))
+    assert [w.vocab[i] for i in w.top_ids[1, 5]] == top
+    w.selected_layer, w.selected_pos = 1, 5
+    assert [t for t, _ in w.selected_prediction] == top and w.selected_prediction[0][1] >= w.selected_prediction[1][1]
+    same = cw.LogitLens(gelu["model"], gelu["ids"], k=4)
+    np.testing.assert_array_equal(same.top_ids, w.top_ids)
+
+
+def test_logit_lens_bad_input_is_refused_naming_the_argument(gelu: dict[str, Any]) -> None:
+    with pytest.raises(ArgumentTypeError, match=r"^lens: expected a circuitwidgets\.causal\.LogitLens result"):
+        cw.LogitLens(np.zeros(3))
+    with pytest.raises(ArgumentError, match=r"^prompt: expected a prompt index in \[0, 1\), got 1"):
+        cw.LogitLens(gelu["lens"], prompt=1)
+    with pytest.raises(ArgumentTypeError, match=r"^tokens: expected a text or token ids with a model"):
+        cw.LogitLens(gelu["model"])
+    w = cw.LogitLens(gelu["lens"])
+    from_view(w, selected_layer=3)  # (rows 0..2)
+    assert w.selected_layer == 2
+
+
+def test_logit_lens_links_its_position_to_the_attention_token_but_not_its_rows(gelu: dict[str, Any]) -> None:
+    w = cw.LogitLens(gelu["lens"])
+    attention = cw.AttentionPatterns(gelu["model"], gelu["ids"], selected_layer=0, selected_head=3)
+    group = cw.link(w, attention)
+    assert group.names == ("selected_dest",)
+    w.selected_layer, w.selected_pos = 0, 4
+    assert attention.selected_dest == 4 and (attention.selected_layer, attention.selected_head) == (0, 3)
+
+
+# ---------------------------------------------------------------- LogitAttribution
+
+
+def test_logit_attribution_bars_sum_to_the_model_logit(gelu: dict[str, Any]) -> None:
+    model, ids = gelu["model"], gelu["ids"]
+    answer = int(ids[0, -1])
+    for by in ("component", "layer", "head", "neuron"):
+        sweep = causal.logit_attribution(model, ids, answer, by=by, pos=-2)
+        w = cw.LogitAttribution(sweep, top_neurons=5)
+        assert w.by == by and w.logit == pytest.approx(float(sweep.extra["logit"]))
+        assert w.total == pytest.approx(w.logit, abs=1e-6), by
+        assert w.labels[0] == "embed" and w.labels[-1] == "unembed bias" and len(w.labels) == len(w.values)
+    heads = cw.LogitAttribution(causal.logit_attribution(model, ids, answer, by="head", pos=-2))
+    assert sum(k == "head" for k in heads.kinds) == 16 and (heads.n_layers, heads.n_heads) == (2, 8)
+    i = heads.labels.index(f"L{heads.selected_layer}H{heads.selected_head}")
+    assert abs(heads.values[i]) == np.abs(heads.values[np.array(heads.kinds) == "head"]).max()
+    neurons = cw.LogitAttribution(causal.logit_attribution(model, ids, answer, by="neuron", pos=-2), top_neurons=5)
+    assert neurons.kinds.count("neuron") == 5 and "L1 other neurons" in neurons.labels and not neurons._links_heads
+
+
+def test_logit_attribution_refuses_what_it_cannot_draw_naming_the_argument(induction: dict[str, Any]) -> None:
+    with pytest.raises(ShapeError, match=r"^sweep: expected a direct logit attribution .*cw\.PatchingMap"):
+        cw.LogitAttribution(induction["heads"])
+    with pytest.raises(ArgumentTypeError, match=r"^sweep: expected a circuitwidgets\.causal\.Sweep, got list"):
+        cw.LogitAttribution([1.0, 2.0])
+    model = induction["model"]
+    by_prompt = causal.logit_attribution(model, induction["clean"].repeat(2, 1), 5, by="head", reduce="none")
+    with pytest.raises(ArgumentError, match=r"^prompt: expected a prompt index in \[0, 2\)"):
+        cw.LogitAttribution(by_prompt)
+    w = cw.LogitAttribution(by_prompt, prompt=1)
+    assert w.total == pytest.approx(float(by_prompt.extra["logit"][1]), abs=1e-6)
+    with pytest.raises(ArgumentError, match=r"^top_neurons: expected a positive int"):
+        cw.LogitAttribution(causal.logit_attribution(model, induction["clean"], 5), top_neurons=0)
+
+
+def test_a_head_bar_moves_a_linked_attention_view(induction: dict[str, Any]) -> None:
+    model = induction["model"]
+    w = cw.LogitAttribution(causal.logit_attribution(model, induction["clean"], 5, by="head"))
+    attention = cw.AttentionPatterns(model, induction["clean"][0])
+    cw.link(w, attention)
+    from_view(w, selected_layer=1, selected_head=9)
+    assert (attention.selected_layer, attention.selected_head) == (1, 9)
+    components = cw.LogitAttribution(causal.logit_attribution(model, induction["clean"], 5))
+    with pytest.raises(ArgumentError, match=r"^widgets: expected widgets with a selection in common"):
+        cw.link(components, cw.PatchingMap(induction["pos"]))

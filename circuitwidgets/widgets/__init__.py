@@ -8,6 +8,8 @@ from circuitwidgets.widgets.eigen import EigenScatter
 from circuitwidgets.widgets.explorer import CircuitExplorer
 from circuitwidgets.widgets.head_scores import HeadScores
 from circuitwidgets.widgets.history import TrainingHistory
+from circuitwidgets.widgets.logit_attribution import LogitAttribution
+from circuitwidgets.widgets.logit_lens import LogitLens
 from circuitwidgets.widgets.patching_map import PatchingMap
 from circuitwidgets.widgets.skip_trigrams import SkipTrigramTable
 from circuitwidgets.widgets.term_importance import TermImportance
@@ -18,6 +20,8 @@ __all__ = [
     "CompositionMap",
     "EigenScatter",
     "HeadScores",
+    "LogitAttribution",
+    "LogitLens",
     "PatchingMap",
     "SkipTrigramTable",
     "TermImportance",

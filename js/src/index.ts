@@ -14,6 +14,8 @@ import { renderEigen } from "./views/eigen";
 import { renderExplorer } from "./views/explorer";
 import { renderHeadScores } from "./views/headscores";
 import { renderHistory } from "./views/history";
+import { renderLogitAttribution } from "./views/logitattribution";
+import { renderLogitLens } from "./views/logitlens";
 import { renderPatchingMap } from "./views/patchingmap";
 import { renderSkipTrigrams } from "./views/skiptrigrams";
 import { renderTermImportance } from "./views/termimportance";
@@ -28,6 +30,8 @@ export const VIEWS: Readonly<Record<string, ViewRender>> = {
   explorer: renderExplorer,
   headscores: renderHeadScores,
   history: renderHistory,
+  logitattribution: renderLogitAttribution,
+  logitlens: renderLogitLens,
   patchingmap: renderPatchingMap,
   skiptrigrams: renderSkipTrigrams,
   termimportance: renderTermImportance,
