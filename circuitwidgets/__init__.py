@@ -30,6 +30,8 @@ _LAZY = {
     "CircuitExplorer": "circuitwidgets.widgets",
     "HeadScores": "circuitwidgets.widgets",
     "PatchingMap": "circuitwidgets.widgets",
+    "LogitLens": "circuitwidgets.widgets",
+    "LogitAttribution": "circuitwidgets.widgets",
     "link": "circuitwidgets.widgets.core.link",
     "save_html": "circuitwidgets.export",
 }
