@@ -15,7 +15,7 @@ BIN := $(VENV)/bin
 # torch first and pinned: this version resolves to the local CPU wheel; any other
 # spec may pull gigabytes of CUDA wheels.
 TORCH_SPEC := torch==2.13.0
-EXTRAS := dev,transformer-lens,transformers,marimo,docs,hosts
+EXTRAS := dev,transformer-lens,transformers,marimo,docs,hosts,nnsight
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 NPM := npm --prefix js

@@ -21,6 +21,7 @@ _LAZY = {
     "pretrained_card": "circuitwidgets.sources.pretrained",
     "from_transformer_lens": "circuitwidgets.sources.transformer_lens",
     "from_hf": "circuitwidgets.sources.huggingface",
+    "from_nnsight": "circuitwidgets.sources.nnsight_handle",
     "AttentionPatterns": "circuitwidgets.widgets",
     "EigenScatter": "circuitwidgets.widgets",
     "SkipTrigramTable": "circuitwidgets.widgets",

@@ -59,3 +59,15 @@ class CustomCodeError(ArgumentError):
 
 class IncompleteCheckpointError(ShapeError):
     """A checkpoint's stored tensors do not match the ones its config declares (missing or unexpected)."""
+
+
+class NotCoveredError(ArgumentError):
+    """A technique, site or option the nnsight backend does not run (``cw.from_nnsight``); the message names it."""
+
+
+class RemoteWeightsError(WeightsAbsentError):
+    """A weight-space analysis was asked of a remote (nnsight/NDIF) model whose weights are not on this machine."""
+
+
+class RemoteRunError(CircuitWidgetsError, RuntimeError):
+    """An nnsight trace failed where it ran (NDIF or a local simulation of it); the message quotes the server's."""

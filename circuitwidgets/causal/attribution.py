@@ -8,6 +8,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from circuitwidgets.causal import nnsight_backend
 from circuitwidgets.causal.components import component_labels, components_at
 from circuitwidgets.causal.engine import check_pair, normalise, run_base
 from circuitwidgets.causal.metrics import as_metric, scalar
@@ -34,6 +35,8 @@ def attribution_patch(
     (norms recomputed, as in the patched runs). Exact where the metric is linear
     in the activation; check it against :func:`patch` on the cells that matter.
     """
+    if nnsight_backend.dispatch(model):
+        raise nnsight_backend.not_covered("attribution_patch (gradients)")
     a, b = check_pair(model, clean, corrupted)
     cells = check_site(model, site, by, a.shape[1])
     m = as_metric(metric, model.cfg.d_vocab)
@@ -151,6 +154,8 @@ def logit_attribution(
     reduce
         ``"mean"`` over prompts, or ``"none"``: a leading ``batch`` dim.
     """
+    if nnsight_backend.dispatch(model):
+        raise nnsight_backend.not_covered("logit_attribution")
     t = model._check_tokens(tokens)
     if by not in ATTRIBUTION_BY:
         raise ArgumentError(f"by: expected one of {ATTRIBUTION_BY}, got {by!r}")

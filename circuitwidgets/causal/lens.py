@@ -10,17 +10,20 @@ holds ``[layers, pos, d_vocab]`` unless :meth:`LogitLens.dense` is asked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.causal import nnsight_backend
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NotCoveredError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.cache import Recorder
 from circuitwidgets.model.forward import soft_cap
+from circuitwidgets.sources.nnsight_handle import NNsightModel
 
 
 @dataclass
@@ -49,6 +52,9 @@ class LogitLens:
             out = out + (b_U if ids is None else b_U[ids])
         return soft_cap(out, self._model.cfg.final_softcap)
 
+    def _vocab(self) -> int:
+        return self._model.cfg.d_vocab
+
     def log_prob(self, ids: int | Sequence[int] | torch.Tensor) -> NDArray[np.float64]:
         """Log-probability of token ``ids`` at every (layer, prompt, position): ``[L + 1, batch, pos]`` for one id,
         ``[L + 1, batch, pos, len(ids)]`` for several; exact (from the kept streams, not the top-k)."""
@@ -56,7 +62,7 @@ class LogitLens:
         if t.dtype.is_floating_point or t.dtype == torch.bool:
             raise ArgumentTypeError(f"ids: expected token ids, got dtype {t.dtype}")
         flat = t.flatten().long()
-        V = self._model.cfg.d_vocab
+        V = self._vocab()
         if flat.numel() == 0 or int(flat.min()) < 0 or int(flat.max()) >= V:
             raise ArgumentError(f"ids: expected ids in [0, {V}), got {flat.tolist()!r:.80}")
         with torch.no_grad():
@@ -82,6 +88,8 @@ def logit_lens(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | str, 
     Cost: one forward pass, then ``(L + 1) · batch · pos · d_model · d_vocab``
     multiply-adds for the unembedding, one layer at a time.
     """
+    if isinstance(model, NNsightModel):
+        return _traced_logit_lens(model, tokens, k)
     t = model._check_tokens(tokens)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= model.cfg.d_vocab:
         raise ArgumentError(f"k: expected an int in [1, {model.cfg.d_vocab}], got {k!r}")
@@ -117,6 +125,8 @@ def logit_lens(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | str, 
 def per_token_loss(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | str) -> NDArray[np.float64]:
     """``−log p(token_{i+1} | tokens_{≤i})`` at each position ``i``: ``[batch, pos − 1]`` (TransformerLens's
     ``loss_per_token``)."""
+    if isinstance(model, NNsightModel):
+        return nnsight_backend.per_token_loss(model, tokens)
     t = model._check_tokens(tokens)
     if t.shape[1] < 2:
         raise ShapeError(f"tokens: per-token loss needs at least 2 positions, got {t.shape[1]}")
@@ -126,3 +136,69 @@ def per_token_loss(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | s
         lp = logits.log_softmax(-1)[:, :-1]
         loss: NDArray[np.float64] = (-lp.gather(-1, t[:, 1:, None])[..., 0]).double().cpu().numpy()
         return loss
+
+
+@dataclass
+class TracedLogitLens(LogitLens):
+    """A :class:`~circuitwidgets.causal.LogitLens` computed in an nnsight trace: top-k and log-sum-exp came back;
+    ``log_prob``/``rank``/``dense`` need the normalised streams and the unembedding, kept only for a local run."""
+
+    _unembed: Callable[[torch.Tensor], torch.Tensor] | None = None
+    _n_vocab: int = 0
+
+    def _vocab(self) -> int:
+        return self._n_vocab
+
+    def _logits(self, ids: torch.Tensor | None) -> torch.Tensor:
+        if self._unembed is None:
+            raise NotCoveredError(
+                "log_prob/rank/dense of a logit lens run remotely: the streams and the unembedding stay on the "
+                "server; read the top-k (top_ids, top_log_probs), or run the lens with remote=False"
+            )
+        out = self._unembed(self._normed)
+        return out if ids is None else out[..., ids]
+
+
+def _traced_logit_lens(h: NNsightModel, tokens: object, k: int) -> LogitLens:
+    """:func:`circuitwidgets.causal.logit_lens` through nnsight: the final norm and unembedding applied in the trace to
+    each layer's input stream and the last output; top-``k`` ids, their log-probs and the log-sum-exp come back."""
+    import nnsight
+
+    t = h.check_tokens(tokens)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= h.d_vocab:
+        raise ArgumentError(f"k: expected an int in [1, {h.d_vocab}], got {k!r}")
+    cap = getattr(h.lm._module.config, "final_logit_softcapping", None)
+    keep = not h.remote
+    with h.remote_errors("logit_lens"), h.trace(t):
+        streams = [h.block(layer).input for layer in range(h.n_layers)] + [h.final_norm().input]
+        ids, lps, lses, normed = [], [], [], []
+        for stream in streams:
+            x = h.final_norm()(stream)
+            logits = h.lm.lm_head(x).float()
+            if cap:
+                logits = cap * torch.tanh(logits / cap)
+            s = torch.logsumexp(logits, dim=-1)
+            top, at = logits.topk(k, dim=-1)
+            ids.append(at)
+            lps.append(top - s[..., None])
+            lses.append(s)
+            if keep:
+                normed.append(x)
+        top_ids = nnsight.save(torch.stack(ids))
+        top_lp = nnsight.save(torch.stack(lps))
+        lse = nnsight.save(torch.stack(lses))
+        kept = nnsight.save(torch.stack(normed) if keep else torch.zeros(0))
+    unembed = None
+    if keep:
+        module = h.lm._module
+
+        def unembed(x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                out = module.lm_head(x).float()
+            return cast(torch.Tensor, cap * torch.tanh(out / cap) if cap else out)
+
+    return TracedLogitLens(
+        top_ids.detach().cpu().numpy().astype(np.int64), top_lp.detach().cpu().numpy().astype(np.float32),
+        [f"before L{i}" for i in range(h.n_layers)] + ["final"], [h.to_str_tokens(row) for row in t], h.name,
+        kept.detach(), lse.detach(), cast(CircuitModel, None), unembed, h.d_vocab,
+    )  # fmt: skip

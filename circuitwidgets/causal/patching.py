@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from circuitwidgets.causal import nnsight_backend
 from circuitwidgets.causal.engine import BaseRun, check_budget, check_pair, normalise, run_base, sweep
 from circuitwidgets.causal.metrics import as_metric
 from circuitwidgets.causal.result import Sweep
@@ -85,6 +86,10 @@ def patch(
     Cost: for a layer ``l``, ``cells(l)`` variants of ``batch`` prompts through
     layers ``l … L−1`` and the metric's logits, in chunks that fit the budget.
     """
+    if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): the same sweep as nnsight traces
+        return nnsight_backend.patch(
+            model, clean, corrupted, metric, site, by, freeze_norms=freeze_norms, memory_budget=memory_budget
+        )
     a, b = check_pair(model, clean, corrupted)
     cells = check_site(model, site, by, a.shape[1])
     m = as_metric(metric, model.cfg.d_vocab)
@@ -123,6 +128,11 @@ def ablate(
     ``clean_value`` is the metric of the unablated run; values are not normalised
     unless the metric asks.
     """
+    if nnsight_backend.dispatch(model):
+        return nnsight_backend.ablate(
+            model, tokens, metric, site, by, kind=kind, reference=reference,
+            freeze_norms=freeze_norms, memory_budget=memory_budget,
+        )  # fmt: skip
     t = model._check_tokens(tokens)
     cells = check_site(model, site, by, t.shape[1])
     if kind not in ("zero", "mean", "resample"):
@@ -217,6 +227,8 @@ def path_patch(
     sender (its layer or an earlier one); ``sender=None``: every sender at once,
     ``[sender_layer, sender_head, layer, head]``.
     """
+    if nnsight_backend.dispatch(model):
+        raise nnsight_backend.not_covered("path_patch")
     a, b = check_pair(model, clean, corrupted)
     if via not in ("q", "k", "v"):
         raise ArgumentError(f"via: expected 'q', 'k' or 'v', got {via!r}")

@@ -1,0 +1,266 @@
+"""The causal toolkit run as nnsight traces (``cw.from_nnsight(lm, remote=...)``), locally or on NDIF.
+
+Same semantics as :mod:`circuitwidgets.causal.engine`: a sweep's variants are the
+base run with one cell of the site replaced (``base + mask · (source − base)``)
+and the metric evaluated per variant; clean and corrupted values from their own
+runs. Here one trace holds everything: an invoke for the source run (clean
+prompts, or the ablation's reference) that keeps the site's value at each
+swept layer, one for the base run, and one for every variant of every layer
+(variant-major on the batch axis, each layer mixing only its own variants).
+Inside the trace the metric reduces each variant's logits to one number, so
+only ``[cells]`` metric values come back: never logits, caches or patterns.
+Chunks that exceed the memory budget are separate traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeGuard, cast
+
+import numpy as np
+import torch
+
+from circuitwidgets.causal.engine import check_budget, normalise
+from circuitwidgets.causal.metrics import Metric, as_metric, scalar
+from circuitwidgets.causal.result import Sweep
+from circuitwidgets.causal.sites import SITE_AXES, Cells
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NotCoveredError, ShapeError
+from circuitwidgets.sources.nnsight_handle import NNsightModel
+
+#: Sites a sweep through nnsight patches (others: :class:`~circuitwidgets.errors.NotCoveredError`).
+SITES = ("resid_pre", "resid_post", "attn_out", "mlp_out", "z")
+CONVENTION = "norms recomputed on each patched run (nnsight)"
+
+
+def not_covered(technique: str) -> NotCoveredError:
+    """The error for a technique the nnsight path does not run."""
+    return NotCoveredError(
+        f"model: {technique} does not run through nnsight (cw.from_nnsight); covered: patch, ablate, logit_lens, "
+        "per_token_loss (see docs/nnsight.md); convert a model that fits here with cw.from_hf for the native engine"
+    )
+
+
+def _cells(h: NNsightModel, site: object, by: object, n_pos: int, freeze_norms: bool) -> Cells:
+    if not isinstance(site, str) or site not in SITE_AXES:
+        raise ArgumentError(f"site: expected one of {sorted(SITE_AXES)}, got {site!r}")
+    if site not in SITES:
+        raise NotCoveredError(f"site: {site!r} is not patched through nnsight; covered sites: {SITES}")
+    if freeze_norms:
+        raise NotCoveredError(
+            "freeze_norms: frozen norm scales are not replayed through nnsight; use freeze_norms=False"
+        )
+    if isinstance(by, str):
+        by = (by,)
+    if not isinstance(by, (tuple, list)) or not all(isinstance(d, str) for d in by):
+        raise ArgumentTypeError(f"by: expected a tuple of dim names such as ('layer', 'pos'), got {by!r}")
+    allowed = {"layer", *(a for a in SITE_AXES[site] if a is not None)}
+    if any(d not in allowed for d in by) or "layer" not in by or len(set(by)) != len(by):
+        raise ArgumentError(
+            f"by: site {site!r} sweeps over 'layer' and any of {sorted(allowed - {'layer'})} (each once), got {tuple(by)!r}"
+        )
+    sizes = {"layer": h.n_layers, "pos": n_pos, "head": h.n_heads}
+    return Cells(site, tuple(by), {d: sizes[d] for d in by})
+
+
+def _read(h: NNsightModel, layer: int, site: str) -> torch.Tensor:
+    """The site's value at ``layer`` inside a trace (``z``: ``[batch, pos, head, d_head]``)."""
+    lay = h.layout
+    if site == "resid_pre":
+        return cast(torch.Tensor, h.block(layer).input)
+    if site == "resid_post":
+        return cast(torch.Tensor, h.block(layer).output)
+    if site == "attn_out":
+        if lay.attn_out_norm is not None:
+            return cast(torch.Tensor, h.module(layer, lay.attn_out_norm).output)
+        return cast(torch.Tensor, h.module(layer, lay.attn).output[0])
+    if site == "mlp_out":
+        return cast(torch.Tensor, h.module(layer, lay.mlp_out_norm or lay.mlp).output)
+    x = cast(torch.Tensor, h.module(layer, f"{lay.attn}.{lay.o_proj}").input)
+    return x.view(*x.shape[:-1], h.n_heads, h.d_head)
+
+
+def _write(h: NNsightModel, layer: int, site: str, value: torch.Tensor) -> None:
+    lay = h.layout
+    if site == "resid_pre":
+        h.block(layer).input = value
+    elif site == "resid_post":
+        h.block(layer).output = value
+    elif site == "attn_out" and lay.attn_out_norm is None:
+        attn = h.module(layer, lay.attn)
+        attn.output = (value, *attn.output[1:])
+    elif site in ("attn_out", "mlp_out"):
+        norm = lay.attn_out_norm if site == "attn_out" else lay.mlp_out_norm
+        h.module(layer, norm or lay.mlp).output = value
+    else:
+        h.module(layer, f"{lay.attn}.{lay.o_proj}").input = value.reshape(*value.shape[:-2], -1)
+
+
+def _reduce(metric: Metric, logits: torch.Tensor, n: int, batch: int) -> torch.Tensor:
+    """``metric`` of ``n`` variants' logits ``[n · batch, pos, vocab]``: ``[n]`` (the positions and ids it reads)."""
+    positions = metric.positions_at(logits.shape[1])
+    sub = logits if positions is None else logits[:, positions]
+    if metric.columns is not None:
+        sub = sub[..., metric.columns.to(sub.device)]
+    return metric.batched(sub.reshape(n, batch, *sub.shape[1:]), batch)
+
+
+def _bytes_per_variant(h: NNsightModel, batch: int, n_pos: int) -> int:
+    d_mlp = int(getattr(h.lm._module.config, "intermediate_size", None) or 4 * h.d_model)
+    return 4 * batch * n_pos * (12 * h.d_model + 3 * d_mlp + 2 * h.n_heads * n_pos + h.d_vocab)
+
+
+@dataclass
+class _Plan:
+    site: str
+    cells: Cells
+    metric: Metric
+    source: torch.Tensor | None  # tokens of the run whose site values replace the base's
+    kind: str  # "patch", "zero", "mean", "resample"
+
+
+def _run_sweep(h: NNsightModel, base: torch.Tensor, plan: _Plan, budget: int) -> tuple[np.ndarray, float, float | None]:
+    """Metric values ``cells.shape``, the base run's and the source run's metric values."""
+    import nnsight
+
+    cells, metric, site = plan.cells, plan.metric, plan.site
+    batch, n_pos = base.shape
+    per_layer = cells.at_layer()
+    variants = [(layer, cell) for layer in range(h.n_layers) for cell in per_layer]
+    step = max(1, budget // _bytes_per_variant(h, batch, n_pos))
+    axes = SITE_AXES[site]
+    shape = {"pos": n_pos, "head": h.n_heads}
+    value_shape = [shape.get(a or "", 1) for a in axes]  # the mask's extent: 1 on axes a cell never splits
+    out = np.full(cells.shape, np.nan)
+    base_value, source_value = float("nan"), None
+    rest = [d for d in cells.by if d != "layer"]
+    for c0 in range(0, len(variants), step):
+        chunk = variants[c0 : c0 + step]
+        n = len(chunk)
+        layers = sorted({layer for layer, _ in chunk})
+        # each layer's variants are contiguous rows [start, stop); its masks are built in the trace from the cell
+        # indices, so the request carries O(cells) ints, not [cells, pos, head] masks
+        rows = {layer: [i for i, (l, _) in enumerate(chunk) if l == layer] for layer in layers}
+        spans = {layer: (r[0], r[-1] + 1, [chunk[i][1] for i in r]) for layer, r in rows.items()}
+        with h.remote_errors(f"{plan.kind} {site}"), h.trace() as tracer:
+            sources: dict[int, torch.Tensor] = {}
+            if plan.source is not None:
+                with tracer.invoke(plan.source):
+                    for layer in layers:
+                        value = _read(h, layer, site)
+                        sources[layer] = value.mean(0, keepdim=True) if plan.kind == "mean" else value
+                    src_metric = nnsight.save(_reduce(metric, h.lm.output.logits, 1, plan.source.shape[0]))
+            with tracer.invoke(base):
+                base_metric = nnsight.save(_reduce(metric, h.lm.output.logits, 1, batch))
+            with tracer.invoke(base.repeat(n, 1)):  # repeated where the trace runs: one copy crosses the network
+                for layer in layers:
+                    value = _read(h, layer, site)
+                    v = value.reshape(n, batch, *value.shape[1:])
+                    start, stop, of_layer = spans[layer]
+                    src = sources.get(layer, torch.zeros_like(v[0]))
+                    mask = cells.mask(of_layer, value_shape, v.device).to(v.dtype)
+                    part = v[start:stop] + mask * (src[None] - v[start:stop])
+                    _write(h, layer, site, torch.cat([v[:start], part, v[stop:]]).reshape(value.shape))
+                values = nnsight.save(_reduce(metric, h.lm.output.logits, n, batch))
+        values = values.detach()
+        if values.shape != (n,):
+            raise ArgumentError(
+                f"metric: {metric.name} returned shape {tuple(values.shape)} for {n} variants, expected ({n},)"
+            )
+        if not bool(torch.isfinite(values).all()):
+            raise ArgumentError(f"metric: {metric.name} returned a non-finite value for a patched run")
+        base_value = float(scalar(base_metric[0].detach(), metric.name))
+        if plan.source is not None:
+            source_value = float(scalar(src_metric[0].detach(), metric.name))
+        for (layer, cell), v in zip(chunk, values.tolist(), strict=True):
+            index = [0] * len(cells.by)
+            index[cells.by.index("layer")] = layer
+            for j, d in enumerate(rest):
+                index[cells.by.index(d)] = cell[j]
+            out[tuple(index)] = v
+    return out, base_value, source_value
+
+
+def _labels(h: NNsightModel, cells: Cells, tokens: torch.Tensor) -> dict[str, list[str]]:
+    strs = h.to_str_tokens(tokens[0])
+    table = {
+        "layer": [f"L{i}" for i in range(h.n_layers)],
+        "head": [f"H{i}" for i in range(h.n_heads)],
+        "pos": [f"{i} {s!r}" for i, s in enumerate(strs)],
+    }
+    return {d: table[d] for d in cells.by}
+
+
+def _prompts(h: NNsightModel, **tokens: torch.Tensor) -> dict[str, list[list[str]]]:
+    return {role: [h.to_str_tokens(row) for row in t] for role, t in tokens.items()}
+
+
+def patch(
+    h: NNsightModel, clean: object, corrupted: object, metric: object, site: str, by: Sequence[str],
+    *, freeze_norms: bool, memory_budget: int | None,
+) -> Sweep:  # fmt: skip
+    """:func:`circuitwidgets.causal.patch` through nnsight."""
+    a, b = h.check_tokens(clean, "clean"), h.check_tokens(corrupted, "corrupted")
+    if a.shape != b.shape:
+        raise ShapeError(
+            f"corrupted: expected token ids of the clean prompts' shape {tuple(a.shape)}, got {tuple(b.shape)}"
+        )
+    cells = _cells(h, site, by, a.shape[1], freeze_norms)
+    m = as_metric(metric, h.d_vocab)
+    values, base_value, clean_value = _run_sweep(h, b, _Plan(site, cells, m, a, "patch"), check_budget(memory_budget))
+    assert clean_value is not None
+    values, c, k = normalise(values, m, clean_value, base_value)
+    return Sweep(
+        values, cells.by, _labels(h, cells, a), "activation patching", m.name, c, k, site, CONVENTION, h.name,
+        _prompts(h, clean=a, corrupted=b),
+    )  # fmt: skip
+
+
+def ablate(
+    h: NNsightModel, tokens: object, metric: object, site: str, by: Sequence[str], *, kind: str,
+    reference: object, freeze_norms: bool, memory_budget: int | None,
+) -> Sweep:  # fmt: skip
+    """:func:`circuitwidgets.causal.ablate` through nnsight."""
+    t = h.check_tokens(tokens)
+    cells = _cells(h, site, by, t.shape[1], freeze_norms)
+    if kind not in ("zero", "mean", "resample"):
+        raise ArgumentError(f"kind: expected 'zero', 'mean' or 'resample', got {kind!r}")
+    m = as_metric(metric, h.d_vocab)
+    if kind == "resample" and reference is None:
+        raise ArgumentError("reference: kind='resample' needs reference prompts of the tokens' shape, got None")
+    ref = h.check_tokens(reference, "reference") if reference is not None else None
+    if ref is not None and kind == "resample" and ref.shape != t.shape:
+        raise ShapeError(
+            f"reference: expected the tokens' shape {tuple(t.shape)} for kind='resample', got {tuple(ref.shape)}"
+        )
+    if ref is not None and kind == "mean" and ref.shape[1] != t.shape[1]:
+        raise ShapeError(f"reference: expected prompts of {t.shape[1]} tokens for kind='mean', got {ref.shape[1]}")
+    source = None if kind == "zero" else (ref if ref is not None else t)
+    plan = _Plan(site, cells, m, source, kind)
+    values, base_value, _ = _run_sweep(h, t, plan, check_budget(memory_budget))
+    values, clean_value, _ = normalise(values, m, base_value, base_value) if m.normalise else (values, base_value, 0.0)
+    return Sweep(
+        values, cells.by, _labels(h, cells, t), f"{kind} ablation", m.name, clean_value, None, site, CONVENTION,
+        h.name, _prompts(h, tokens=t), extra={"kind": kind},
+    )  # fmt: skip
+
+
+def per_token_loss(h: NNsightModel, tokens: object) -> np.ndarray:
+    """:func:`circuitwidgets.causal.per_token_loss` through nnsight: only ``[batch, pos − 1]`` losses come back."""
+    import nnsight
+
+    t = h.check_tokens(tokens)
+    if t.shape[1] < 2:
+        raise ShapeError(f"tokens: per-token loss needs at least 2 positions, got {t.shape[1]}")
+    with h.remote_errors("per_token_loss"), h.trace(t):
+        lp = h.lm.output.logits.float().log_softmax(-1)[:, :-1]
+        loss = nnsight.save(-lp.gather(-1, t[:, 1:, None].to(lp.device))[..., 0])
+    return cast(np.ndarray, loss.detach().double().cpu().numpy())
+
+
+def dispatch(model: object) -> TypeGuard[NNsightModel]:
+    """Whether ``model`` is an nnsight handle (the public functions then run through this module)."""
+    return isinstance(model, NNsightModel)
+
+
+__all__ = ["SITES", "ablate", "dispatch", "not_covered", "patch", "per_token_loss"]
