@@ -277,7 +277,29 @@ def build_sections(
                 history,
             )
         )
+    _start_on_one_head(sections, detectors, ov)
     return sections
+
+
+def _start_on_one_head(sections: list[Section], detectors: dict[str, np.ndarray], ov: np.ndarray) -> None:
+    """Every view of the page starts on the same head: the strongest induction head (the strongest copying head in a
+    one-layer model), with the composition map's edge from the strongest previous-token head into it."""
+    layers = detectors["induction"].shape[0]
+    score = detectors["induction"] if layers >= 2 else np.nan_to_num(ov, nan=-np.inf)
+    layer, head = (int(i) for i in np.unravel_index(int(np.argmax(score)), score.shape))
+    prev = int(np.argmax(detectors["previous_token"][0]))
+    for section in sections:
+        widget = section.widget
+        if widget is None:
+            continue
+        if hasattr(widget, "select_edge") and layer > 0:
+            widget.select_edge((0, prev), (layer, head), kind="K")
+            continue
+        with widget.hold_trait_notifications():
+            if widget.has_trait("selected_layer"):
+                widget.selected_layer = layer
+            if widget.has_trait("selected_head"):
+                widget.selected_head = head
 
 
 def _intro(model: CircuitModel, card: dict[str, Any]) -> str:

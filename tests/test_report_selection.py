@@ -1,0 +1,26 @@
+"""Every view of the report starts on one head, so the first click that keeps the layer keeps them together."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import circuitwidgets as cw
+from circuitwidgets import circuits
+from circuitwidgets.report import build_sections
+
+
+def test_every_view_of_the_report_starts_on_the_strongest_induction_head() -> None:
+    model = cw.load_pretrained("attn-only-2l")
+    sections = build_sections(model)
+    induction = circuits.head_scores(model, kind="induction")
+    layer, head = (int(i) for i in np.unravel_index(int(np.argmax(induction)), induction.shape))
+    assert layer == 1
+    widgets = [s.widget for s in sections if s.widget is not None]
+    assert len(widgets) >= 6
+    for widget in widgets:
+        assert widget.selected_layer == layer, type(widget).__name__  # term importance: the head's layer
+        if widget.has_trait("selected_head"):
+            assert widget.selected_head == head, type(widget).__name__
+    composition = next(w for w in widgets if isinstance(w, cw.CompositionMap))
+    prev = int(np.argmax(circuits.head_scores(model, kind="previous_token")[0]))
+    assert list(composition.selected_edge) == [0, prev, layer, head] and composition.edge_kind == "K"
