@@ -225,13 +225,13 @@ export function renderPatchingMap({ model, el: root }: RenderProps<PatchingMapTr
     const { layers, cols } = shape();
     if (drawn === null || layers === 0) return;
     const focus = hovered && hovered.layer < layers && hovered.col < cols ? hovered : null;
-    if (focus) {
-      panel.status.textContent = describe(focus.layer, focus.col, drawn);
-      return;
-    }
     const colDim = String(m.get("col_dim") ?? "");
     const layer = num(m.get("selected_layer"), 0);
     const col = colDim === "neuron" ? picked : selectedColumn(colDim, num(m.get("selected_head")), num(m.get("selected_pos")), cols);
+    if (focus) {
+      panel.status.textContent = `${describe(focus.layer, focus.col, drawn)}${focus.layer === layer && focus.col === col ? " (selected)" : ""}`;
+      return;
+    }
     const what = col >= 0 ? describe(layer, col, drawn) : (strings(m.get("layer_labels"))[layer] ?? `L${layer}`);
     panel.status.textContent = `${what} selected; hover a cell for its value, click to select it`;
   }
