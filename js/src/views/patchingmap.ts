@@ -196,7 +196,7 @@ export function renderPatchingMap({ model, el: root }: RenderProps<PatchingMapTr
     plot.replaceChildren(svg);
     const scaleNote = String(m.get("scale_note") ?? "");
     const differNote = colDim === "pos" && differ.size ? " Orange: positions where the corrupted prompt differs (clean→corrupted)." : "";
-    note.textContent = `${String(m.get("caption") ?? "")}. Colour: ${normalised ? `normalised ${String(m.get("metric") ?? "metric")}, ${scaleNote}` : `${String(m.get("metric") ?? "value")}, diverging around 0`}.${differNote}`;
+    note.textContent = `${String(m.get("caption") ?? "")}. Colour: ${normalised ? `${String(m.get("metric") ?? "normalised metric")}, ${scaleNote}` : `${String(m.get("metric") ?? "value")}, diverging around 0`}.${differNote}`;
     drawn = s;
     status();
   }
