@@ -24,7 +24,7 @@ from typing import Any
 
 from circuitwidgets.errors import CustomCodeError, IncompleteCheckpointError
 
-__all__ = ["CODE_FILES", "ignored_unexpected", "refuse_custom_code", "refuse_incomplete"]
+__all__ = ["CODE_FILES", "ignored_unexpected", "is_circuit_model_dir", "refuse_custom_code", "refuse_incomplete"]
 
 #: The JSON files of a checkpoint that can name custom code.
 CODE_FILES = ("config.json", "tokenizer_config.json")
@@ -114,3 +114,9 @@ def ignored_unexpected(model: Any) -> re.Pattern[str]:
     """The stored names ``model`` ignores on loading (its ``_keys_to_ignore_on_load_unexpected``, legacy buffers)."""
     patterns = [str(p) for p in (getattr(model, "_keys_to_ignore_on_load_unexpected", None) or [])]
     return re.compile("|".join(f"({p})" for p in [*patterns, *_LEGACY_BUFFERS]))
+
+
+def is_circuit_model_dir(root: Path) -> bool:
+    """Whether ``root`` was written by :meth:`CircuitModel.save <circuitwidgets.CircuitModel.save>` (our ``config.json``)."""
+    config = _json_object(root / "config.json")
+    return "n_layers" in config and "d_model" in config and "model_type" not in config

@@ -43,6 +43,7 @@ from circuitwidgets.sources._convert import (
     RawModel,
     check_finite,
     check_finite_parameters,
+    check_folded,
     class_names,
     fold_attention_scales,
     fold_layer_norms,
@@ -51,7 +52,7 @@ from circuitwidgets.sources._convert import (
     verify_logits,
     work_dtype,
 )
-from circuitwidgets.sources._local import refuse_custom_code, refuse_incomplete
+from circuitwidgets.sources._local import is_circuit_model_dir, refuse_custom_code, refuse_incomplete
 from circuitwidgets.sources.hf_decoders import FAMILIES, read_decoder
 from circuitwidgets.sources.hf_gpt import read_gpt2, read_neox
 from circuitwidgets.sources.hf_stream import (
@@ -129,6 +130,11 @@ def _directory_config(root: Path) -> Any:
 
     if not (root / "config.json").is_file():
         raise ArgumentError(f"model: expected a directory written by save_pretrained (with config.json), got {root}")
+    if is_circuit_model_dir(root):
+        raise ArgumentError(
+            f"model: expected a Hugging Face save_pretrained directory, got {root}, written by CircuitModel.save; "
+            "load it with circuitwidgets.CircuitModel.load(path)"
+        )
     refuse_custom_code(root)
     _weight_files(root)
     config = AutoConfig.from_pretrained(root, local_files_only=True, trust_remote_code=False)
@@ -375,6 +381,7 @@ def _assemble(
     name: str,
 ) -> CircuitModel:
     """The :class:`CircuitModel` of converted weights, with the tokenizer checked against the vocabulary."""
+    check_folded(weights, f"model ({type(model).__name__})")
     wrapped: TokenizerLike | None = HFTokenizer(tokenizer) if tokenizer is not None else None
     bos = wrapped.bos_token_id if wrapped is not None else getattr(model.config, "bos_token_id", None)
     bos = bos if isinstance(bos, int) and 0 <= bos < int(shape["d_vocab"]) else None
