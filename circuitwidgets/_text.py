@@ -20,12 +20,19 @@ BYTE_BASE = 0xEF00
 
 
 def is_invisible_format(code: int) -> bool:
-    """Whether code point ``code`` is a bidi control, zero-width character or line/paragraph separator.
+    """Whether code point ``code`` is a bidi control (U+061C too), zero-width character, line/paragraph separator or tag character.
 
     Such characters would reorder or hide neighbouring text (a right-to-left
     override in one token can flip the labels after it), so they are shown escaped.
     """
-    return 0x200B <= code <= 0x200F or 0x2028 <= code <= 0x202E or 0x2060 <= code <= 0x2069 or code == 0xFEFF
+    return (
+        code == 0x061C
+        or 0x200B <= code <= 0x200F
+        or 0x2028 <= code <= 0x202E
+        or 0x2060 <= code <= 0x2069
+        or code == 0xFEFF
+        or 0xE0000 <= code <= 0xE007F
+    )
 
 
 def is_byte_code_point(code: int) -> bool:
@@ -45,13 +52,39 @@ def visible_token(token: str) -> str:
         elif is_byte_code_point(code):
             out.append(f"\\x{code - BYTE_BASE:02x}")
         elif 0x80 <= code <= 0x9F or is_invisible_format(code):
-            out.append(f"\\u{code:04x}")
+            out.append(_hex4(code))
         else:
             out.append(ch)
     return "".join(out)
 
 
-_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})|\\u([0-9a-fA-F]{4})")
+def _hex4(code: int) -> str:
+    """``\\uXXXX``, or ``\\u{XXXXX}`` past U+FFFF (tag characters), as ``tokens.ts`` writes them."""
+    return f"\\u{{{code:x}}}" if code > 0xFFFF else f"\\u{code:04x}"
+
+
+def visible_label(text: str) -> str:
+    """Any other string a page shows (a model's name, head labels, map names, titles), made safe to show.
+
+    Control and invisible format characters (bidi overrides, U+061C, zero-width
+    and tag characters) are escaped as in :func:`visible_token`, so ``abc\\u202eexe.txt``
+    cannot show as "abctxt.exe"; spaces stay spaces. The one rule for every
+    string that reaches a page, mirrored by ``visibleLabel`` in ``js/src/lib/tokens.ts``.
+    HTML escaping is still the caller's (``html.escape``).
+    """
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif 0x80 <= code <= 0x9F or is_invisible_format(code):
+            out.append(_hex4(code))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})|\\u([0-9a-fA-F]{4})|\\u\{([0-9a-fA-F]{5})\}")
 _PLAIN = {v: k for k, v in _VISIBLE.items()}
 
 
@@ -60,7 +93,7 @@ def _unescape(match: re.Match[str]) -> str:
     if match.group(1) is not None:
         code = int(match.group(1), 16)
         return chr(code if code < 0x80 else BYTE_BASE + code)
-    return chr(int(match.group(2), 16))
+    return chr(int(match.group(2) or match.group(3), 16))
 
 
 def from_visible(text: str) -> str:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from circuitwidgets._text import visible_label
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.widgets.core.link import link_of
 from circuitwidgets.widgets.core.page import (
@@ -112,7 +113,7 @@ def html_page(
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)}</title>"
+        f"<title>{html.escape(visible_label(title))}</title>"
         "<style>body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
         ".cw-widget{margin:1.5em 0}</style></head><body>\n"
         f"{body}\n{_bundle_block()}\n<script>{shim_source()}</script>\n"

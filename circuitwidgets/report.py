@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from circuitwidgets import circuits
-from circuitwidgets._text import visible_token
+from circuitwidgets._text import visible_label, visible_token
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.export import html_page
 from circuitwidgets.model import CircuitModel
@@ -76,7 +76,11 @@ def _bigram_table(model: CircuitModel, k: int = 6) -> str:
 def _head_table(scores: dict[str, np.ndarray]) -> str:
     names = list(scores)
     first = scores[names[0]]
-    header = "<tr><th>head</th>" + "".join(f"<th>{html.escape(n.replace('_', ' '))}</th>" for n in names) + "</tr>"
+    header = (
+        "<tr><th>head</th>"
+        + "".join(f"<th>{html.escape(visible_label(n.replace('_', ' ')))}</th>" for n in names)
+        + "</tr>"
+    )
     rows = []
     for layer in range(first.shape[0]):
         for head in range(first.shape[1]):
@@ -305,15 +309,15 @@ def _start_on_one_head(sections: list[Section], detectors: dict[str, np.ndarray]
 def _intro(model: CircuitModel, card: dict[str, Any]) -> str:
     cfg = model.cfg
     lines = [
-        f"<h1>{html.escape(model.name)}: a walk through <em>A Mathematical Framework for Transformer Circuits</em></h1>",
+        f"<h1>{html.escape(visible_label(model.name))}: a walk through <em>A Mathematical Framework for Transformer Circuits</em></h1>",
         f"<p>{cfg.n_layers} {'layer' if cfg.n_layers == 1 else 'layers'}, {cfg.n_heads} heads × {cfg.d_head} dimensions, d_model {cfg.d_model}, "
-        f"{cfg.d_vocab} tokens, context {cfg.n_ctx}; positions: {html.escape(cfg.positional_embedding_type)}; "
+        f"{cfg.d_vocab} tokens, context {cfg.n_ctx}; positions: {html.escape(visible_label(cfg.positional_embedding_type))}; "
         f"{'with MLPs (MLP paths are outside the weight-space analyses)' if cfg.has_mlp else 'attention only'}.</p>",
     ]
     training = card.get("training") if isinstance(card, dict) else None
     if isinstance(training, dict):
         lines.append(
-            f"<p>Trained by circuitwidgets on {html.escape(str(training.get('corpus', {}).get('corpus', 'its corpus')))}: "
+            f"<p>Trained by circuitwidgets on {html.escape(visible_label(str(training.get('corpus', {}).get('corpus', 'its corpus'))))}: "
             f"{training.get('steps')} steps, {training.get('tokens', 0):,} tokens, validation loss {training.get('val_loss')} nats.</p>"
         )
     lines.append(
@@ -343,7 +347,7 @@ def write_report(
     """Build the report for ``model`` and write it to ``path`` (a self-contained HTML file)."""
     t0 = time.perf_counter()
     sections = build_sections(model, text, log=log, card=card)
-    blocks = [f"<section><h2>{html.escape(s.title)}</h2>{s.explanation}</section>" for s in sections]
+    blocks = [f"<section><h2>{html.escape(visible_label(s.title))}</h2>{s.explanation}</section>" for s in sections]
     widgets = [s.widget for s in sections if s.widget is not None]
     texts: list[str] = []
     pending = _intro(model, card or {})

@@ -19,7 +19,7 @@ import pytest
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 import circuitwidgets as cw
-from circuitwidgets._text import from_visible, visible_token
+from circuitwidgets._text import from_visible, visible_label, visible_token
 from circuitwidgets.export import html_page
 from circuitwidgets.tokenizer import (
     BYTE_BASE,
@@ -315,17 +315,26 @@ def test_the_shipped_tokenizer_still_shows_what_it_decodes() -> None:
 # ------------------------------------------------------------------ the views' text, mirrored
 
 
-def _mirror_cases() -> list[tuple[str, str]]:
-    """The (token, shown) pairs of ``js/tests/tokens-mirror.ts``, which vitest checks against ``visibleToken``."""
+def _mirror_cases(block: int = 0) -> list[tuple[str, str]]:
+    """The (text, shown) pairs of ``js/tests/tokens-mirror.ts``'s JSON block ``block``.
+
+    Block 0: tokens, which vitest checks against ``visibleToken``; block 1:
+    names and labels, checked against ``visibleLabel``.
+    """
     source = (REPO / "js" / "tests" / "tokens-mirror.ts").read_text(encoding="utf-8")
-    match = re.search(r"/\* json \*/(.*)/\* end json \*/", source, re.DOTALL)
-    assert match is not None
-    return [(token, shown) for token, shown in json.loads(match.group(1))]
+    blocks = re.findall(r"/\* json \*/(.*?)/\* end json \*/", source, re.DOTALL)
+    assert len(blocks) > block
+    return [(token, shown) for token, shown in json.loads(blocks[block])]
 
 
 @pytest.mark.parametrize(("token", "shown"), _mirror_cases())
 def test_python_shows_tokens_exactly_as_the_views_do(token: str, shown: str) -> None:
     assert visible_token(token) == shown
+
+
+@pytest.mark.parametrize(("text", "shown"), _mirror_cases(1))
+def test_python_shows_names_and_labels_exactly_as_the_views_do(text: str, shown: str) -> None:
+    assert visible_label(text) == shown
 
 
 def test_typing_what_the_view_shows_gives_back_the_bytes() -> None:

@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from circuitwidgets.errors import ArgumentTypeError, NetworkRefusedError, ShapeError, UnsupportedArchitectureError
+from circuitwidgets.errors import (
+    ArgumentTypeError,
+    NetworkRefusedError,
+    NonFiniteError,
+    ShapeError,
+    UnsupportedArchitectureError,
+)
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.weights import count_non_finite
 
@@ -170,6 +176,29 @@ def check_finite_parameters(model: torch.nn.Module, source: str) -> None:
             raise NonFiniteError(f"{source}: parameter {name!r} has {bad} NaN/Inf entries; expected finite weights")
 
 
+def check_folded(weights: dict[str, torch.Tensor], source: str) -> None:
+    """Refuse converted weights that overflowed their dtype, naming the weight and its layers.
+
+    The source's parameters are checked finite first (:func:`check_finite_parameters`),
+    so a non-finite converted weight means folding (norm weights and scales
+    multiplied into ``W_Q``, ``W_U``, ...) overflowed the target dtype.
+    """
+    for name, tensor in weights.items():
+        bad = ~torch.isfinite(tensor)
+        if not bool(bad.any()):
+            continue
+        where = ""
+        if tensor.ndim >= 3:  # stacked per layer: [n_layers, ...]
+            layers = [int(i) for i in torch.nonzero(bad.flatten(1).any(1)).flatten()]
+            where = f" in layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers[:8]))}"
+        limit = torch.finfo(tensor.dtype).max
+        raise NonFiniteError(
+            f"{source}: expected {name} to fit {tensor.dtype} after folding the norms into it, got "
+            f"{int(bad.sum())} entries that overflowed{where} (the source's weights are finite; {tensor.dtype} "
+            f"holds at most {limit:.3g}). Load it in a wider dtype (dtype=torch.float32)"
+        )
+
+
 def check_shape(name: str, tensor: torch.Tensor, expected: tuple[int, ...]) -> None:
     """Raise :class:`ShapeError` naming ``name`` unless ``tensor`` has shape ``expected``."""
     if tuple(tensor.shape) != expected:
@@ -218,6 +247,12 @@ def verify_logits(
         got = ours(tokens.to(ours.device)).detach().to("cpu", torch.float64)
     if ref.shape != got.shape:
         raise ShapeError(f"{what}: the source's logits have shape {tuple(ref.shape)}, ours {tuple(got.shape)}")
+    if bool(torch.isfinite(ref).all()) and not bool(torch.isfinite(got).all()):
+        raise NonFiniteError(
+            f"{what}: expected finite logits from the converted model, got non-finite ones: its forward pass in "
+            f"{ours.dtype} overflowed where the source's ({source_dtype}) did not. Load it in a wider dtype "
+            "(dtype=torch.float32)"
+        )
     err = float((ref - got).abs().max())
     rtol = max(_VERIFY_RTOL.get(source_dtype, _VERIFY_DEFAULT_RTOL), _VERIFY_RTOL.get(ours.dtype, _VERIFY_DEFAULT_RTOL))
     tol = rtol * max(1.0, float(ref.abs().max()))

@@ -1,5 +1,11 @@
 """Checks on a local checkpoint directory made before transformers opens any of it.
 
+A checkpoint whose stored tensors are not the ones its ``config.json``
+declares (a tensor missing, more or fewer layers stored than declared) is
+refused with :class:`~circuitwidgets.errors.IncompleteCheckpointError`:
+transformers would fill what is missing with random weights and drop what is
+unexpected, silently.
+
 A ``config.json`` or ``tokenizer_config.json`` with an ``auto_map`` names
 Python files of the directory that transformers would import (after asking
 "Do you wish to run the custom code? [y/N]" on a terminal): circuitwidgets
@@ -11,12 +17,14 @@ nothing is ever asked nor run.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from circuitwidgets.errors import CustomCodeError
+from circuitwidgets.errors import CustomCodeError, IncompleteCheckpointError
 
-__all__ = ["CODE_FILES", "refuse_custom_code"]
+__all__ = ["CODE_FILES", "ignored_unexpected", "is_circuit_model_dir", "refuse_custom_code", "refuse_incomplete"]
 
 #: The JSON files of a checkpoint that can name custom code.
 CODE_FILES = ("config.json", "tokenizer_config.json")
@@ -68,3 +76,47 @@ def refuse_custom_code(root: Path, argument: str = "model") -> None:
             "runs a checkpoint's Python files (they could do anything); remove auto_map if the model is one of "
             "the supported architectures, or load it yourself and pass the model object"
         )
+
+
+def _shown(names: list[str]) -> str:
+    return f"{len(names)} ({', '.join(names[:6])}{' ...' if len(names) > 6 else ''})"
+
+
+def refuse_incomplete(root: Path, missing: Iterable[str], unexpected: Iterable[str], argument: str = "model") -> None:
+    """Raise :class:`~circuitwidgets.errors.IncompleteCheckpointError` naming tensors missing from, or unexpected in, ``root``.
+
+    ``missing``: tensors the model built from ``config.json`` has and the
+    checkpoint lacks (transformers would draw them at random); ``unexpected``:
+    tensors the checkpoint stores and that model has no place for (they would
+    be dropped, e.g. layers beyond the declared count).
+    """
+    lacking, extra = sorted(set(missing)), sorted(set(unexpected))
+    if not lacking and not extra:
+        return
+    parts = ([f"missing {_shown(lacking)}"] if lacking else []) + ([f"unexpected {_shown(extra)}"] if extra else [])
+    raise IncompleteCheckpointError(
+        f"{argument}: expected the tensors {root / 'config.json'} declares, got a checkpoint with "
+        f"{'; '.join(parts)}. Loading it would fill missing weights at random and drop unexpected ones; check the "
+        "layer count and sizes in config.json against the saved weights, or save the model again"
+    )
+
+
+#: Stored buffers of older checkpoints that current transformers computes instead (never weights).
+_LEGACY_BUFFERS = (
+    r"rotary_emb\.inv_freq$",
+    r"(^|\.)position_ids$",
+    r"\.attn\.masked_bias$",
+    r"\.attention\.masked_bias$",
+)
+
+
+def ignored_unexpected(model: Any) -> re.Pattern[str]:
+    """The stored names ``model`` ignores on loading (its ``_keys_to_ignore_on_load_unexpected``, legacy buffers)."""
+    patterns = [str(p) for p in (getattr(model, "_keys_to_ignore_on_load_unexpected", None) or [])]
+    return re.compile("|".join(f"({p})" for p in [*patterns, *_LEGACY_BUFFERS]))
+
+
+def is_circuit_model_dir(root: Path) -> bool:
+    """Whether ``root`` was written by :meth:`CircuitModel.save <circuitwidgets.CircuitModel.save>` (our ``config.json``)."""
+    config = _json_object(root / "config.json")
+    return "n_layers" in config and "d_model" in config and "model_type" not in config

@@ -29,6 +29,7 @@ from torch import nn
 from circuitwidgets._glibc import malloc_trim
 from circuitwidgets.errors import ArgumentError, NonFiniteError, ShapeError
 from circuitwidgets.model.weights import count_non_finite
+from circuitwidgets.sources._local import ignored_unexpected, refuse_incomplete
 
 #: The file ``save_pretrained`` writes next to sharded weights: which tensor is in which shard.
 INDEX = "model.safetensors.index.json"
@@ -69,6 +70,90 @@ def _keys(file: Path) -> list[str]:
             return list(f.keys())
     except Exception as exc:  # safetensors raises its own SafetensorError and OSError
         raise ArgumentError(f"model: {file} is not a readable safetensors file ({type(exc).__name__}: {exc})") from None
+
+
+#: Largest safetensors header read (the format's own limit is 100 MB).
+_MAX_HEADER = 100_000_000
+
+
+def _header(file: Path) -> dict[str, tuple[int, ...]]:
+    """The tensor shapes in ``file``'s safetensors header: 8 bytes of length, then JSON (no tensor is read)."""
+    try:
+        with file.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 2 <= size <= _MAX_HEADER:
+                raise ValueError(f"header length {size}")
+            header = json.loads(f.read(size))
+        return {
+            str(name): tuple(int(n) for n in entry["shape"]) for name, entry in header.items() if name != "__metadata__"
+        }
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ArgumentError(f"model: {file} is not a readable safetensors file ({type(exc).__name__}: {exc})") from None
+
+
+def header_shapes(files: dict[str, Path] | list[Path]) -> dict[str, tuple[int, ...]]:
+    """Each stored tensor's shape, from the safetensors headers (no tensor is read).
+
+    ``files``: a :func:`weight_map` (only the tensors it names), or files whose tensors all count.
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(set(files.values()) if isinstance(files, dict) else files):
+        shapes.update(_header(file))
+    return {name: shape for name, shape in shapes.items() if name in files} if isinstance(files, dict) else shapes
+
+
+def _aliases(model: Any) -> dict[str, list[str]]:
+    """Each parameter's names (tied parameters have several)."""
+    by_id: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(param), []).append(name)
+    return {name: names for names in by_id.values() for name in names}
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    count = 1
+    for n in shape:
+        count *= n
+    return count
+
+
+def check_checkpoint(
+    root: Path,
+    model: Any,
+    shapes: dict[str, tuple[int, ...]],
+    argument: str = "model",
+    exact: bool = True,
+    files: dict[str, Path] | None = None,
+) -> None:
+    """Refuse a checkpoint whose stored tensors are not ``model``'s, before anything is allocated or read.
+
+    ``model`` is built from ``config.json`` on the ``meta`` device
+    (:func:`meta_model`); ``shapes`` are the stored tensors' shapes under the
+    model's names (:func:`header_shapes`). With ``exact``, a shape that
+    differs is a :class:`~circuitwidgets.errors.ShapeError`, and a parameter
+    missing (MLPs included; tied parameters are satisfied by any of their
+    names) or a tensor stored that the model has no place for is an
+    :class:`~circuitwidgets.errors.IncompleteCheckpointError`. Without it (for
+    transformers' loader, which renames legacy names and reports what it
+    missed itself), only a model declaring more weights than are stored is
+    refused, so a config over tiny weights never allocates its size.
+    """
+    aliases = _aliases(model)
+    params = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    missing = [name for name in params if not any(alias in shapes for alias in aliases.get(name, [name]))]
+    if not exact:
+        declared, stored = sum(map(_elements, params.values())), sum(map(_elements, shapes.values()))
+        if declared > stored:
+            refuse_incomplete(root, missing or [f"{declared - stored} weights in all"], [], argument)
+        return
+    for name, shape in shapes.items():
+        want = params.get(name)
+        if want is not None and want != shape:
+            where = files[name] if files and name in files else root
+            raise ShapeError(f"{argument}: {name!r} in {where}: expected shape {want} (from config.json), got {shape}")
+    known = set(model.state_dict()) | set(aliases) | {name for name, _ in model.named_buffers()}
+    ignored = ignored_unexpected(model)
+    refuse_incomplete(root, missing, [n for n in shapes if n not in known and not ignored.search(n)], argument)
 
 
 def read_tensor(file: Path, name: str) -> torch.Tensor:

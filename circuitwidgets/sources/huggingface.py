@@ -43,6 +43,7 @@ from circuitwidgets.sources._convert import (
     RawModel,
     check_finite,
     check_finite_parameters,
+    check_folded,
     class_names,
     fold_attention_scales,
     fold_layer_norms,
@@ -51,10 +52,16 @@ from circuitwidgets.sources._convert import (
     verify_logits,
     work_dtype,
 )
-from circuitwidgets.sources._local import refuse_custom_code
+from circuitwidgets.sources._local import is_circuit_model_dir, refuse_custom_code, refuse_incomplete
 from circuitwidgets.sources.hf_decoders import FAMILIES, read_decoder
 from circuitwidgets.sources.hf_gpt import read_gpt2, read_neox
-from circuitwidgets.sources.hf_stream import StreamingSource, meta_model, weight_map
+from circuitwidgets.sources.hf_stream import (
+    StreamingSource,
+    check_checkpoint,
+    header_shapes,
+    meta_model,
+    weight_map,
+)
 from circuitwidgets.tokenizer import HFTokenizer, TokenizerLike
 
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
@@ -123,6 +130,11 @@ def _directory_config(root: Path) -> Any:
 
     if not (root / "config.json").is_file():
         raise ArgumentError(f"model: expected a directory written by save_pretrained (with config.json), got {root}")
+    if is_circuit_model_dir(root):
+        raise ArgumentError(
+            f"model: expected a Hugging Face save_pretrained directory, got {root}, written by CircuitModel.save; "
+            "load it with circuitwidgets.CircuitModel.load(path)"
+        )
     refuse_custom_code(root)
     _weight_files(root)
     config = AutoConfig.from_pretrained(root, local_files_only=True, trust_remote_code=False)
@@ -148,20 +160,29 @@ def _load_directory(root: Path) -> tuple[Any, Any]:
     """``(model, tokenizer or None)`` of a local ``save_pretrained`` directory, in the stored dtype, offline."""
     from transformers import AutoModelForCausalLM
 
-    _directory_config(root)
+    config = _directory_config(root)
+    # Before transformers allocates anything: a config declaring more than is stored is refused here.
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        shapes = header_shapes(weight_map(root))
+    except ArgumentError as exc:
+        raise ArgumentError(f"model: {root} is not a readable save_pretrained checkpoint ({exc})") from None
+    check_checkpoint(root, meta_model(root, config), shapes, exact=False)
+    try:
+        loaded: tuple[Any, dict[str, Any]] = AutoModelForCausalLM.from_pretrained(  # type: ignore[assignment]
             root,
             local_files_only=True,
             use_safetensors=True,
             dtype="auto",
             attn_implementation="eager",
             trust_remote_code=False,
+            output_loading_info=True,
         )
     except Exception as exc:  # safetensors, JSON and transformers' own errors all mean a bad checkpoint
         raise ArgumentError(
             f"model: {root} is not a readable save_pretrained checkpoint ({type(exc).__name__}: {exc})"
         ) from None
+    model, info = loaded
+    refuse_incomplete(root, info.get("missing_keys") or (), info.get("unexpected_keys") or ())
     return model, _directory_tokenizer(root)
 
 
@@ -229,6 +250,17 @@ def from_hf(
         against ``config.json``. For the decoder families of
         ``circuitwidgets.sources.hf_decoders`` except Gemma 4; needs the
         directory's path (in memory, the MLPs are loaded already).
+
+    Raises
+    ------
+    IncompleteCheckpointError
+        A directory whose stored tensors are not the ones its ``config.json``
+        declares (a tensor missing, more or fewer layers than declared),
+        named; checked against the safetensors headers before the model is
+        allocated, so a config declaring a huge model over tiny weights costs nothing.
+    CustomCodeError
+        A directory whose ``config.json`` or ``tokenizer_config.json`` names
+        custom code (``auto_map``); it is never run, nor asked about.
 
     Notes
     -----
@@ -313,6 +345,7 @@ def _without_mlps(path: Any, tokenizer: Any, dtype: Any, device: Any, verify: bo
             f"model: mlp=False reads the decoder families {sorted(FAMILIES)} layer by layer, got {arch}; "
             "load it whole with from_hf(path)"
         )
+    check_checkpoint(root, model, header_shapes(source.files), files=source.files)
     try:
         source.load_outside_layers()
         target_dtype, target_device = _target(
@@ -348,6 +381,7 @@ def _assemble(
     name: str,
 ) -> CircuitModel:
     """The :class:`CircuitModel` of converted weights, with the tokenizer checked against the vocabulary."""
+    check_folded(weights, f"model ({type(model).__name__})")
     wrapped: TokenizerLike | None = HFTokenizer(tokenizer) if tokenizer is not None else None
     bos = wrapped.bos_token_id if wrapped is not None else getattr(model.config, "bos_token_id", None)
     bos = bos if isinstance(bos, int) and 0 <= bos < int(shape["d_vocab"]) else None

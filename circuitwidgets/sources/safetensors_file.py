@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError, UnsupportedArchitectureError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, UnsupportedArchitectureError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.sources._local import refuse_custom_code
 
@@ -93,37 +93,40 @@ def _check_model_type(config: dict[str, Any], root: Path) -> str:
     return model_type
 
 
-def _hf_model(config: dict[str, Any], state: dict[str, torch.Tensor], root: Path) -> Any:
+def _model_names(stored: list[str], expected: set[str], prefix: str) -> dict[str, str]:
+    """Each stored tensor's name in the model (base-model prefix added, legacy names mapped)."""
+    # Base-model checkpoints (GPT-2's original files) store "h.0..." where the LM has "transformer.h.0...".
+    names = {k: (k if k in expected or prefix + k not in expected else prefix + k) for k in stored}
+    for old_name, new_name in _LEGACY_NAMES.items():
+        if old_name in names and old_name not in expected and new_name in expected:
+            names[old_name] = new_name
+    return names
+
+
+def _hf_model(config: dict[str, Any], files: list[Path], root: Path) -> Any:
+    """The GPT-2 or GPT-NeoX model of ``config`` with the weights of ``files``, checked before it is built.
+
+    The model is first built on the ``meta`` device (no memory) and its tensors
+    compared with the safetensors headers: a config declaring a model the
+    files do not hold (other shapes, more or fewer layers, a tensor missing)
+    is refused before anything of its size is allocated.
+    """
     import transformers
+
+    from circuitwidgets.sources.hf_stream import check_checkpoint, header_shapes
 
     config_cls, model_cls = (getattr(transformers, n) for n in _HF_CLASSES[_check_model_type(config, root)])
     hf_config = config_cls.from_dict(config)
+    with torch.device("meta"):
+        skeleton = model_cls(hf_config)
+    expected = set(skeleton.state_dict()) | {name for name, _ in skeleton.named_parameters(remove_duplicate=False)}
+    shapes = header_shapes(files)
+    names = _model_names(list(shapes), expected, skeleton.base_model_prefix + ".")
+    check_checkpoint(root, skeleton, {names[k]: shape for k, shape in shapes.items()}, "path")
+    state = _load_state(files)
     model = model_cls(hf_config)
-    expected = model.state_dict()
-    prefix = model.base_model_prefix + "."
-    # Base-model checkpoints (GPT-2's original files) store "h.0..." where the LM has "transformer.h.0...".
-    renamed = {(k if k in expected or prefix + k not in expected else prefix + k): v for k, v in state.items()}
-    for old_name, new_name in _LEGACY_NAMES.items():
-        if old_name in renamed and old_name not in expected and new_name in expected:
-            renamed[new_name] = renamed.pop(old_name)
-    for key, tensor in renamed.items():
-        if key in expected and tuple(tensor.shape) != tuple(expected[key].shape):
-            raise ShapeError(
-                f"{key}: expected shape {tuple(expected[key].shape)} from config.json, got {tuple(tensor.shape)}"
-            )
-    missing, _unexpected = model.load_state_dict(renamed, strict=False)
-    tied = {k for k in missing if k.endswith("lm_head.weight") or k.endswith("embed_out.weight")}
-    if tied and not getattr(hf_config, "tie_word_embeddings", False):
-        raise ShapeError(
-            f"path: the checkpoint has no output embeddings {sorted(tied)} and config.json does not tie them"
-        )
-    missing = [k for k in missing if k not in tied and not k.endswith((".attn.bias", ".attn.masked_bias"))]
-    if missing:
-        raise ShapeError(
-            f"path: the checkpoint in {root} lacks tensors {missing[:8]}{' ...' if len(missing) > 8 else ''}"
-        )
-    if tied:
-        model.tie_weights()
+    model.load_state_dict({names[k]: v for k, v in state.items() if names[k] in expected}, strict=False)
+    model.tie_weights()
     return model.eval()
 
 
@@ -163,8 +166,7 @@ def load_safetensors(
 
         return from_hf(root, tokenizer, dtype=dtype, device=device)
     _check_model_type(config, root)
-    state = _load_state(_safetensors_files(root))
-    model = _hf_model(config, state, root)
+    model = _hf_model(config, _safetensors_files(root), root)
     if tokenizer is None and (root / "tokenizer.json").is_file():
         import transformers
 

@@ -29,7 +29,7 @@ from circuitwidgets.training.history import history_from_card, history_from_log
 from circuitwidgets.widgets.core.arrays import NDArrayTrait
 from circuitwidgets.widgets.core.base import CircuitWidget
 from circuitwidgets.widgets.core.spec import Size, head_selection, view_data
-from circuitwidgets.widgets.core.traits import SelectionIndex
+from circuitwidgets.widgets.core.traits import Integer, SelectionIndex
 
 __all__ = ["TrainingHistory", "training_history_data"]
 
@@ -125,7 +125,7 @@ class TrainingHistory(CircuitWidget):
     k_composition = view_data(NDArrayTrait(dtype="float32", dims=("n_evals", "n_layers", "n_heads")))
     """float32 ``[T, L, H]``: strongest baseline-subtracted K-composition into the head (NaN in layer 0)."""
 
-    formation = view_data(traitlets.List(traitlets.Int()))
+    formation = view_data(traitlets.List(Integer()))
     """``[start, step, end]``: steps where the best induction score first reaches 10 %, 50 %, 90 % of its maximum; ``[]`` if none."""
 
     absent = view_data(traitlets.Unicode(""))

@@ -28,7 +28,7 @@ from circuitwidgets.widgets.core.arrays import NDArrayTrait, user_array
 from circuitwidgets.widgets.core.base import CircuitWidget
 from circuitwidgets.widgets.core.context import check_context
 from circuitwidgets.widgets.core.spec import Size, head_selection, view_data, view_setting
-from circuitwidgets.widgets.core.traits import SelectionIndex
+from circuitwidgets.widgets.core.traits import Integer, SelectionIndex
 
 __all__ = ["TermImportance", "term_importance_data"]
 
@@ -118,10 +118,10 @@ class TermImportance(CircuitWidget):
     full_loss = view_data(traitlets.Float(0.0))
     """Loss of the ordinary forward pass (nats)."""
 
-    n_sequences = view_data(traitlets.Int(0))
+    n_sequences = view_data(Integer(0))
     """Sequences the losses are averaged over."""
 
-    n_positions = view_data(traitlets.Int(0))
+    n_positions = view_data(Integer(0))
     """Tokens per sequence."""
 
     selected_order = view_setting(SelectionIndex("n_orders", optional=True))

@@ -21,5 +21,16 @@ export const MIRROR_CASES: [string, string][] = /* json */ [
   ["\\xe2", "\\xe2"],
   ["\u2581the", "\u2581the"],
   ["\uef7f\uf000\ue000", "\uef7f\uf000\ue000"],
-  ["\u20ac \u2014 \u00e9", "\u20ac\u00b7\u2014\u00b7\u00e9"]
+  ["\u20ac \u2014 \u00e9", "\u20ac\u00b7\u2014\u00b7\u00e9"],
+  ["a\u061cb", "a\\u061cb"],
+  ["x\udb40\udc41\udb40\udc7fy", "x\\u{e0041}\\u{e007f}y"]
+] /* end json */;
+
+// Names, labels and titles (visibleLabel / visible_label): the same escapes, spaces kept.
+export const LABEL_CASES: [string, string][] = /* json */ [
+  ["abc\u202eexe.txt", "abc\\u202eexe.txt"],
+  ["layer 0 \u2066head\u2069", "layer 0 \\u2066head\\u2069"],
+  ["a\u061cb\tc\n", "a\\u061cb\\x09c\\x0a"],
+  ["tag\udb40\udc41", "tag\\u{e0041}"],
+  ["\u05e9\u05dc\u05d5\u05dd model", "\u05e9\u05dc\u05d5\u05dd model"]
 ] /* end json */;

@@ -7,9 +7,12 @@ import {
   setTokenText,
   tokenLabel,
   tokenSpan,
+  visibleLabel,
   visibleToken,
 } from "../src/lib/tokens";
-import { MIRROR_CASES } from "./tokens-mirror";
+import { headLabel, layerLabel } from "../src/lib/headscores";
+import { svgTitle } from "../src/lib/svg";
+import { LABEL_CASES, MIRROR_CASES } from "./tokens-mirror";
 
 /** The byte code point the kernel sends for raw byte `b` of a partial UTF-8 character. */
 const byte = (b: number): string => String.fromCodePoint(BYTE_BASE + b);
@@ -95,6 +98,21 @@ describe("raw bytes and SentencePiece spaces", () => {
 describe("the Python mirror (circuitwidgets/_text.py)", () => {
   it.each(MIRROR_CASES)("shows %j as %j", (token, shown) => {
     expect(visibleToken(token)).toBe(shown);
+  });
+});
+
+describe("visibleLabel", () => {
+  it.each(LABEL_CASES)("shows the name %j as %j", (text, shown) => {
+    expect(visibleLabel(text)).toBe(shown);
+  });
+
+  it("escapes head and layer labels and SVG titles, never a right-to-left override", () => {
+    expect(headLabel(["abc\u202eexe.txt"], 0)).toBe("abc\\u202eexe.txt");
+    expect(layerLabel(["\u2067L0"], 0)).toBe("\\u2067L0");
+    expect(headLabel([], 3)).toBe("H3");
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svgTitle(document, svg, "map \u202egnp.exe per head");
+    expect(svg.textContent).toBe("map \\u202egnp.exe per head");
   });
 });
 

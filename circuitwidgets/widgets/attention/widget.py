@@ -64,7 +64,7 @@ from circuitwidgets.widgets.attention.traits import (
 )
 from circuitwidgets.widgets.core.arrays import NDArrayTrait
 from circuitwidgets.widgets.core.spec import NONE, head_selection, view_data, view_setting
-from circuitwidgets.widgets.core.traits import Choice, SelectionIndex
+from circuitwidgets.widgets.core.traits import Choice, Integer, SelectionIndex
 
 __all__ = [
     "EXPORT_BUDGET_BYTES",
@@ -183,10 +183,10 @@ class AttentionPatterns(LiveData):
     """Offset diagonals ``dest - src = offset`` to mark, ``[{"offset": int, "label": str}]``: by
     default previous-token (1), and induction (``p - 1``) when the tokens repeat with period ``p``."""
 
-    tile_block = view_data(traitlets.Int(0))
+    tile_block = view_data(Integer(0))
     """Long contexts (:meth:`from_qk`): tokens per overview block along each side; 0 for dense ``patterns``."""
 
-    tile_size = view_data(traitlets.Int(0))
+    tile_size = view_data(Integer(0))
     """Long contexts: blocks along a tile's side (tiles of level ``l`` have blocks of ``2^l`` tokens); 0 otherwise."""
 
     overview = view_data(NDArrayTrait(dtype="float16", ndim=5, allow_none=True))

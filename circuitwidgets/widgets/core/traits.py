@@ -16,7 +16,7 @@ import traitlets
 
 from circuitwidgets.widgets.core.spec import NONE, shown, trait_error
 
-__all__ = ["Checked", "Choice", "Count", "Edge", "SelectionIndex", "Text", "view_of"]
+__all__ = ["Checked", "Choice", "Count", "Edge", "Integer", "SelectionIndex", "Text", "view_of"]
 
 
 def view_of(obj: Any, trait: traitlets.TraitType) -> Any:  # type: ignore[type-arg]
@@ -46,7 +46,22 @@ class Checked:
         return self.check(obj, view_of(obj, self), value)  # type: ignore[arg-type]
 
 
-class SelectionIndex(Checked, traitlets.Int):  # type: ignore[type-arg]
+class Integer(traitlets.Int):  # type: ignore[type-arg]
+    """An int trait that refuses bools and non-integers (numpy integers are accepted).
+
+    ``traitlets.Int`` takes ``True`` (an ``int`` to Python) and keeps it, so it
+    is exported as ``true``; and an update from the view whose value equals the
+    current one (``True == 1``) skips cross-validation, so the check must be here.
+    """
+
+    def validate(self, obj: Any, value: Any) -> int:
+        """An int, within the trait's ``min``/``max`` if it has them."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise trait_error(obj, self.name, "an int", f"{value!r:.80} ({type(value).__name__})")
+        return int(super().validate(obj, int(value)))
+
+
+class SelectionIndex(Checked, Integer):
     """An index into one dimension of the widget's data, bounded by its size.
 
     Parameters
@@ -66,12 +81,6 @@ class SelectionIndex(Checked, traitlets.Int):  # type: ignore[type-arg]
         super().__init__(default_value=default_value, **kwargs)
         self.size = size
         self.optional = optional
-
-    def validate(self, obj: Any, value: Any) -> int:
-        """An int (numpy integers are accepted from Python; bools and floats are not)."""
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise trait_error(obj, self.name, "an int", f"{value!r:.80} ({type(value).__name__})")
-        return int(value)
 
     def check(self, obj: Any, view: Any, value: Any) -> int:
         n = int(getattr(view, self.size))
@@ -119,8 +128,8 @@ class Choice(Checked, traitlets.Unicode):  # type: ignore[type-arg]
         return str(value)
 
 
-class Count(Checked, traitlets.Int):  # type: ignore[type-arg]
-    """An int in ``low..high`` (bools refused)."""
+class Count(Checked, Integer):
+    """An int in ``low..high`` (bools refused, whatever their value)."""
 
     def __init__(self, low: int, high: int, default_value: int, **kwargs: Any) -> None:
         super().__init__(default_value=default_value, **kwargs)
@@ -149,7 +158,7 @@ class Edge(Checked, traitlets.List):  # type: ignore[type-arg]
     """``[]`` or ``[l1, h1, l2, h2]``: an earlier head and a later head, checked by ``reason(value, n_layers, n_heads)``."""
 
     def __init__(self, reason: Callable[[Any, int, int], str | None], **kwargs: Any) -> None:
-        super().__init__(traitlets.Int(), default_value=[], **kwargs)
+        super().__init__(Integer(), default_value=[], **kwargs)
         self.reason = reason
 
     def check(self, obj: Any, view: Any, value: Any) -> list[int]:

@@ -52,7 +52,7 @@ from circuitwidgets.widgets.core.arrays import NDArrayTrait
 from circuitwidgets.widgets.core.base import CircuitWidget
 from circuitwidgets.widgets.core.offset import engine_offset, offset_setting, validate_offset
 from circuitwidgets.widgets.core.spec import NONE, Size, head_selection, kernel_reply, view_data, view_setting
-from circuitwidgets.widgets.core.traits import SelectionIndex, Text
+from circuitwidgets.widgets.core.traits import Integer, SelectionIndex, Text
 from circuitwidgets.widgets.skip_trigrams.data import (
     HEAD_KEYS,
     MAX_QUERY_CHARS,
@@ -131,16 +131,16 @@ class SkipTrigramTable(CircuitWidget):
     """int32 ``[P², 2]``: the canonical order of a source's triples, (destination rank, out rank)
     pairs (:func:`~circuitwidgets.widgets.skip_trigrams.data.profile_order`; the view reads it, so the order is defined once)."""
 
-    k = view_data(traitlets.Int(0))
+    k = view_data(Integer(0))
     """Largest OV and QK entries kept per head."""
 
-    profile_k = view_data(traitlets.Int(0))
+    profile_k = view_data(Integer(0))
     """Destinations and outs kept per source."""
 
-    d_vocab = view_data(traitlets.Int(0))
+    d_vocab = view_data(Integer(0))
     """Vocabulary size of the model."""
 
-    extra_sources = view_data(traitlets.List(traitlets.Int()))
+    extra_sources = view_data(traitlets.List(Integer()))
     """Token ids precomputed as sources for every head besides those of the rows."""
 
     live = kernel_reply(traitlets.Dict())

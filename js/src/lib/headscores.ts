@@ -3,6 +3,7 @@
 
 import { divergingIndex, sequentialIndex } from "./colour";
 import { niceTicks, tickDigits } from "./svg";
+import { visibleLabel } from "./tokens";
 
 /** How a map's values become colours. */
 export interface ScoreScale {
@@ -62,12 +63,14 @@ export function valueDigits(s: ScoreScale): number {
 
 /** The label of row `layer` (from `labels` when given, else `L<layer>`). */
 export function layerLabel(labels: readonly string[], layer: number): string {
-  return labels[layer] ?? `L${layer}`;
+  const label = labels[layer];
+  return label === undefined ? `L${layer}` : visibleLabel(label);
 }
 
 /** The label of column `head` (from `labels` when given, else `H<head>`). */
 export function headLabel(labels: readonly string[], head: number): string {
-  return labels[head] ?? `H${head}`;
+  const label = labels[head];
+  return label === undefined ? `H${head}` : visibleLabel(label);
 }
 
 /** Size in pixels of a grid cell: fills `width` across `cols` within [min, max]. */

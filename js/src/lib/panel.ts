@@ -7,6 +7,7 @@ import "../styles/panel.css";
 import { el } from "./dom";
 import { exportToolbar, noExport } from "./export";
 import { onTraits } from "./selection";
+import { visibleLabel } from "./tokens";
 
 
 export interface Panel {
@@ -57,9 +58,9 @@ export function makePanel(root: HTMLElement, view: string, className: string, ex
 
 /** Set a title: main text plus a dimmer subtitle, both as text. */
 export function setTitle(panel: Panel, main: string, sub = ""): void {
-  panel.title.textContent = main;
+  panel.title.textContent = visibleLabel(main);
   if (sub) {
-    panel.subtitle.textContent = ` ${sub}`;
+    panel.subtitle.textContent = ` ${visibleLabel(sub)}`;
     panel.title.append(panel.subtitle);
   }
 }
@@ -72,14 +73,14 @@ export function segmented(
   onPick: (value: string) => void,
 ): { element: HTMLLabelElement; update: (value: string) => void; cleanup: () => void } {
   const wrap = el(doc, "label");
-  wrap.append(doc.createTextNode(`${label} `));
+  wrap.append(doc.createTextNode(`${visibleLabel(label)} `));
   const group = el(doc, "span", "cw-segmented");
   group.setAttribute("role", "group");
   const buttons = options.map((o) => {
-    const b = el(doc, "button", "cw-button", o.label);
+    const b = el(doc, "button", "cw-button", visibleLabel(o.label));
     b.type = "button";
     b.dataset.value = o.value;
-    if (o.title) b.title = o.title;
+    if (o.title) b.title = visibleLabel(o.title);
     return b;
   });
   group.append(...buttons);

@@ -5,6 +5,8 @@
 // classes, so an SVG copied out of the page (export) looks the same. Text is
 // only ever set with textContent.
 
+import { visibleLabel } from "./tokens";
+
 export const SVG_NS = "http://www.w3.org/2000/svg";
 
 type Attrs = Record<string, string | number | null | undefined>;
@@ -24,7 +26,7 @@ export function svgEl<K extends keyof SVGElementTagNameMap>(
 
 /** Add a `<title>` (native tooltip) holding `text` as text. */
 export function svgTitle(doc: Document, parent: SVGElement, text: string): void {
-  parent.append(svgEl(doc, "title", {}, text));
+  parent.append(svgEl(doc, "title", {}, visibleLabel(text)));
 }
 
 /** A linear map from `domain` to `range` (extrapolates outside). */

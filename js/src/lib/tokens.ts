@@ -27,7 +27,8 @@ function hex2(code: number): string {
 }
 
 function hex4(code: number): string {
-  return `\\u${code.toString(16).padStart(4, "0")}`;
+  // Beyond the Basic Multilingual Plane (tag characters), `\u{XXXXX}`.
+  return code > 0xffff ? `\\u{${code.toString(16)}}` : `\\u${code.toString(16).padStart(4, "0")}`;
 }
 
 /** Byte b (0x80-0xFF) outside any valid UTF-8 character travels as code point BYTE_BASE + b. */
@@ -40,18 +41,38 @@ export function isByteCodePoint(code: number): boolean {
 
 /**
  * Invisible format characters that would reorder or hide neighbouring text:
- * bidirectional marks, embeddings, overrides and isolates (U+200E-F,
- * U+202A-E, U+2066-9), zero-width characters (U+200B-D, U+2060, U+FEFF) and
- * the line and paragraph separators (U+2028-9). Shown as `\uXXXX` escapes so a
+ * bidirectional marks, embeddings, overrides and isolates (U+061C, U+200E-F,
+ * U+202A-E, U+2066-9), zero-width characters (U+200B-D, U+2060, U+FEFF), the
+ * line and paragraph separators (U+2028-9) and tag characters (U+E0000-E007F,
+ * invisible text). Shown as `\uXXXX` (`\u{XXXXX}` past U+FFFF) escapes so a
  * right-to-left override in a token cannot flip the label beside it.
  */
 export function isInvisibleFormat(code: number): boolean {
   return (
+    code === 0x061c ||
     (code >= 0x200b && code <= 0x200f) ||
     (code >= 0x2028 && code <= 0x202e) ||
     (code >= 0x2060 && code <= 0x2069) ||
-    code === 0xfeff
+    code === 0xfeff ||
+    (code >= 0xe0000 && code <= 0xe007f)
   );
+}
+
+/**
+ * Any other string a page shows (a model's name, head and layer labels, map
+ * names, titles): the same escapes as a token's for control and invisible
+ * format characters, but spaces stay spaces. One rule for every string that
+ * reaches a page (Python: `circuitwidgets/_text.py`, `visible_label`).
+ */
+export function visibleLabel(text: string): string {
+  let out = "";
+  for (const ch of text) {
+    const code = ch.codePointAt(0) ?? 0;
+    if (code < 0x20 || code === 0x7f) out += hex2(code);
+    else if ((code >= 0x80 && code <= 0x9f) || isInvisibleFormat(code)) out += hex4(code);
+    else out += ch;
+  }
+  return out;
 }
 
 /** What one character of a token looks like: itself, a glyph, or an escape. */
