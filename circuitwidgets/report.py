@@ -331,7 +331,7 @@ def _text_page(title: str, body: str) -> str:
     """A self-contained page of text and tables only (no widget, so no script)."""
     return (
         '<!doctype html>\n<html><head><meta charset="utf-8"><title>'
-        + html.escape(title)
+        + html.escape(visible_label(title))
         + "</title><style>body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
         "</style></head><body>" + body + "</body></html>\n"
     )
