@@ -1,8 +1,12 @@
 """Long-context attention in JupyterLab 4: how fast the view paints, in headless Chromium.
 
 Input: ``q, k ~ N(0, 1)`` (``torch.randn``, seeded), float32 ``[n_layers, n_heads, N, 64]``,
-tokens ``t0 … t{N-1}``; the widget is ``cw.AttentionPatterns.from_qk(tokens, q, k)``.
-Cases: N = 4,096 with 1 × 12 heads, N = 32,768 with 2 × 16 heads. Each case (and each
+tokens ``t0 … t{N-1}``; the widget is ``cw.AttentionPatterns.from_qk(tokens, q, k)`` (input ``qk``)
+or, input ``dense``, ``cw.AttentionPatterns.from_arrays(tokens, attention)`` with ``attention``
+the same heads' causal softmax as one dense float32 torch tensor ``[n_layers, n_heads, N, N]``
+(as a TransformerLens or Hugging Face cache holds it; computed in the untimed cell).
+Cases: N = 4,096 with 1 × 12 heads, N = 32,768 with 2 × 16 heads (``qk`` only: the dense
+array would take 8.6 GB). Each case (and each
 repeat) runs in a fresh notebook with a kernel of its own, in a real JupyterLab 4 page
 (the browser tests' server and page helpers, ``tests/e2e/_hosts.py``, and their
 chromium, ``tests/e2e/chromium.py``). A cell imports torch and circuitwidgets, another
@@ -35,6 +39,7 @@ Run::
 
     .venv/bin/python benchmarks/bench_lab_paint.py                 # N = 4,096 and 32,768
     .venv/bin/python benchmarks/bench_lab_paint.py --sizes 4096 --repeats 3
+    .venv/bin/python benchmarks/bench_lab_paint.py --sizes 4096 --inputs qk dense --repeats 3
 """
 
 from __future__ import annotations
@@ -69,7 +74,21 @@ k = torch.randn({layers}, {heads}, {n}, {d}, generator=_g)
 tokens = [f"t{{i}}" for i in range({n})]
 print(tuple(q.shape))"""
 
-BUILD = "w = cw.AttentionPatterns.from_qk(tokens, q, k)\nw"
+#: The dense patterns of the same heads, for ``from_arrays`` (a causal softmax, one head at a time).
+PREPARE_DENSE = """\
+_mask = torch.ones({n}, {n}, dtype=torch.bool).triu_(1)
+attention = torch.empty({layers}, {heads}, {n}, {n})
+for _l in range({layers}):
+    for _h in range({heads}):
+        attention[_l, _h] = (q[_l, _h] @ k[_l, _h].T / {d} ** 0.5).masked_fill_(_mask, -torch.inf).softmax(-1)
+del _mask
+print(tuple(attention.shape))"""
+
+#: The timed cell per input.
+BUILD = {
+    "qk": "w = cw.AttentionPatterns.from_qk(tokens, q, k)\nw",
+    "dense": "w = cw.AttentionPatterns.from_arrays(tokens, attention)\nw",
+}
 
 #: One poll of the cell: the page clock, the view's state, the visible thumbnails' state.
 SNAPSHOT = """(index) => {
@@ -139,9 +158,9 @@ def type_and_run(notebook: NotebookPage, code: str) -> int:
     return index
 
 
-def measure(notebook: NotebookPage, timeout_s: float) -> dict[str, Any]:
+def measure(notebook: NotebookPage, build: str, timeout_s: float) -> dict[str, Any]:
     """Run the build cell and poll the page until every visible thumbnail is painted."""
-    index = type_and_run(notebook, BUILD)
+    index = type_and_run(notebook, build)
     sent = time.monotonic()
     out: dict[str, Any] = {}
     while True:
@@ -188,27 +207,34 @@ def measure(notebook: NotebookPage, timeout_s: float) -> dict[str, Any]:
     }
 
 
-def run_case(jupyter: JupyterServer, browser: Any, n: int, repeat: int, timeout_s: float) -> dict[str, Any]:
+def run_case(
+    jupyter: JupyterServer, browser: Any, n: int, inputs: str, repeat: int, timeout_s: float
+) -> dict[str, Any]:
     layers, heads = SHAPES.get(n, (1, 12))
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1, locale="en-US")
     context.set_default_timeout(TIMEOUT_MS)
-    path = jupyter.write_notebook(f"paint-{n}-{repeat}.ipynb")
+    path = jupyter.write_notebook(f"paint-{n}-{inputs}-{repeat}.ipynb")
     kernel = jupyter.start_kernel(path)
     try:
         notebook = NotebookPage(context.new_page(), watch(context))
         notebook.open(jupyter.lab_url(path))
         notebook.run("import torch, circuitwidgets as cw", timeout_s=180)
         notebook.run(PREPARE.format(layers=layers, heads=heads, n=n, d=D_HEAD), timeout_s=300)
-        result = measure(notebook, timeout_s)
+        if inputs == "dense":
+            notebook.run(PREPARE_DENSE.format(layers=layers, heads=heads, n=n, d=D_HEAD), timeout_s=300)
+        result = measure(notebook, BUILD[inputs], timeout_s)
     finally:
         context.close()
         shut_down(jupyter, kernel)
-    return {"N": n, "heads": f"{layers} × {heads}", **result}
+    return {"N": n, "input": inputs, "heads": f"{layers} × {heads}", **result}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 32768], help="token counts")
+    parser.add_argument(
+        "--inputs", nargs="+", choices=sorted(BUILD), default=["qk"], help="from_qk (qk) and/or from_arrays (dense)"
+    )
     parser.add_argument("--repeats", type=int, default=1, help="fresh notebooks (and kernels) per size")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per measurement at most")
     args = parser.parse_args()
@@ -226,19 +252,20 @@ def main() -> None:
         try:
             for n in args.sizes:
                 for repeat in range(args.repeats):
-                    print(f"N = {n}, run {repeat + 1} of {args.repeats} …", file=sys.stderr, flush=True)
-                    rows.append(run_case(jupyter, browser, n, repeat, args.timeout))
+                    for inputs in args.inputs:  # (interleaved, so that both see the same load)
+                        print(f"N = {n}, {inputs}, run {repeat + 1} of {args.repeats} …", file=sys.stderr, flush=True)
+                        rows.append(run_case(jupyter, browser, n, inputs, repeat, args.timeout))
         finally:
             browser.close()
     print(
-        "| N | heads | output after Shift+Enter (s) | cell done (s) | selected head first painted (s) "
+        "| N | input | heads | output after Shift+Enter (s) | cell done (s) | selected head first painted (s) "
         "| selected head painted whole (s) | all thumbnails painted (s) | thumbnails visible "
         "| thumbnail paint time (ms) | total (s) |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
-            f"| {r['N']:,} | {r['heads']} | {r['output_s']:.2f} | {r['cell_s']:.2f} | {r['head_s']:.2f} "
+            f"| {r['N']:,} | {r['input']} | {r['heads']} | {r['output_s']:.2f} | {r['cell_s']:.2f} | {r['head_s']:.2f} "
             f"| {r['whole_s']:.2f} "
             f"| {r['thumbs_s']:.2f} | {r['thumbs']} | {r['thumbs_ms']:.0f} | {r['total_s']:.2f} |"
         )

@@ -140,7 +140,8 @@ def test_bad_model_inputs_raise_typed_errors(
 def test_a_state_too_large_is_refused_from_the_shapes_before_reading_a_weight() -> None:
     huge = np.broadcast_to(np.float32(1e-5), (1, 1, 100_000, 100_000))  # no memory behind it
     with pytest.raises(MemoryBudgetError, match=r"100000 tokens would put 5,000,050,000 bytes .* over the limit"):
-        AttentionPatterns.from_arrays([f"t{i}" for i in range(100_000)], huge)
+        # (the dense view's state; by default so many tokens are a long context, summarised from the array)
+        AttentionPatterns.from_arrays([f"t{i}" for i in range(100_000)], huge, long=False)
 
 
 def test_a_model_of_another_library_is_refused_plainly() -> None:

@@ -25,7 +25,9 @@ from numpy.typing import NDArray
 __all__ = [
     "HeadSummariser",
     "HeadSummary",
+    "PatternEngine",
     "ScoreSource",
+    "SummaryPass",
     "block_counts_rect",
     "column_blocks",
     "fold_rows",
@@ -50,6 +52,46 @@ class ScoreSource(Protocol):
     def _value_norms(self, layer: int, head: int) -> torch.Tensor: ...
 
     def keep_lse(self, layer: int, head: int, lse: torch.Tensor, kind: str = "raw") -> None: ...
+
+
+class SummaryPass(Protocol):
+    """One head summarised chunk by chunk: :class:`HeadSummariser`, or a dense array's
+    (:class:`~circuitwidgets.activations.dense_patterns.DenseSummariser`)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def rows_done(self) -> int: ...
+
+    def step(self) -> tuple[int, int]: ...
+
+    def band(self, i0: int, i1: int, kind: str = "raw") -> tuple[NDArray[np.float32], NDArray[np.float32]]: ...
+
+    def result(self) -> HeadSummary: ...
+
+
+class PatternEngine(Protocol):
+    """What a long-context widget reads of its engine: queries and keys
+    (:class:`~circuitwidgets.activations.qk_patterns.QKPatterns`) or a dense array
+    (:class:`~circuitwidgets.activations.dense_patterns.DensePatterns`)."""
+
+    n_layers: int
+    n_heads: int
+    n_tokens: int
+    causal: bool
+    kinds: tuple[str, ...]
+    norms: torch.Tensor | None
+
+    def summariser(self, layer: int, head: int, block: int, top_k: int) -> SummaryPass: ...
+
+    def tile(
+        self, layer: int, head: int, level: int, row: int, col: int, kind: str = "raw"
+    ) -> tuple[NDArray[np.float32], NDArray[np.float32]]: ...
+
+    def weights(self, layer: int, head: int, r0: int, r1: int, c0: int, c1: int, kind: str = "raw") -> torch.Tensor: ...
+
+    def dense(self, layer: int, head: int, kind: str = "raw") -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)

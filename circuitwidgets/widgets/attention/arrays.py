@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from numpy.typing import ArrayLike
 
+from circuitwidgets.activations.dense_patterns import DensePatterns
 from circuitwidgets.activations.qk_patterns import QKPatterns
 from circuitwidgets.errors import ArgumentError, ShapeError
 from circuitwidgets.widgets.attention.batch import (
@@ -21,7 +22,7 @@ from circuitwidgets.widgets.attention.batch import (
     is_batch_of_tokens,
     sources_from_arrays,
 )
-from circuitwidgets.widgets.attention.codec import Heads, check_state_bytes, check_tokens, per_position
+from circuitwidgets.widgets.attention.codec import Heads, check_state_bytes, check_tokens, per_position, validate
 from circuitwidgets.widgets.attention.live import LiveData
 from circuitwidgets.widgets.attention.source import Source
 from circuitwidgets.widgets.attention.tiles import LongText
@@ -31,7 +32,13 @@ from circuitwidgets.widgets.core.spec import NONE
 #: them as class methods); typed by its base so that this module stays below the widget's.
 W = TypeVar("W", bound=LiveData)
 
-__all__ = ["from_arrays", "from_cache", "from_qk", "set_data"]
+__all__ = ["LONG_ARRAY_TOKENS", "from_arrays", "from_cache", "from_qk", "set_data"]
+
+#: ``from_arrays`` of one prompt with more tokens than this builds the long-context view (overview first,
+#: exact tiles on demand, as :func:`from_qk`) from the array instead of quantising every pattern into the
+#: widget's state. At 4,096 tokens × 12 heads in JupyterLab the dense path took 4.2 s from the output
+#: appearing to every head painted, the long path 1.4-1.8 s (benchmarks/bench_lab_paint.py).
+LONG_ARRAY_TOKENS = 2048
 
 
 def _first(values: Any) -> Any:
@@ -48,6 +55,7 @@ def from_arrays(
     value_norms: ArrayLike | None = None,
     logit_effect: ArrayLike | None = None,
     stream: bool | None = None,
+    long: bool | None = None,
     **kwargs: Any,
 ) -> W:
     """A widget for patterns computed anywhere (TransformerLens, Hugging Face, your own code).
@@ -72,6 +80,12 @@ def from_arrays(
         Optional per-position logit effects, shaped like ``value_norms`` (NaN allowed).
     stream
         See the class docs (a batch is encoded at once).
+    long
+        Show one prompt as a long context (as :meth:`from_qk`: an overview of every head
+        first, exact tiles served from ``attention`` as the view zooms, pages exported with
+        the overview and each row's top sources); ``None``: above :data:`LONG_ARRAY_TOKENS`
+        tokens. The widget then keeps a reference to ``attention`` (``w.qk``, a
+        :class:`~circuitwidgets.activations.dense_patterns.DensePatterns`) rather than a copy.
     **kwargs
         Initial traits, for example ``selected_head=3`` (``progress_bar=False`` hides the bar).
 
@@ -90,11 +104,17 @@ def from_arrays(
         return cls(stream=stream, _source=ArrayBatch(sources, causal), **kwargs)
     token_list = check_tokens(tokens)
     heads = Heads(attention, len(token_list))
-    check_state_bytes(heads.n_layers, heads.n_heads, heads.n, value_weighted=value_norms is not None)
+    is_long = heads.n > LONG_ARRAY_TOKENS if long is None else bool(long)
+    if not is_long:
+        check_state_bytes(heads.n_layers, heads.n_heads, heads.n, value_weighted=value_norms is not None)
     norms = per_position(value_norms, "value_norms", heads, nan_ok=False)
     if norms is not None and (norms < 0).any():
         raise ArgumentError(f"value_norms: expected norms ≥ 0, got minimum {float(norms.min()):.4g}")
     effect = per_position(logit_effect, "logit_effect", heads, nan_ok=True)
+    if is_long:
+        is_causal = validate(heads, causal, row_stochastic=True)
+        engine = DensePatterns(heads.layers, causal=is_causal, value_norms=norms)
+        return cls(_qk=LongText(token_list, engine, effect), **kwargs)
     return cls(stream=stream, _source=Source(token_list, heads, causal, norms, effect, known_causal=False), **kwargs)
 
 

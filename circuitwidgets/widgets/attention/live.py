@@ -16,7 +16,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from circuitwidgets.activations.qk_patterns import QKPatterns
+from circuitwidgets.activations.summary import PatternEngine
 from circuitwidgets.widgets.attention.source import Stream
 from circuitwidgets.widgets.attention.tiles import TileSource, on_custom
 from circuitwidgets.widgets.core.base import CircuitWidget
@@ -40,8 +40,10 @@ class LiveData(CircuitWidget):
         return self._stream is not None or (self._tiles is not None and not self._tiles.done)
 
     @property
-    def qk(self) -> QKPatterns | None:
-        """The engine of a long-context widget (:meth:`from_qk`), or ``None``."""
+    def qk(self) -> PatternEngine | None:
+        """The engine of a long-context widget, or ``None``: :class:`~circuitwidgets.activations.qk_patterns.QKPatterns`
+        (:meth:`from_qk`, a model's long text), or :class:`~circuitwidgets.activations.dense_patterns.DensePatterns`
+        (:meth:`from_arrays` over :data:`~circuitwidgets.widgets.attention.arrays.LONG_ARRAY_TOKENS` tokens)."""
         return None if self._tiles is None else self._tiles.engine
 
     def finish(self) -> None:

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from circuitwidgets.activations.qk_patterns import TILE, QKPatterns
+from circuitwidgets.activations.qk_patterns import TILE
+from circuitwidgets.activations.summary import PatternEngine
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.widgets.attention.source import YIELD_S
 
@@ -32,7 +33,7 @@ _ID_LIMIT = 2**31
 class TileRequests:
     """Tile requests of :class:`~circuitwidgets.widgets.attention.tiles.TileSource` (a mixin: it sets the attributes)."""
 
-    engine: QKPatterns
+    engine: PatternEngine
     kinds: tuple[str, ...]
     max_level: int
     send: Callable[[dict[str, Any], list[memoryview]], None]

@@ -1,7 +1,12 @@
 """Long contexts in the attention widget: overview streaming, top-k for export, the tile protocol.
 
 A widget built by :meth:`AttentionPatterns.from_qk` holds a
-:class:`~circuitwidgets.activations.qk_patterns.QKPatterns` and never an ``N × N`` array.
+:class:`~circuitwidgets.activations.qk_patterns.QKPatterns` and never an ``N × N`` array;
+one built by :meth:`AttentionPatterns.from_arrays` over
+:data:`~circuitwidgets.widgets.attention.arrays.LONG_ARRAY_TOKENS` tokens holds a
+:class:`~circuitwidgets.activations.dense_patterns.DensePatterns` over the user's array
+(summarised and tiled from it, never quantised whole). Both are a
+:class:`~circuitwidgets.activations.summary.PatternEngine`.
 
 Overview
     Every head is summarised once (one chunked pass: log-sum-exp, block max and
@@ -52,7 +57,8 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from circuitwidgets.activations.qk_patterns import TILE, HeadSummariser, QKPatterns, overview_block
+from circuitwidgets.activations.qk_patterns import TILE, overview_block
+from circuitwidgets.activations.summary import PatternEngine, SummaryPass
 from circuitwidgets.errors import MemoryBudgetError
 from circuitwidgets.widgets.attention.source import YIELD_S, running_loop
 from circuitwidgets.widgets.attention.tile_requests import MAX_PENDING, TileRequests
@@ -109,7 +115,7 @@ class LongText:
     """What a long-context widget starts from: its tokens, the engine, and optionally each position's logit effect."""
 
     tokens: list[str]
-    engine: QKPatterns
+    engine: PatternEngine
     logit_effect: NDArray[np.float32] | None = None
 
     @property
@@ -134,7 +140,7 @@ class TileSource(TileRequests):
         effects): taken from :data:`EXPORT_BUDGET_BYTES` before ``k`` is chosen.
     """
 
-    def __init__(self, engine: QKPatterns, send: Send, exported_bytes: int = 0) -> None:
+    def __init__(self, engine: PatternEngine, send: Send, exported_bytes: int = 0) -> None:
         self.engine, self.send = engine, send
         n_layers, n_heads, n = engine.n_layers, engine.n_heads, engine.n_tokens
         self.block = overview_block(n)
@@ -155,7 +161,7 @@ class TileSource(TileRequests):
         self.top_weights = np.zeros((n_layers, n_heads, n, self.top_k), dtype=np.float16)
         self.ready = np.zeros((n_layers, n_heads), dtype=bool)
         self.queue: list[tuple[int, int]] = [(l, h) for l in range(n_layers) for h in range(n_heads)]
-        self.active: dict[tuple[int, int], HeadSummariser] = {}  # heads begun, by a switch of priority left unfinished
+        self.active: dict[tuple[int, int], SummaryPass] = {}  # heads begun, by a switch of priority left unfinished
         self.sent_rows: dict[tuple[int, int], tuple[int, float]] = {}  # unfinished heads: overview rows sent, when
         self.view_wants = False
         self.pending: list[dict[str, Any]] = []
@@ -213,7 +219,7 @@ class TileSource(TileRequests):
             self.queue.remove((layer, head))
             self.queue.insert(0, (layer, head))
 
-    def _keep(self, layer: int, head: int, summariser: HeadSummariser) -> None:
+    def _keep(self, layer: int, head: int, summariser: SummaryPass) -> None:
         summary = summariser.result()
         self.overview[layer, head, 0] = summary.max
         self.overview[layer, head, 1] = summary.mean
