@@ -58,3 +58,21 @@ describe("offline model of exported pages", () => {
     expect(scatter.get("method")).toBe("eigen"); // only the linked names
   });
 });
+
+describe("a head is one selection in a linked page", () => {
+  it("moves every linked view to the clicked head even when the click keeps the layer", () => {
+    const scatter = new OfflineModel({ selected_layer: 1, selected_head: 5 });
+    const composition = new OfflineModel({ selected_layer: 0, selected_head: 0 });
+    const terms = new OfflineModel({ selected_layer: 0 });
+    const group = new LinkGroup(["selected_layer", "selected_head"]);
+    for (const m of [scatter, composition, terms]) group.add(m);
+    // joining the group, every view starts on the first one's head
+    expect([composition.get("selected_layer"), composition.get("selected_head"), terms.get("selected_layer")]).toEqual([1, 5, 1]);
+    composition.set("selected_layer", 0);
+    composition.set("selected_head", 3);
+    scatter.set("selected_head", 7); // same layer as before in the scatter (0): the head moves as one
+    expect([composition.get("selected_layer"), composition.get("selected_head")]).toEqual([0, 7]);
+    composition.set("selected_head", 10);
+    expect([scatter.get("selected_layer"), scatter.get("selected_head"), terms.get("selected_layer")]).toEqual([0, 10, 0]);
+  });
+});

@@ -106,12 +106,19 @@ export class OfflineModel {
 export class LinkGroup {
   readonly names: readonly string[];
   private readonly members: { model: OfflineModel; local: Map<string, string> }[] = [];
+  /** True while a change is being copied to the members: their own change events then copy nothing back. */
+  private syncing = false;
 
   constructor(names: readonly string[]) {
     this.names = names;
   }
 
-  /** Link `model` to the members before and after it, on `names` (default: the group's), each under `alias[name]` or its own name. */
+  /**
+   * Link `model` to the members before and after it, on `names` (default: the group's), each under
+   * `alias[name]` or its own name. A head is one selection: when either of a member's
+   * `selected_layer`/`selected_head` changes, both are copied (a click that keeps the layer must not
+   * leave another view on its old layer), and a member joining the group starts on the first member's head.
+   */
   add(model: OfflineModel, names: readonly string[] = this.names, alias: Readonly<Record<string, string>> = {}): void {
     const local = new Map<string, string>();
     for (const name of names) {
@@ -119,17 +126,46 @@ export class LinkGroup {
       if (model.has(own)) local.set(name, own);
     }
     const me = { model, local };
+    const first = this.members[0];
+    if (first !== undefined) this.copy(first, me, HEAD_PAIR);
     this.members.push(me);
     for (const [name, own] of local) {
       model.on(`change:${own}`, (value: unknown) => {
+        if (this.syncing) return;
         for (const other of this.members) {
-          const theirs = other.local.get(name);
-          if (other !== me && theirs !== undefined) other.model.set(theirs, value);
+          if (other === me) continue;
+          if ((HEAD_PAIR as readonly string[]).includes(name)) this.copy(me, other, HEAD_PAIR);
+          else {
+            const theirs = other.local.get(name);
+            if (theirs !== undefined) this.set(other.model, theirs, value);
+          }
         }
       });
     }
   }
+
+  /** Copy `names` that both members link from `from` to `to`, their change events copying nothing further. */
+  private copy(from: { model: OfflineModel; local: Map<string, string> }, to: { model: OfflineModel; local: Map<string, string> }, names: readonly string[]): void {
+    for (const name of names) {
+      const mine = from.local.get(name);
+      const theirs = to.local.get(name);
+      if (mine !== undefined && theirs !== undefined) this.set(to.model, theirs, from.model.get(mine));
+    }
+  }
+
+  private set(model: OfflineModel, name: string, value: unknown): void {
+    const was = this.syncing;
+    this.syncing = true;
+    try {
+      model.set(name, value);
+    } finally {
+      this.syncing = was;
+    }
+  }
 }
+
+/** The two traits of a head selection, linked as one. */
+const HEAD_PAIR = ["selected_layer", "selected_head"] as const;
 
 /** `"selected_dest=selected_pos other=mine"` (a page's `data-cw-link-as`) as a record. */
 export function parseAliases(text: string | undefined): Record<string, string> {
