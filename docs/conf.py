@@ -66,6 +66,8 @@ nitpick_ignore_regex = [
     (r"py:.*", r"circuitwidgets\.widgets\.(core|attention|eigen|skip_trigrams)(\.\w+)*"),
     (r"py:.*", r"circuitwidgets\.circuits\.(topk_tiles|topk_methods|composition_tiles|kcomp)(\.\w+)*"),
     (r"py:mod", r"circuitwidgets\.activations(\.\w+)*"),
+    # the run-side engines behind the attention view (named in its docstrings, not public API)
+    (r"py:.*", r"circuitwidgets\.activations\.(dense_patterns|summary|writes)\.\w+"),
     # the causal package's modules (its public names are documented as circuitwidgets.causal.<name>)
     # and the forward pass's internals that its docstrings name
     (r"py:.*", r"circuitwidgets\.causal\.(engine|metrics|sites|components|patching|attribution|lens|result)(\.\w+)*"),

@@ -279,7 +279,7 @@ class CircuitModel(Runner, nn.Module):
         Outputs are unchanged (log-probabilities and logit differences exactly;
         logits by a constant per position); what changes is how the residual
         stream splits between components, so attributions and composition scores
-        equal TransformerLens's defaults. See :mod:`circuitwidgets.model.centering`
+        equal TransformerLens's defaults. See ``circuitwidgets.model.centering``
         for what is refused and why.
         """
         weights = centred_weights(self.cfg, self.weights())
