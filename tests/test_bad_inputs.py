@@ -434,10 +434,11 @@ def test_a_skip_trigram_table_whose_state_would_be_huge_is_refused_before_comput
 
 
 def test_attention_arrays_far_beyond_a_sensible_size_are_refused_from_their_shape() -> None:
-    # A broadcast view costs nothing to pass; converting or packing it would take ~15 GB.
+    # A broadcast view costs nothing to pass; converting or packing it into the dense view's state would
+    # take ~15 GB. (By default an array this long takes the long-context path, which reads it in slices.)
     huge = np.broadcast_to(np.float32(1e-5), (1, 1, 100_000, 100_000))
     with raises_named(MemoryBudgetError, "attention", "100000 tokens", "5,000,050,000 bytes"):
-        AttentionPatterns.from_arrays([f"t{i}" for i in range(100_000)], huge)
+        AttentionPatterns.from_arrays([f"t{i}" for i in range(100_000)], huge, long=False)
 
 
 #: The stated bound of benchmarks/bench_memory.py: extra peak RSS of one V×V operation.
@@ -492,7 +493,7 @@ class _Payload:
 
 def _tiny_training_setup(tmp_path: Path) -> tuple[Any, Path, Path, Any]:
     """A cache (tokenizer, token arrays) and a resumable checkpoint for a one-head model."""
-    from circuitwidgets.training.attn_only import AttnOnlyConfig, AttnOnlyTransformer
+    from circuitwidgets.training.transformer import ToyConfig, ToyTransformer
     from safetensors.torch import save_file
 
     from circuitwidgets.training.tokenizer import train_bpe
@@ -509,7 +510,7 @@ def _tiny_training_setup(tmp_path: Path) -> tuple[Any, Path, Path, Any]:
     cfg = TrainConfig(
         n_layers=1, n_heads=1, d_model=8, d_head=4, n_ctx=16, batch_size=2, steps=2, eval_every=1, checkpoint_every=1
     )
-    net = AttnOnlyTransformer(AttnOnlyConfig(1, 1, 8, 4, vocab, 16), generator=torch.Generator().manual_seed(0))
+    net = ToyTransformer(ToyConfig(1, 1, 8, 4, vocab, 16), generator=torch.Generator().manual_seed(0))
     ckpt = tmp_path / "out" / "checkpoint"
     ckpt.mkdir(parents=True)
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(ckpt / "model.safetensors"))

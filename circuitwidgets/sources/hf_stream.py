@@ -69,15 +69,19 @@ def _keys(file: Path) -> list[str]:
         with safe_open(str(file), framework="pt") as f:
             return list(f.keys())
     except Exception as exc:  # safetensors raises its own SafetensorError and OSError
-        raise ArgumentError(f"model: {file} is not a readable safetensors file ({type(exc).__name__}: {exc})") from None
+        raise ArgumentError(f"model: {file} is not a valid safetensors file ({type(exc).__name__}: {exc})") from None
 
 
 #: Largest safetensors header read (the format's own limit is 100 MB).
 _MAX_HEADER = 100_000_000
 
 
-def _header(file: Path) -> dict[str, tuple[int, ...]]:
-    """The tensor shapes in ``file``'s safetensors header: 8 bytes of length, then JSON (no tensor is read)."""
+def _header(file: Path, arg: str = "model") -> dict[str, tuple[int, ...]]:
+    """The tensor shapes in ``file``'s safetensors header: 8 bytes of length, then JSON (no tensor is read).
+
+    A file that is not safetensors (a pickle renamed, a truncated download) is an
+    :class:`ArgumentError` naming ``arg``, the caller's argument.
+    """
     try:
         with file.open("rb") as f:
             size = int.from_bytes(f.read(8), "little")
@@ -88,17 +92,18 @@ def _header(file: Path) -> dict[str, tuple[int, ...]]:
             str(name): tuple(int(n) for n in entry["shape"]) for name, entry in header.items() if name != "__metadata__"
         }
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise ArgumentError(f"model: {file} is not a readable safetensors file ({type(exc).__name__}: {exc})") from None
+        raise ArgumentError(f"{arg}: {file} is not a valid safetensors file ({type(exc).__name__}: {exc})") from None
 
 
-def header_shapes(files: dict[str, Path] | list[Path]) -> dict[str, tuple[int, ...]]:
+def header_shapes(files: dict[str, Path] | list[Path], arg: str = "model") -> dict[str, tuple[int, ...]]:
     """Each stored tensor's shape, from the safetensors headers (no tensor is read).
 
-    ``files``: a :func:`weight_map` (only the tensors it names), or files whose tensors all count.
+    ``files``: a :func:`weight_map` (only the tensors it names), or files whose tensors all count;
+    ``arg``: the caller's argument, named by the error for a file that is not safetensors.
     """
     shapes: dict[str, tuple[int, ...]] = {}
     for file in sorted(set(files.values()) if isinstance(files, dict) else files):
-        shapes.update(_header(file))
+        shapes.update(_header(file, arg))
     return {name: shape for name, shape in shapes.items() if name in files} if isinstance(files, dict) else shapes
 
 

@@ -120,7 +120,7 @@ def _hf_model(config: dict[str, Any], files: list[Path], root: Path) -> Any:
     with torch.device("meta"):
         skeleton = model_cls(hf_config)
     expected = set(skeleton.state_dict()) | {name for name, _ in skeleton.named_parameters(remove_duplicate=False)}
-    shapes = header_shapes(files)
+    shapes = header_shapes(files, arg="path")
     names = _model_names(list(shapes), expected, skeleton.base_model_prefix + ".")
     check_checkpoint(root, skeleton, {names[k]: shape for k, shape in shapes.items()}, "path")
     state = _load_state(files)
