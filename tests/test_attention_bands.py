@@ -18,6 +18,7 @@ from _loops import run_in_fresh_loop, until
 
 from circuitwidgets import AttentionPatterns
 from circuitwidgets.activations.qk_patterns import QKPatterns
+from circuitwidgets.activations.summary import HeadSummariser
 from circuitwidgets.widgets.attention import tiles as _attention_tiles
 from circuitwidgets.widgets.attention.tiles import TileSource
 
@@ -159,13 +160,13 @@ def test_background_summaries_run_on_one_thread_and_leave_the_users_setting_alon
     _small_chunks(monkeypatch, rows=8)
     q, k = _qk()
     seen: list[int] = []
-    step = _attention_tiles.HeadSummariser.step
+    step = HeadSummariser.step
 
     def watched(self: Any) -> tuple[int, int]:
         seen.append(torch.get_num_threads())
         return step(self)
 
-    monkeypatch.setattr(_attention_tiles.HeadSummariser, "step", watched)
+    monkeypatch.setattr(HeadSummariser, "step", watched)
 
     async def play() -> set[int]:
         torch.set_num_threads(2)  # the user's setting, in the loop's thread
