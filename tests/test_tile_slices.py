@@ -69,13 +69,15 @@ def test_a_tiny_chunk_budget_gives_the_summary_of_one_chunk(monkeypatch: pytest.
     whole = _summarise(make(), 16)
     monkeypatch.setattr(module, 4 * 5)  # one row a chunk: sixteen chunks to an overview row
     small = _summarise(make(), 16)
-    np.testing.assert_allclose(small.max, whole.max, atol=1e-6)
-    np.testing.assert_allclose(small.mean, whole.mean, atol=1e-6)
-    np.testing.assert_allclose(small.top_weights, whole.top_weights, atol=1e-6)
+    # equal up to the float32 rounding of the scores: one 200 × 200 product and 200 one-row products may
+    # round differently (and BLAS's threading varies with the machine's load: 2.4e-5 seen once in 12 runs)
+    np.testing.assert_allclose(small.max, whole.max, atol=1e-4)
+    np.testing.assert_allclose(small.mean, whole.mean, atol=1e-4)
+    np.testing.assert_allclose(small.top_weights, whole.top_weights, atol=1e-4)
     assert (small.top_sources == whole.top_sources).all()
     assert whole.value is not None and small.value is not None
-    np.testing.assert_allclose(small.value[1], whole.value[1], atol=1e-6)
-    np.testing.assert_allclose(small.value[2], whole.value[2], atol=1e-6)
+    np.testing.assert_allclose(small.value[1], whole.value[1], atol=1e-4)
+    np.testing.assert_allclose(small.value[2], whole.value[2], atol=1e-4)
 
 
 @pytest.mark.parametrize(("causal", "window"), [(True, None), (False, 37), (True, 50)])
