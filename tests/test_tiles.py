@@ -55,7 +55,7 @@ def _blocks(a: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     return pad.amax((1, 3)), pad.sum((1, 3)) / ones.sum((1, 3))
 
 
-@pytest.mark.parametrize("rows_a_chunk", [None, 8])
+@pytest.mark.parametrize("rows_a_chunk", [None, 8, 3])
 @pytest.mark.parametrize(("causal", "window", "cap"), CASES)
 def test_overview_and_every_tile_equal_the_dense_softmax(
     monkeypatch: pytest.MonkeyPatch, causal: bool, window: int | None, cap: float | None, rows_a_chunk: int | None

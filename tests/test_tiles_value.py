@@ -27,7 +27,7 @@ def _dense_value(dense: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
     return torch.where(sums > 0, w / torch.where(sums > 0, sums, 1.0), 0.0)
 
 
-@pytest.mark.parametrize("rows_a_chunk", [None, 8])
+@pytest.mark.parametrize("rows_a_chunk", [None, 8, 3])
 @pytest.mark.parametrize(("causal", "window", "cap"), CASES)
 def test_value_weighted_overview_and_tiles_equal_the_dense_definition(
     monkeypatch: pytest.MonkeyPatch, causal: bool, window: int | None, cap: float | None, rows_a_chunk: int | None

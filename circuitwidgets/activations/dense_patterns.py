@@ -23,13 +23,9 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from circuitwidgets.activations.qk_patterns import CHUNK_BYTES, KINDS, TILE, _reduce
-from circuitwidgets.activations.summary import (
-    HeadSummary,
-    _Aggregates,
-    block_counts_rect,
-    top_k_cells,
-)
+from circuitwidgets.activations.qk_patterns import CHUNK_BYTES, KINDS, TILE
+from circuitwidgets.activations.summary import HeadSummary, _Aggregates, block_counts_rect, rows_for, top_k_cells
+from circuitwidgets.activations.tile_pass import TilePass, tile_bounds
 from circuitwidgets.errors import ArgumentError, ShapeError
 
 __all__ = ["DensePatterns", "DenseSummariser"]
@@ -111,13 +107,16 @@ class DensePatterns:
         if kept is None:
             n, step = self.n_tokens, self.chunk_rows(1)
             kept = torch.empty(n, dtype=torch.float32)
-            norms = self._value_norms(layer, head)
             for r0 in range(0, n, step):
                 r1 = min(n, r0 + step)
-                c1 = self.columns(r1)
-                kept[r0:r1] = self.raw(layer, head, r0, r1, 0, c1).mul_(norms[:c1]).sum(-1)
+                kept[r0:r1] = self.totals_rows(layer, head, r0, r1)
             self._totals[layer, head] = kept
         return kept
+
+    def totals_rows(self, layer: int, head: int, r0: int, r1: int) -> torch.Tensor:
+        """``Σ_k A_ik n_k`` of rows ``r0..r1-1`` ``[r1 − r0]``, in one chunk. Cost: ``4 · rows · N`` bytes."""
+        c1 = self.columns(r1)
+        return self.raw(layer, head, r0, r1, 0, c1).mul_(self._value_norms(layer, head)[:c1]).sum(-1)
 
     def keep_totals(self, layer: int, head: int, totals: torch.Tensor) -> None:
         """Keep a head's value-weighted row totals computed by its summary, so tiles need not recompute them."""
@@ -128,12 +127,25 @@ class DensePatterns:
             raise ArgumentError("kind: value-weighted patterns need value_norms")
         return self.norms[layer, head]
 
-    def weights(self, layer: int, head: int, r0: int, r1: int, c0: int, c1: int, kind: str = "raw") -> torch.Tensor:
-        """Weights ``[r1 - r0, c1 - c0]`` of ``kind`` (float32): the array's, or value-weighted from them."""
+    def weights(
+        self,
+        layer: int,
+        head: int,
+        r0: int,
+        r1: int,
+        c0: int,
+        c1: int,
+        kind: str = "raw",
+        totals: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Weights ``[r1 - r0, c1 - c0]`` of ``kind`` (float32): the array's, or value-weighted from them.
+
+        ``totals``: the value-weighted totals of these rows when known (else the head's, computed once).
+        """
         self._check(layer, head, kind)
         a = self.raw(layer, head, r0, r1, c0, c1)
         if kind == "value":
-            totals = self.row_totals(layer, head)[r0:r1, None]
+            totals = (self.row_totals(layer, head)[r0:r1] if totals is None else totals)[:, None]
             inv = torch.where(totals > 0, totals.reciprocal(), torch.zeros_like(totals))
             a.mul_(self._value_norms(layer, head)[c0:c1]).mul_(inv)
         return a
@@ -148,27 +160,38 @@ class DensePatterns:
         """Tile ``(row, col)`` at ``level``: block max and mean ``[rows, cols]`` (≤ ``TILE``), blocks of ``2^level``.
 
         As :meth:`QKPatterns.tile <circuitwidgets.activations.qk_patterns.QKPatterns.tile>`, read
-        from the array. Cost: ``O((TILE · 2^level)²)``; nothing when the tile is wholly masked.
+        from the array, all at once (blocking): :meth:`tile_pass` does it chunk by chunk.
+        """
+        return self.tile_pass(layer, head, level, row, col, kind).run()
+
+    def tile_pass(self, layer: int, head: int, level: int, row: int, col: int, kind: str = "raw") -> TilePass:
+        """Tile ``(row, col)`` at ``level`` to compute one chunk of rows (at most :data:`CHUNK_BYTES`) per step.
+
+        A value-weighted tile first sums its rows' totals, chunk by chunk, unless the head's are kept.
+        Cost: ``O((TILE · 2^level)²)`` (plus ``O(TILE · 2^level · N)`` for those totals); nothing above the diagonal.
         """
         self._check(layer, head, kind)
-        block = 2**level
-        span, n = TILE * block, self.n_tokens
-        r0, c0 = row * span, col * span
-        if not (0 <= r0 < n and 0 <= c0 < n):
-            raise ArgumentError(f"tile: ({row}, {col}) at level {level} lies outside the {n} × {n} matrix")
-        r1, c1 = min(n, r0 + span), min(n, c0 + span)
-        shape = (-(-(r1 - r0) // block), -(-(c1 - c0) // block))
-        if self.causal and c0 >= r1:  # wholly above the diagonal
-            zero = np.zeros(shape, dtype=np.float32)
-            return zero, zero.copy()
-        m, total = _reduce(self.weights(layer, head, r0, r1, c0, c1, kind), block)
-        counts = block_counts_rect(r1 - r0, c1 - c0, block)
-        return m.numpy().copy(), (total.double() / counts).float().numpy()
+        bounds = tile_bounds(self.n_tokens, TILE, level, row, col)
+        need_totals = kind == "value" and (layer, head) not in self._totals
+
+        def weights(a: int, b: int, lo: int, hi: int, totals: torch.Tensor | None) -> torch.Tensor:
+            return self.weights(layer, head, a, b, lo, hi, kind, totals)
+
+        def norm(a: int, b: int) -> torch.Tensor:
+            return self.totals_rows(layer, head, a, b)
+
+        return TilePass(
+            bounds,
+            2**level,
+            lambda a, b: (0, self.columns(b)),
+            weights,
+            norm if need_totals else None,
+            CHUNK_BYTES // 4,
+        )
 
     def chunk_rows(self, block: int) -> int:
-        """Rows per summary step: about :data:`CHUNK_BYTES` of float32, a multiple of ``block``."""
-        rows = max(1, CHUNK_BYTES // (4 * self.n_tokens))
-        return max(block, rows // block * block)
+        """Rows per summary step: about :data:`CHUNK_BYTES` of float32 (one row at least), whole blocks when one fits."""
+        return rows_for(CHUNK_BYTES, self.n_tokens, block)
 
     def summariser(self, layer: int, head: int, block: int, top_k: int) -> DenseSummariser:
         """A summary of ``[layer, head]`` to compute chunk by chunk (see :class:`DenseSummariser`)."""
@@ -205,13 +228,13 @@ class DenseSummariser:
     @property
     def rows_done(self) -> int:
         """Overview rows final so far (a prefix: chunks go in order)."""
-        return -(-self.next_row // self.block)
+        return self.grid if self.done else self.next_row // self.block
 
     def step(self) -> tuple[int, int]:
         """Summarise the next chunk of rows; returns the overview rows ``[i0, i1)`` it made final. Cost: ``O(chunk · N)``."""
         if self.done:
             return self.rows_done, self.rows_done
-        r0 = self.next_row
+        r0, i0 = self.next_row, self.rows_done
         r1 = min(self.engine.n_tokens, r0 + self.chunk)
         c1 = self.engine.columns(r1)
         a = self.engine.raw(self.layer, self.head, r0, r1, 0, c1)
@@ -231,7 +254,7 @@ class DenseSummariser:
             self.value.lse[r0:r1] = total.log().masked_fill_(empty, float("inf")).squeeze(-1)
             self.value.add(a, total.reciprocal().masked_fill_(empty, 0.0), r0, 0, self.block)
         self.next_row = r1
-        return r0 // self.block, self.rows_done
+        return i0, self.rows_done
 
     def band(self, i0: int, i1: int, kind: str = "raw") -> tuple[NDArray[np.float32], NDArray[np.float32]]:
         """Block max and mean of ``kind``'s overview rows ``[i0, i1)``, ``[i1 − i0, G]`` each."""

@@ -35,7 +35,8 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from circuitwidgets.activations.summary import HeadSummariser, HeadSummary, block_counts_rect
+from circuitwidgets.activations.summary import HeadSummariser, HeadSummary, rows_for
+from circuitwidgets.activations.tile_pass import TilePass, tile_bounds
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 
 __all__ = ["CHUNK_BYTES", "KINDS", "TILE", "HeadSummariser", "HeadSummary", "QKPatterns", "overview_block"]
@@ -43,9 +44,11 @@ __all__ = ["CHUNK_BYTES", "KINDS", "TILE", "HeadSummariser", "HeadSummary", "QKP
 #: Cells along a tile's side (at any level).
 TILE = 64
 
-#: Scores held at once while summarising a head (float32 bytes of one chunk of rows). Small chunks
-#: skip more of a causal head's masked triangle and stay in cache: at 4,096 tokens one head took
-#: 0.37 s in one 64 MiB chunk and 0.14 s in 4 MiB chunks of 256 rows (identical results).
+#: Scores held at once while summarising a head or computing a tile (float32 bytes of one chunk of
+#: rows; one row at least, ``4 N`` bytes). Small chunks skip more of a causal head's masked triangle
+#: and stay in cache: at 4,096 tokens one head took 0.37 s in one 64 MiB chunk and 0.14 s in 4 MiB
+#: chunks of 256 rows (identical results). A chunk may be fewer rows than an overview block (at
+#: 10⁶ tokens a block is 4,096 rows, 16 GB of scores): blocks then fold across chunks.
 CHUNK_BYTES = 4 * 2**20
 
 #: Cells along the overview's side at most.
@@ -264,8 +267,7 @@ class QKPatterns:
         return self.norms[layer, head]
 
     def _chunk_rows(self, block: int) -> int:
-        rows = max(1, CHUNK_BYTES // (4 * self.n_tokens))
-        return max(block, rows // block * block)
+        return rows_for(CHUNK_BYTES, self.n_tokens, block)
 
     # ------------------------------------------------------------ one pass per head
 
@@ -302,13 +304,20 @@ class QKPatterns:
         step = self._chunk_rows(1)
         for r0 in range(0, n, step):
             r1 = min(n, r0 + step)
-            c0, c1 = self.columns(layer, r0, r1)
-            s = self.scores(layer, head, r0, r1, c0, c1, kind)
-            top = s.amax(-1, keepdim=True)
-            top.masked_fill_(top == float("-inf"), 0.0)  # a row of zero norms: its sum is 0, its lse -inf
-            lse[r0:r1] = (top + s.sub_(top).exp_().sum(-1, keepdim=True).log()).squeeze(-1)
-        self._lse[layer, head, kind] = _empty_rows_to_inf_(lse)
+            lse[r0:r1] = self.lse_rows(layer, head, r0, r1, kind)
+        self._lse[layer, head, kind] = lse
         return lse
+
+    def lse_rows(self, layer: int, head: int, r0: int, r1: int, kind: str = "raw") -> torch.Tensor:
+        """The log-sum-exp ``[r1 − r0]`` of rows ``r0..r1-1`` (``+inf`` for an empty row), in one chunk.
+
+        Cost: ``O(rows · N · d_head)`` time, ``4 · rows · N`` bytes.
+        """
+        c0, c1 = self.columns(layer, r0, r1)
+        s = self.scores(layer, head, r0, r1, c0, c1, kind)
+        top = s.amax(-1, keepdim=True)
+        top.masked_fill_(top == float("-inf"), 0.0)  # a row of zero norms: its sum is 0, its lse -inf
+        return _empty_rows_to_inf_((top + s.sub_(top).exp_().sum(-1, keepdim=True).log()).squeeze(-1))
 
     # ------------------------------------------------------------ on demand
 
@@ -323,52 +332,40 @@ class QKPatterns:
         """Tile ``(row, col)`` at ``level``: block max and mean ``[rows, cols]`` (≤ ``TILE``), block ``2^level``.
 
         Covers destinations ``row · TILE · 2^level ...`` and sources likewise; cut at the matrix's edge.
-        Computed in chunks of rows (whole blocks), each over the columns its rows can see.
-        Cost: ``O((TILE · 2^level)² · d_head)`` time (about half on the diagonal), ``O(CHUNK_BYTES)``
-        memory; nothing when the tile is wholly masked.
+        All at once (blocking): :meth:`tile_pass` does the same work chunk by chunk.
+        """
+        return self.tile_pass(layer, head, level, row, col, kind).run()
+
+    def tile_pass(self, layer: int, head: int, level: int, row: int, col: int, kind: str = "raw") -> TilePass:
+        """Tile ``(row, col)`` at ``level`` to compute one chunk of rows per step (see :class:`TilePass`).
+
+        Each chunk holds at most :data:`CHUNK_BYTES` of scores (one row at least) over the columns
+        its rows can see; the rows' log-sum-exps, unless the head's are kept (:meth:`keep_lse`),
+        are computed first, chunk by chunk, for the tile's rows only.
+        Cost: ``O((TILE · 2^level)² · d_head)`` time (about half on the diagonal), plus
+        ``O(TILE · 2^level · N · d_head)`` without kept log-sum-exps; nothing when wholly masked.
         """
         self._check_head(layer, head)
         self._check_kind(kind)
-        block = 2**level
-        span = TILE * block
-        n = self.n_tokens
-        r0, c0 = row * span, col * span
-        if not (0 <= r0 < n and 0 <= c0 < n):
-            raise ArgumentError(f"tile: ({row}, {col}) at level {level} lies outside the {n} × {n} matrix")
-        r1, c1 = min(n, r0 + span), min(n, c0 + span)
-        shape = (-(-(r1 - r0) // block), -(-(c1 - c0) // block))
-        lo, hi = self.columns(layer, r0, r1)
-        if hi <= c0 or lo >= c1:  # wholly masked
-            zero = np.zeros(shape, dtype=np.float32)
-            return zero, zero.copy()
-        bmax = torch.zeros(shape, dtype=torch.float32)
-        bsum = torch.zeros(shape, dtype=torch.float64)
-        step = max(block, CHUNK_BYTES // (4 * (c1 - c0)) // block * block)
-        for a in range(r0, r1, step):
-            b = min(r1, a + step)
-            lo, hi = self.columns(layer, a, b)
-            lo, hi = max(c0, lo // block * block), min(c1, -(-hi // block) * block)  # whole blocks
-            if hi <= lo:
-                continue
-            m, total = _reduce(self.weights(layer, head, a, b, lo, hi, kind), block)
-            i, j = (a - r0) // block, (lo - c0) // block
-            bmax[i : i + m.shape[0], j : j + m.shape[1]] = m.cpu()
-            bsum[i : i + m.shape[0], j : j + m.shape[1]] = total.cpu().double()
-        counts = block_counts_rect(r1 - r0, c1 - c0, block)
-        return bmax.numpy(), (bsum / counts).float().numpy()
+        bounds = tile_bounds(self.n_tokens, TILE, level, row, col)
+        kept = self._lse.get((layer, head, kind))
+
+        def weights(a: int, b: int, lo: int, hi: int, lse: torch.Tensor | None) -> torch.Tensor:
+            rows = lse if lse is not None else kept[a:b] if kept is not None else self.lse_rows(layer, head, a, b, kind)
+            return self.scores(layer, head, a, b, lo, hi, kind).sub_(rows[:, None]).exp_()
+
+        def norm(a: int, b: int) -> torch.Tensor:
+            return self.lse_rows(layer, head, a, b, kind)
+
+        return TilePass(
+            bounds,
+            2**level,
+            lambda a, b: self.columns(layer, a, b),
+            weights,
+            None if kept is not None else norm,
+            CHUNK_BYTES // 4,
+        )
 
     def dense(self, layer: int, head: int, kind: str = "raw") -> torch.Tensor:
         """The whole pattern ``[N, N]`` of ``kind`` (for tests and small inputs). Cost: ``4 N²`` bytes."""
         return self.weights(layer, head, 0, self.n_tokens, 0, self.n_tokens, kind)
-
-
-def _reduce(p: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block max and block sum (float32) of ``p [rows, cols]`` (zero-padded to whole blocks)."""
-    rows, cols = p.shape
-    gr, gc = -(-rows // block), -(-cols // block)
-    if block == 1:
-        return p, p
-    if gr * block != rows or gc * block != cols:
-        p = torch.nn.functional.pad(p, (0, gc * block - cols, 0, gr * block - rows))
-    v = p.reshape(gr, block, gc, block)
-    return v.amax(dim=(1, 3)), v.sum(dim=(1, 3))

@@ -3,8 +3,10 @@
 A :class:`HeadSummariser` does the pass :meth:`QKPatterns.summarise
 <circuitwidgets.activations.qk_patterns.QKPatterns.summarise>` describes one chunk at a
 time, so that a kernel can answer messages between chunks and show each band of
-overview rows as soon as it is final (chunks start on block boundaries, so a
-chunk finishes whole overview rows).
+overview rows as soon as it is final. A chunk holds at most about
+:data:`~circuitwidgets.activations.qk_patterns.CHUNK_BYTES` of scores (one row at
+least, whatever the block): whole blocks of rows when they fit, else a few rows
+whose block max and sum fold into what the chunks before left in their overview row.
 
 Per chunk the weights are left unnormalised (``e = exp(s − row max)``): the row
 total divides the per-row block aggregates (``rows × G`` values) and the top-``k``
@@ -31,6 +33,7 @@ __all__ = [
     "block_counts_rect",
     "column_blocks",
     "fold_rows",
+    "rows_for",
     "top_k_cells",
 ]
 
@@ -71,6 +74,17 @@ class SummaryPass(Protocol):
     def result(self) -> HeadSummary: ...
 
 
+class TilePassLike(Protocol):
+    """One tile computed chunk by chunk: :class:`~circuitwidgets.activations.tile_pass.TilePass`."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def step(self) -> None: ...
+
+    def result(self) -> tuple[NDArray[np.float32], NDArray[np.float32]]: ...
+
+
 class PatternEngine(Protocol):
     """What a long-context widget reads of its engine: queries and keys
     (:class:`~circuitwidgets.activations.qk_patterns.QKPatterns`) or a dense array
@@ -84,6 +98,8 @@ class PatternEngine(Protocol):
     norms: torch.Tensor | None
 
     def summariser(self, layer: int, head: int, block: int, top_k: int) -> SummaryPass: ...
+
+    def tile_pass(self, layer: int, head: int, level: int, row: int, col: int, kind: str = "raw") -> TilePassLike: ...
 
     def tile(
         self, layer: int, head: int, level: int, row: int, col: int, kind: str = "raw"
@@ -125,14 +141,19 @@ class _Aggregates:
         self.bsum = torch.zeros(grid, grid, dtype=torch.float64)
 
     def add(self, e: torch.Tensor, inv: torch.Tensor, r0: int, b0: int, block: int) -> torch.Tensor:
-        """Fold in chunk ``e [rows, cols]`` (unnormalised; ``inv [rows, 1]`` normalises each row); returns its per-row block maxima."""
+        """Fold in chunk ``e [rows, cols]`` from row ``r0`` and column block ``b0`` (unnormalised; ``inv [rows, 1]``
+        normalises each row); returns its per-row block maxima.
+
+        A chunk may start or end inside a block of rows: its part of that block's max and sum folds
+        into what earlier chunks left there (weights are ``≥ 0``, the grid starts at 0).
+        """
         row_max, row_sum = column_blocks(e, block)
         row_max.mul_(inv)
         row_sum.mul_(inv)
-        m, sums = fold_rows(row_max, row_sum, block)
-        i0 = r0 // block
-        self.bmax[i0 : i0 + m.shape[0], b0 : b0 + m.shape[1]] = m.cpu()
-        self.bsum[i0 : i0 + m.shape[0], b0 : b0 + m.shape[1]] = sums.cpu().double()
+        m, sums = fold_rows(row_max, row_sum, block, r0 % block)
+        cells = (slice(r0 // block, r0 // block + m.shape[0]), slice(b0, b0 + m.shape[1]))
+        self.bmax[cells] = torch.maximum(self.bmax[cells], m.cpu())
+        self.bsum[cells] += sums.cpu().double()
         return row_max
 
     def band(self, i0: int, i1: int, counts: torch.Tensor) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
@@ -153,7 +174,7 @@ class HeadSummariser:
     top_k
         Sources kept per row.
     chunk
-        Rows per step, a multiple of ``block``.
+        Rows per step (:func:`rows_for`): a multiple of ``block``, or fewer rows than a block.
     """
 
     def __init__(self, engine: ScoreSource, layer: int, head: int, block: int, top_k: int, chunk: int) -> None:
@@ -176,7 +197,7 @@ class HeadSummariser:
     @property
     def rows_done(self) -> int:
         """Overview rows final so far (a prefix: chunks go in order)."""
-        return -(-self.next_row // self.block)
+        return self.grid if self.done else self.next_row // self.block
 
     def step(self) -> tuple[int, int]:
         """Summarise the next chunk of rows; returns the overview rows ``[i0, i1)`` it made final.
@@ -186,7 +207,7 @@ class HeadSummariser:
         e_, n, block = self.engine, self.engine.n_tokens, self.block
         if self.done:
             return self.rows_done, self.rows_done
-        r0 = self.next_row
+        r0, i0 = self.next_row, self.rows_done
         r1 = min(n, r0 + self.chunk)
         c0, c1 = e_.columns(self.layer, r0, r1)
         b0 = c0 // block
@@ -207,7 +228,7 @@ class HeadSummariser:
         if self.value is not None:
             self._add_value(self.value, e, top, r0, c0, b0)
         self.next_row = r1
-        return r0 // block, self.rows_done
+        return i0, self.rows_done
 
     def _add_value(self, value: _Aggregates, e: torch.Tensor, top: torch.Tensor, r0: int, c0: int, b0: int) -> None:
         """The value-weighted pattern of the chunk: ``e · n_j``, each row over its own total (0 when the total is 0)."""
@@ -268,12 +289,17 @@ def column_blocks(e: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tens
     return torch.cat(maxes, 1), torch.cat(sums, 1)
 
 
-def fold_rows(row_max: torch.Tensor, row_sum: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row block aggregates ``[rows, G]`` folded over blocks of ``block`` rows (zero-padded: weights are ≥ 0)."""
+def fold_rows(
+    row_max: torch.Tensor, row_sum: torch.Tensor, block: int, offset: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row block aggregates ``[rows, G]`` folded over blocks of ``block`` rows (zero-padded: weights are ≥ 0).
+
+    The first row sits ``offset`` rows into its block (a chunk that starts inside a block of rows).
+    """
     rows, g = row_max.shape
-    gr = -(-rows // block)
-    if gr * block != rows:
-        pad = (0, 0, 0, gr * block - rows)
+    gr = -(-(offset + rows) // block)
+    if offset or gr * block != offset + rows:
+        pad = (0, 0, offset, gr * block - rows - offset)
         row_max, row_sum = torch.nn.functional.pad(row_max, pad), torch.nn.functional.pad(row_sum, pad)
     return row_max.view(gr, block, g).amax(1), row_sum.view(gr, block, g).sum(1)
 
@@ -294,6 +320,12 @@ def top_k_cells(e: torch.Tensor, row_max: torch.Tensor, block: int, k: int) -> t
     values = e.gather(1, candidates.clamp_max(cols - 1)).masked_fill_(past, -1.0)
     w, pos = values.topk(min(k, kb * block), dim=-1)
     return w, candidates.gather(1, pos)
+
+
+def rows_for(budget_bytes: int, width: int, block: int) -> int:
+    """Rows of ``width`` float32 columns a chunk may hold within ``budget_bytes``: at least one, whole blocks when one fits."""
+    rows = max(1, budget_bytes // (4 * max(1, width)))
+    return rows // block * block if rows >= block else rows
 
 
 def block_counts_rect(rows: int, cols: int, block: int) -> torch.Tensor:

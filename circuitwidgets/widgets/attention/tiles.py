@@ -36,7 +36,9 @@ Tile protocol (custom messages)
     view → kernel ``{"type": "tile", "id": int, "layer", "head", "level", "row", "col", "kind"?}``:
     the block max and mean of tile ``(row, col)`` at ``level`` (blocks of ``2^level``
     tokens, ``TILE`` blocks a side) of the ``"raw"`` (default) or ``"value"`` pattern; ``{"type": "cancel", "ids": [int, ...]}`` drops
-    requests not yet computed.
+    requests not yet answered. With an event loop a tile is computed in slices of about
+    :data:`~circuitwidgets.widgets.attention.tile_requests.TILE_SLICE_S` (bounded chunks of rows),
+    newest request first, so that no request holds the kernel for long.
     kernel → view ``{"type": "tile", "id", "layer", "head", "level", "row", "col",
     "kind", "rows", "cols"}`` with two float32 buffers ``[rows, cols]`` (max, mean), or
     ``{"type": "tile_error", "id": int | None, "message": str}`` for a request that
@@ -61,7 +63,7 @@ from circuitwidgets.activations.qk_patterns import TILE, overview_block
 from circuitwidgets.activations.summary import PatternEngine, SummaryPass
 from circuitwidgets.errors import MemoryBudgetError
 from circuitwidgets.widgets.attention.source import YIELD_S, running_loop
-from circuitwidgets.widgets.attention.tile_requests import MAX_PENDING, TileRequests
+from circuitwidgets.widgets.attention.tile_requests import MAX_PENDING, TileJob, TileRequests
 
 __all__ = [
     "BACKGROUND_THREADS",
@@ -164,7 +166,7 @@ class TileSource(TileRequests):
         self.active: dict[tuple[int, int], SummaryPass] = {}  # heads begun, by a switch of priority left unfinished
         self.sent_rows: dict[tuple[int, int], tuple[int, float]] = {}  # unfinished heads: overview rows sent, when
         self.view_wants = False
-        self.pending: list[dict[str, Any]] = []
+        self.pending: list[TileJob] = []
         self.on_done: Callable[[], None] | None = None
         self.task: asyncio.Task[None] | None = None
         self.tile_task: asyncio.Task[None] | None = None
