@@ -493,11 +493,11 @@ class _Payload:
 
 def _tiny_training_setup(tmp_path: Path) -> tuple[Any, Path, Path, Any]:
     """A cache (tokenizer, token arrays) and a resumable checkpoint for a one-head model."""
-    from circuitwidgets.training.transformer import ToyConfig, ToyTransformer
     from safetensors.torch import save_file
 
     from circuitwidgets.training.tokenizer import train_bpe
     from circuitwidgets.training.train import TrainConfig
+    from circuitwidgets.training.transformer import ToyConfig, ToyTransformer
 
     cache = tmp_path / "cache"
     cache.mkdir()
