@@ -217,6 +217,10 @@ g = torch.Generator().manual_seed(0)
 q, k = torch.randn(1, 1, n, 16, generator=g), torch.randn(1, 1, n, 16, generator=g)
 tokens = ["t"] * n
 vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
+def status(field):  # this process's own figures (ru_maxrss would include the parent's peak: it survives exec)
+    return int(next(l for l in open("/proc/self/status") if l.startswith(field)).split()[1]) * 1024
+
+start = status("VmRSS")  # the interpreter, torch and the inputs
 resource.setrlimit(resource.RLIMIT_AS, (vm + __LIMIT__, vm + __LIMIT__))
 
 async def main():
@@ -242,7 +246,7 @@ s.next_row = n - 3 * s.chunk  # the widest chunks: the last rows see every colum
 while not s.done:
     s.step()
 s.result()
-print("peak", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "chunk", work.largest_chunk)
+print("grew", status("VmHWM") - start, "chunk", work.largest_chunk)
 """
 
 
@@ -254,5 +258,5 @@ def test_a_million_tokens_from_qk_runs_under_an_address_space_limit() -> None:
         [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=280, cwd=root
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    peak = int(proc.stdout.split()[1])
-    assert peak < 3 * 2**29, f"peak resident {peak:,} bytes"
+    grew = int(proc.stdout.split()[1])  # resident peak above the interpreter, torch and the inputs
+    assert grew < limit, f"resident peak grew by {grew:,} bytes"
