@@ -24,7 +24,13 @@ import torch
 from numpy.typing import NDArray
 
 from circuitwidgets.activations.qk_patterns import CHUNK_BYTES, KINDS, TILE
-from circuitwidgets.activations.summary import HeadSummary, _Aggregates, block_counts_rect, rows_for, top_k_cells
+from circuitwidgets.activations.summary import (
+    HeadSummary,
+    RowPass,
+    block_counts_rect,
+    rows_for,
+    top_k_cells,
+)
 from circuitwidgets.activations.tile_pass import TilePass, tile_bounds
 from circuitwidgets.errors import ArgumentError, ShapeError
 
@@ -199,7 +205,7 @@ class DensePatterns:
         return DenseSummariser(self, layer, head, block, top_k, self.chunk_rows(block))
 
 
-class DenseSummariser:
+class DenseSummariser(RowPass):
     """One head of a :class:`DensePatterns` summarised one chunk of rows per :meth:`step`.
 
     The interface of :class:`~circuitwidgets.activations.summary.HeadSummariser`; ``lse`` in the
@@ -207,28 +213,10 @@ class DenseSummariser:
     """
 
     def __init__(self, engine: DensePatterns, layer: int, head: int, block: int, top_k: int, chunk: int) -> None:
+        self.engine = engine
         n = engine.n_tokens
-        self.engine, self.layer, self.head, self.block, self.chunk = engine, layer, head, block, chunk
-        self.grid = -(-n // block)
-        self.k = max(0, min(top_k, n))
-        cpu = torch.device("cpu")
-        self.raw = _Aggregates(n, self.grid, cpu)
-        self.value = None if engine.norms is None else _Aggregates(n, self.grid, cpu)
+        self._start(n, layer, head, block, top_k, chunk, torch.device("cpu"), engine.norms is not None)
         self.totals = torch.zeros(n, dtype=torch.float32)
-        self.top_sources = np.full((n, self.k), -1, dtype=np.int32)
-        self.top_weights = np.zeros((n, self.k), dtype=np.float32)
-        self.next_row = 0
-        self._counts: torch.Tensor | None = None
-
-    @property
-    def done(self) -> bool:
-        """Whether every row is summarised."""
-        return self.next_row >= self.engine.n_tokens
-
-    @property
-    def rows_done(self) -> int:
-        """Overview rows final so far (a prefix: chunks go in order)."""
-        return self.grid if self.done else self.next_row // self.block
 
     def step(self) -> tuple[int, int]:
         """Summarise the next chunk of rows; returns the overview rows ``[i0, i1)`` it made final. Cost: ``O(chunk · N)``."""

@@ -160,7 +160,35 @@ class _Aggregates:
         return self.bmax[i0:i1].numpy(), (self.bsum[i0:i1] / counts[i0:i1]).float().numpy()
 
 
-class HeadSummariser:
+class RowPass:
+    """What every summariser keeps while it walks one head's rows in chunks: the overview aggregates (raw and,
+    with value norms, value-weighted), each row's top sources, and how far it has got."""
+
+    def _start(
+        self, n: int, layer: int, head: int, block: int, top_k: int, chunk: int, device: torch.device, value: bool
+    ) -> None:
+        self.n_rows, self.layer, self.head, self.block, self.chunk = n, layer, head, block, chunk
+        self.grid = -(-n // block)
+        self.k = max(0, min(top_k, n))
+        self.raw = _Aggregates(n, self.grid, device)
+        self.value = _Aggregates(n, self.grid, device) if value else None
+        self.top_sources = np.full((n, self.k), -1, dtype=np.int32)
+        self.top_weights = np.zeros((n, self.k), dtype=np.float32)
+        self.next_row = 0
+        self._counts: torch.Tensor | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether every row is summarised."""
+        return self.next_row >= self.n_rows
+
+    @property
+    def rows_done(self) -> int:
+        """Overview rows final so far (a prefix: chunks go in order)."""
+        return self.grid if self.done else self.next_row // self.block
+
+
+class HeadSummariser(RowPass):
     """The summary of one head, computed one chunk of rows per :meth:`step`.
 
     Parameters
@@ -178,26 +206,8 @@ class HeadSummariser:
     """
 
     def __init__(self, engine: ScoreSource, layer: int, head: int, block: int, top_k: int, chunk: int) -> None:
-        n = engine.n_tokens
-        self.engine, self.layer, self.head, self.block, self.chunk = engine, layer, head, block, chunk
-        self.grid = -(-n // block)
-        self.k = max(0, min(top_k, n))
-        self.raw = _Aggregates(n, self.grid, engine.q.device)
-        self.value = None if engine.norms is None else _Aggregates(n, self.grid, engine.q.device)
-        self.top_sources = np.full((n, self.k), -1, dtype=np.int32)
-        self.top_weights = np.zeros((n, self.k), dtype=np.float32)
-        self.next_row = 0
-        self._counts: torch.Tensor | None = None
-
-    @property
-    def done(self) -> bool:
-        """Whether every row is summarised."""
-        return self.next_row >= self.engine.n_tokens
-
-    @property
-    def rows_done(self) -> int:
-        """Overview rows final so far (a prefix: chunks go in order)."""
-        return self.grid if self.done else self.next_row // self.block
+        self.engine = engine
+        self._start(engine.n_tokens, layer, head, block, top_k, chunk, engine.q.device, engine.norms is not None)
 
     def step(self) -> tuple[int, int]:
         """Summarise the next chunk of rows; returns the overview rows ``[i0, i1)`` it made final.
