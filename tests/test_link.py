@@ -11,7 +11,8 @@ import pytest
 import circuitwidgets as cw
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.widgets import AttentionPatterns, HeadScores
-from circuitwidgets.widgets.core.link import Link, link_of
+from circuitwidgets.widgets.core.link import HEAD_TRAITS as HEADS
+from circuitwidgets.widgets.core.link import HeadLink, Link, link_of
 
 
 def _heads(n_layers: int = 2, n_heads: int = 3, seed: int = 0) -> HeadScores:
@@ -120,3 +121,33 @@ def test_a_saved_page_keeps_linked_widgets_linked(tmp_path: Path) -> None:
         for x in _blocks(cw.save_html([a, b, c, d], tmp_path / "two.html").read_text(encoding="utf-8"))
     ]
     assert [g.group(1) if g else None for g in groups] == ["g0", "g0", "g2", "g2"]
+
+
+def test_a_head_is_one_selection_linked_views_never_see_half_of_a_change() -> None:
+    a, b, c = _heads(seed=1), _attention(), _heads(seed=2)
+    cw.link(a, b, c)
+    a.set_state({"selected_layer": 0, "selected_head": 0})
+    seen: list[tuple[int, int]] = []
+    for view in (b, c):
+        view.observe(lambda ch: seen.append((ch["owner"].selected_layer, ch["owner"].selected_head)), names=list(HEADS))
+    # a click in the view sets both traits in one message: the others see the new head only, never (1, 0)
+    a.set_state({"selected_layer": 1, "selected_head": 2})
+    assert seen and set(seen) == {(1, 2)}
+    assert (b.selected_layer, b.selected_head) == (c.selected_layer, c.selected_head) == (1, 2)
+    seen.clear()
+    c.selected_head = 1  # a change of the head alone keeps the layer
+    assert set(seen) == {(1, 1)} and (a.selected_layer, a.selected_head) == (1, 1)
+
+
+def test_a_view_with_a_layer_and_no_head_follows_the_layer_only() -> None:
+    model = cw.load_pretrained("attn-only-2l")
+    terms, heads = cw.TermImportance(model, [1, 5, 9, 12, 5, 9]), cw.HeadScores.from_model(model, "induction")
+    group = cw.link(heads, terms)
+    assert group.names == ("selected_layer",) and isinstance(group._links[0], HeadLink)
+    heads.set_state({"selected_layer": 1, "selected_head": 3})
+    assert terms.selected_layer == 1
+    terms.selected_layer = 0  # the layer alone moves the head view's layer and keeps its head
+    assert (heads.selected_layer, heads.selected_head) == (0, 3)
+    group.unlink()
+    heads.selected_layer = 1
+    assert terms.selected_layer == 0

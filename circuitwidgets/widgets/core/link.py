@@ -5,7 +5,8 @@ Choose a head in one and the others follow, both ways, in a live kernel
 :func:`~circuitwidgets.save_html` (the page's widgets of one link group are
 linked in the browser, with no kernel). What is linked:
 
-- ``selected_layer`` and ``selected_head``, between the widgets that have them;
+- ``selected_layer`` and ``selected_head``, between the widgets that have them,
+  as one selection (:class:`HeadLink`: a change of either copies both at once);
 - ``selected_prompt``, between widgets showing batches of as many prompts
   (:class:`~circuitwidgets.AttentionPatterns` over several prompts);
 - ``selected_dest`` and ``selected_src`` (token positions), between widgets that
@@ -36,7 +37,7 @@ import traitlets
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.widgets.core.base import CircuitWidget
 
-__all__ = ["HEAD_TRAITS", "POSITION_TRAITS", "PROMPT_TRAITS", "Link", "LinkWarning", "link", "link_of"]
+__all__ = ["HEAD_TRAITS", "POSITION_TRAITS", "PROMPT_TRAITS", "HeadLink", "Link", "LinkWarning", "link", "link_of"]
 
 #: Head selection, linked whenever both widgets have it.
 HEAD_TRAITS = ("selected_layer", "selected_head")
@@ -88,6 +89,61 @@ def _positions_agree(holders: Sequence[Any]) -> bool:
     return len(set(counts)) == 1 and len(counts[0]) > 1
 
 
+class HeadLink:
+    """``selected_layer`` and ``selected_head`` kept equal between widgets as one selection.
+
+    Two :func:`traitlets.link` s (one per trait) would let a change of the head
+    alone, or a click that sets both, pass through linked views as two steps, the
+    first a head nobody chose (the new layer with the old head). Here a change of
+    either trait copies the pair, inside ``hold_trait_notifications``, so every
+    other view's observers see the new head at once. A widget with a layer and no
+    head (term importance) follows the layer.
+    """
+
+    def __init__(self, widgets: Sequence[Any]) -> None:
+        members = []
+        for widget in widgets:
+            own = (local_name(widget, HEAD_TRAITS[0]), local_name(widget, HEAD_TRAITS[1]))
+            if own != (None, None):
+                members.append((widget, own))
+        self.members: list[tuple[Any, tuple[str | None, str | None]]] = members if len(members) > 1 else []
+        self._busy = False
+        if not self.members:
+            return
+        first = max(self.members, key=lambda m: sum(n is not None for n in m[1]))  # (a holder of both, if any)
+        self._copy_from(first[0], first[1])
+        for widget, own in self.members:
+            widget.observe(self._changed, names=[n for n in own if n is not None])
+
+    def _copy_from(self, source: Any, own: tuple[str | None, str | None]) -> None:
+        values = [None if n is None else getattr(source, n) for n in own]
+        self._busy = True
+        try:
+            for widget, theirs in self.members:
+                if widget is source:
+                    continue
+                with widget.hold_trait_notifications():
+                    for name, value in zip(theirs, values, strict=True):
+                        if name is not None and value is not None and getattr(widget, name) != value:
+                            setattr(widget, name, value)
+        finally:
+            self._busy = False
+
+    def _changed(self, change: dict[str, Any]) -> None:
+        if self._busy:  # (our own copy coming back)
+            return
+        for widget, own in self.members:
+            if widget is change["owner"]:
+                self._copy_from(widget, own)
+                return
+
+    def unlink(self) -> None:
+        """Stop keeping the heads equal."""
+        for widget, own in self.members:
+            widget.unobserve(self._changed, names=[n for n in own if n is not None])
+        self.members = []
+
+
 class Link:
     """Widgets whose selections are kept equal; :meth:`unlink` ends it.
 
@@ -103,14 +159,21 @@ class Link:
         self.widgets: tuple[Any, ...] = tuple(widgets)
         self.names: tuple[str, ...] = ()
         self.notes: tuple[str, ...] = ()
-        self._links: list[traitlets.link] = []
+        self._links: list[traitlets.link | HeadLink] = []
         self._connect()
 
     def _connect(self) -> None:
         names = []
         notes = []
+        heads = HeadLink(self.widgets)
+        if heads.members:
+            self._links.append(heads)
         for name in _LINKED:
             holders = [w for w in self.widgets if local_name(w, name) is not None]
+            if name in HEAD_TRAITS:  # (one selection: HeadLink above)
+                if len(holders) > 1:
+                    names.append(name)
+                continue
             if name in PROMPT_TRAITS:
                 holders = [w for w in holders if (_size(w, "n_prompts") or 1) > 1]
                 if len({_size(w, "n_prompts") for w in holders}) > 1:
