@@ -407,3 +407,24 @@ def test_exported_figure_has_no_control_elements_and_png_comes_at_1_2_3x(
         w, h = _png_size(Path(info.value.path()).read_bytes())
         assert (w, h) == (round(width * scale), round(height * scale)), (scale, w, h, width, height)
     page_log.assert_offline_clean()
+
+
+def test_the_attention_token_strip_fills_the_column_under_the_thumbnails_beside_the_pattern(
+    built: Any, tmp_path: Path, page: Page, page_log: PageLog
+) -> None:
+    """At 1200 px the strip sits under the thumbnails, beside the pattern, where that column used to be blank."""
+    path = circuitwidgets.save_html(built("attention"), tmp_path / "attention.html")
+    page.set_viewport_size({"width": 1240, "height": 900})
+    view = open_offline(page, page_log, path, ["attention"])["attention"]
+    page.evaluate("() => { document.body.style.margin = '0'; document.body.style.width = '1200px'; }")
+    page.wait_for_timeout(300)
+    box = view.evaluate(
+        """(r) => Object.fromEntries(['.cw-thumbs', '.cw-tokens', '.cw-main canvas'].map((s) => {
+             const b = r.querySelector(s).getBoundingClientRect();
+             return [s, { left: b.left, right: b.right, top: b.top, bottom: b.bottom }];
+           }))"""
+    )
+    thumbs, tokens, pattern = box[".cw-thumbs"], box[".cw-tokens"], box[".cw-main canvas"]
+    assert tokens["top"] >= thumbs["bottom"] and tokens["top"] < pattern["bottom"], box
+    assert tokens["right"] <= pattern["left"], box
+    page_log.assert_offline_clean()

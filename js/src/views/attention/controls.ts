@@ -101,11 +101,11 @@ export function makeElements(doc: Document, panel: Panel): Elements {
   const legend = el(doc, "div", "cw-legend");
   const hoverLine = noExport(el(doc, "div", "cw-hover"));
   main.append(caption, canvas, legend, hoverLine);
-  panel.body.append(thumbBox, main);
   const tokensHead = noExport(el(doc, "div", "cw-tokens-head"));
   const tokenBox = el(doc, "div", "cw-tokens");
-  // the status line (selection in words) stays last
-  panel.root.insertBefore(tokensHead, panel.status);
-  panel.root.insertBefore(tokenBox, panel.status);
+  // the token strip sits under the thumbnails, in the column beside the pattern that was blank below them
+  const side = el(doc, "div", "cw-side");
+  side.append(thumbBox, tokensHead, tokenBox);
+  panel.body.append(side, main);
   return { thumbBox, main, caption, canvas, legend, hoverLine, tokensHead, tokenBox };
 }
