@@ -11,8 +11,8 @@ import torch
 from circuitwidgets.causal import nnsight_backend
 from circuitwidgets.causal.components import component_labels, components_at
 from circuitwidgets.causal.engine import check_pair, normalise, run_base
+from circuitwidgets.causal.labels import dim_labels, prompts_of
 from circuitwidgets.causal.metrics import as_metric, scalar
-from circuitwidgets.causal.patching import dim_labels, prompts_of
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import SITE_AXES, check_site
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
@@ -65,7 +65,11 @@ def attribution_patch(
     stacked = torch.stack(per_layer).cpu().numpy()
     layer_axis = cells.by.index("layer")
     values = np.moveaxis(stacked, 0, layer_axis)
-    values, clean_value, corrupted_value = normalise(values, m, source.value, base.value)
+    # (the values are estimated changes of the metric: normalised, a change is divided by clean − corrupted, and
+    # not shifted by the corrupted value as a patched run's metric value is)
+    _, clean_value, corrupted_value = normalise(values, m, source.value, base.value)
+    if m.normalise:
+        values = values / (clean_value - corrupted_value)
     return Sweep(
         values, cells.by, dim_labels(model, cells, a), "attribution patching", m.name, clean_value, corrupted_value,
         site, "gradient at the corrupted run, norms recomputed", model.name, prompts_of(model, clean=a, corrupted=b),

@@ -144,20 +144,26 @@ def sweep(
     memory_budget: int,
     desc: str,
     layers: Sequence[int] | None = None,
+    chosen: dict[int, list[tuple[int, ...]]] | None = None,
 ) -> np.ndarray:
     """Metric values ``cells.shape`` of the base run with each cell of ``cells.site`` replaced by ``source(layer)``.
 
     ``source(layer)`` is the replacement value ``[batch, ...]`` of the site at that
     layer (a clean run's, zeros, a mean …); a cell patches only its slice.
+    ``chosen``: only these cells of each layer (as :meth:`Cells.at_layer` gives them)
+    are run; the others stay NaN.
     """
     out = np.full(cells.shape, np.nan)
     batch, n_pos = base.tokens.shape
-    per_layer = cells.at_layer()
     todo = list(range(model.cfg.n_layers)) if layers is None else list(layers)
+    run = {layer: cells.at_layer() if chosen is None else chosen.get(layer, []) for layer in todo}
     step = chunk_size(model, batch, n_pos, memory_budget)
     rest = [d for d in cells.by if d != "layer"]
-    with torch.no_grad(), tqdm(total=len(todo) * len(per_layer), desc=desc, delay=1.0, leave=False) as bar:
+    with torch.no_grad(), tqdm(total=sum(map(len, run.values())), desc=desc, delay=1.0, leave=False) as bar:
         for layer in todo:
+            per_layer = run[layer]
+            if not per_layer:
+                continue
             src = source(layer)
             for c0 in range(0, len(per_layer), step):
                 chunk = per_layer[c0 : c0 + step]

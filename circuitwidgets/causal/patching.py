@@ -18,36 +18,15 @@ import numpy as np
 import torch
 
 from circuitwidgets.causal import nnsight_backend
+from circuitwidgets.causal.attribution import attribution_patch
 from circuitwidgets.causal.engine import BaseRun, check_budget, check_pair, normalise, run_base, sweep
+from circuitwidgets.causal.labels import convention, dim_labels, prompts_of
 from circuitwidgets.causal.metrics import as_metric
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import Cells, check_site
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
-
-
-def dim_labels(model: CircuitModel, cells: Cells, tokens: torch.Tensor) -> dict[str, list[str]]:
-    """Display labels of each dim of ``cells`` (positions: ``"3 ' the'"`` from the first prompt)."""
-    strs = model.to_str_tokens(tokens[0])
-    table = {
-        "layer": [f"L{i}" for i in range(model.cfg.n_layers)],
-        "head": [f"H{i}" for i in range(model.cfg.n_heads)],
-        "pos": [f"{i} {s!r}" for i, s in enumerate(strs)],
-        "neuron": [f"N{i}" for i in range(model.cfg.d_mlp or 0)],
-    }
-    return {d: table[d] for d in cells.by}
-
-
-def prompts_of(model: CircuitModel, **tokens: torch.Tensor) -> dict[str, list[list[str]]]:
-    """Each prompt's token strings (untrusted text), by role."""
-    return {role: [model.to_str_tokens(row) for row in t] for role, t in tokens.items()}
-
-
-def _convention(freeze_norms: bool, model: CircuitModel) -> str:
-    if model.cfg.normalization == "none":
-        return "model has no norms"
-    return "norm scales frozen from the base run" if freeze_norms else "norms recomputed on each patched run"
 
 
 def patch(
@@ -60,6 +39,7 @@ def patch(
     *,
     freeze_norms: bool = False,
     memory_budget: int | None = None,
+    top: int | None = None,
 ) -> Sweep:
     """Activation patching: ``metric`` of the corrupted run with each cell of ``site`` restored from the clean run.
 
@@ -82,11 +62,19 @@ def patch(
         replay the corrupted run's norm scales in every patched run.
     memory_budget
         bytes the patched variants of one pass may hold (default 1 GiB).
+    top
+        patch only the ``top`` cells whose attribution-patching estimate
+        (:func:`~circuitwidgets.causal.attribution_patch`, one backward pass) is
+        largest in magnitude; the other cells are NaN, and the estimate of every
+        cell is in ``result.extra["estimate"]``. For sweeps too large to run
+        whole, such as ``site="mlp_post", by=("layer", "neuron")``.
 
     Cost: for a layer ``l``, ``cells(l)`` variants of ``batch`` prompts through
     layers ``l … L−1`` and the metric's logits, in chunks that fit the budget.
     """
     if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): the same sweep as nnsight traces
+        if top is not None:
+            raise nnsight_backend.not_covered("patch(top=…), which needs gradients")
         return nnsight_backend.patch(
             model, clean, corrupted, metric, site, by, freeze_norms=freeze_norms, memory_budget=memory_budget
         )
@@ -94,17 +82,47 @@ def patch(
     cells = check_site(model, site, by, a.shape[1])
     m = as_metric(metric, model.cfg.d_vocab)
     budget = check_budget(memory_budget)
+    n_top = check_top(top, cells)
+    estimate = attribution_patch(model, a, b, metric, site, cells.by) if n_top is not None else None
+    chosen = top_cells(estimate.values, cells, n_top) if estimate is not None and n_top is not None else None
     source = run_base(model, a, m, [site])
     base = run_base(model, b, m, ["resid_pre", site])
     values = sweep(
         model, base, lambda layer: source.cache[site, layer], cells, m,
-        freeze_norms=freeze_norms, memory_budget=budget, desc=f"patch {site}",
+        freeze_norms=freeze_norms, memory_budget=budget, desc=f"patch {site}", chosen=chosen,
     )  # fmt: skip
     values, clean_value, corrupted_value = normalise(values, m, source.value, base.value)
+    technique, extra = "activation patching", {}
+    if estimate is not None:
+        technique = f"activation patching of the top {n_top} cells by |attribution patching estimate| (others n/a)"
+        extra = {"top": n_top, "estimate": estimate.values}
     return Sweep(
-        values, cells.by, dim_labels(model, cells, a), "activation patching", m.name, clean_value, corrupted_value,
-        site, _convention(freeze_norms, model), model.name, prompts_of(model, clean=a, corrupted=b),
+        values, cells.by, dim_labels(model, cells, a), technique, m.name, clean_value, corrupted_value,
+        site, convention(freeze_norms, model), model.name, prompts_of(model, clean=a, corrupted=b), extra=extra,
     )  # fmt: skip
+
+
+def check_top(top: object, cells: Cells) -> int | None:
+    """``top`` checked: ``None`` or a count of cells in ``[1, number of cells]`` (errors name the argument)."""
+    if top is None:
+        return None
+    total = int(np.prod(cells.shape))
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or not 1 <= top <= total:
+        raise ArgumentError(f"top: expected None or an int in [1, {total}] (the sweep's cells), got {top!r}")
+    return int(top)
+
+
+def top_cells(estimate: np.ndarray, cells: Cells, top: int) -> dict[int, list[tuple[int, ...]]]:
+    """The ``top`` cells of largest ``|estimate|`` (dims ``cells.by``), grouped by layer as :meth:`Cells.at_layer` gives them."""
+    magnitude = np.nan_to_num(np.abs(np.asarray(estimate, dtype=np.float64)), nan=-1.0)
+    order = np.argsort(-magnitude, axis=None, kind="stable")[:top]
+    layer_axis = cells.by.index("layer")
+    chosen: dict[int, list[tuple[int, ...]]] = {}
+    for flat in order:
+        index = np.unravel_index(int(flat), cells.shape)
+        cell = tuple(int(i) for j, i in enumerate(index) if j != layer_axis)
+        chosen.setdefault(int(index[layer_axis]), []).append(cell)
+    return chosen
 
 
 def ablate(
@@ -170,7 +188,7 @@ def ablate(
     values, clean_value, _ = normalise(values, m, base.value, base.value) if m.normalise else (values, base.value, 0.0)
     return Sweep(
         values, cells.by, dim_labels(model, cells, t), f"{kind} ablation", m.name, clean_value, None, site,
-        _convention(freeze_norms, model), model.name, prompts_of(model, tokens=t),
+        convention(freeze_norms, model), model.name, prompts_of(model, tokens=t),
         extra={"kind": kind},
     )  # fmt: skip
 
@@ -269,7 +287,7 @@ def path_patch(
         labels = {"sender_layer": layers, "sender_head": heads, "layer": layers, "head": heads}
     return Sweep(
         values, dims, labels, "path patching", m.name, clean_value, corrupted_value, via,
-        _convention(freeze_norms, model) + f"; sender's write added to the receivers' {via} input only",
+        convention(freeze_norms, model) + f"; sender's write added to the receivers' {via} input only",
         model.name, prompts_of(model, clean=a, corrupted=b),
         extra={"sender": sender, "via": via},
     )  # fmt: skip

@@ -1,0 +1,32 @@
+"""What a causal result says about itself: its dims' labels, its prompts as text, and its norm convention."""
+
+from __future__ import annotations
+
+import torch
+
+from circuitwidgets.causal.sites import Cells
+from circuitwidgets.model import CircuitModel
+
+
+def dim_labels(model: CircuitModel, cells: Cells, tokens: torch.Tensor) -> dict[str, list[str]]:
+    """Display labels of each dim of ``cells`` (positions: ``"3 ' the'"`` from the first prompt)."""
+    strs = model.to_str_tokens(tokens[0])
+    table = {
+        "layer": [f"L{i}" for i in range(model.cfg.n_layers)],
+        "head": [f"H{i}" for i in range(model.cfg.n_heads)],
+        "pos": [f"{i} {s!r}" for i, s in enumerate(strs)],
+        "neuron": [f"N{i}" for i in range(model.cfg.d_mlp or 0)],
+    }
+    return {d: table[d] for d in cells.by}
+
+
+def prompts_of(model: CircuitModel, **tokens: torch.Tensor) -> dict[str, list[list[str]]]:
+    """Each prompt's token strings (untrusted text), by role."""
+    return {role: [model.to_str_tokens(row) for row in t] for role, t in tokens.items()}
+
+
+def convention(freeze_norms: bool, model: CircuitModel) -> str:
+    """How the norms were treated in the patched runs, in words (a result states its convention)."""
+    if model.cfg.normalization == "none":
+        return "model has no norms"
+    return "norm scales frozen from the base run" if freeze_norms else "norms recomputed on each patched run"
