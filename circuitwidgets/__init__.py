@@ -26,6 +26,7 @@ _LAZY = {
     "EigenScatter": "circuitwidgets.widgets",
     "SkipTrigramTable": "circuitwidgets.widgets",
     "CompositionMap": "circuitwidgets.widgets",
+    "CompositionVsPatching": "circuitwidgets.widgets",
     "TermImportance": "circuitwidgets.widgets",
     "TrainingHistory": "circuitwidgets.widgets",
     "CircuitExplorer": "circuitwidgets.widgets",

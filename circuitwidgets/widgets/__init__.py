@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from circuitwidgets.widgets.attention import AttentionPatterns
 from circuitwidgets.widgets.composition import CompositionMap
+from circuitwidgets.widgets.composition_vs_patching import CompositionVsPatching
 from circuitwidgets.widgets.eigen import EigenScatter
 from circuitwidgets.widgets.explorer import CircuitExplorer
 from circuitwidgets.widgets.head_scores import HeadScores
@@ -18,6 +19,7 @@ __all__ = [
     "AttentionPatterns",
     "CircuitExplorer",
     "CompositionMap",
+    "CompositionVsPatching",
     "EigenScatter",
     "HeadScores",
     "LogitAttribution",

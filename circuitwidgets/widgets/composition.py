@@ -13,6 +13,10 @@ Data traits (kernel → view)
 ``scores`` float32 ``[3, L, H, L, H]``: kind (Q, K, V), earlier layer, earlier
 head, later layer, later head; NaN where the earlier layer is not earlier.
 ``baseline_value``: the random-matrix baseline.
+``title`` and ``note``: a caption replacing the composition wording, and a
+note under the view (plain text), for maps of other pair scores: a
+path-patching map (:meth:`CompositionMap.from_path_patching`) draws in the
+same slots the effect of each earlier head's write via a later head's q, k or v.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import traitlets
 from numpy.typing import ArrayLike, NDArray
 
 from circuitwidgets._checks import check_model
+from circuitwidgets.causal.result import Sweep
 from circuitwidgets.circuits import composition_baseline
 from circuitwidgets.circuits.composition import COMPOSITION_MEMORY_BUDGET, _raw_composition_scores
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
@@ -33,6 +38,7 @@ from circuitwidgets.widgets.core.base import CircuitWidget
 from circuitwidgets.widgets.core.offset import ReadsQKAtOffset, engine_offset, offset_setting, resolve_offset
 from circuitwidgets.widgets.core.spec import Size, head_selection, trait_error, view_data, view_setting
 from circuitwidgets.widgets.core.traits import Choice, Count, Edge, SelectionIndex
+from circuitwidgets.widgets.path_composition import check_text, path_patching_scores
 
 __all__ = ["KINDS", "CompositionMap", "composition_map_data", "edge_error"]
 
@@ -134,6 +140,13 @@ class CompositionMap(ReadsQKAtOffset, CircuitWidget):
     baseline_value = view_data(traitlets.Float(0.0))
     """Expected score of random matrices with a head's shapes (subtracted when ``subtract_baseline``)."""
 
+    title = view_data(traitlets.Unicode(""))
+    """Caption of scores that are not composition scores (a path-patching map); ``""``: "Composition between heads".
+    Given, the maps are titled "via q/k/v" and no caption, colour bar or tooltip says "composition"."""
+
+    note = view_data(traitlets.Unicode(""))
+    """Plain text under the view (how the scores were made: metric, corruption, convention), exported with it."""
+
     subtract_baseline = view_setting(traitlets.Bool(True))
     """Show scores minus ``baseline_value`` (the paper's diagrams do)."""
 
@@ -201,9 +214,18 @@ class CompositionMap(ReadsQKAtOffset, CircuitWidget):
 
     @classmethod
     def from_scores(
-        cls, q: ArrayLike, k: ArrayLike, v: ArrayLike, *, baseline: float = 0.0, model_name: str = "", **kwargs: Any
+        cls,
+        q: ArrayLike,
+        k: ArrayLike,
+        v: ArrayLike,
+        *,
+        baseline: float = 0.0,
+        model_name: str = "",
+        title: str | None = None,
+        note: str | None = None,
+        **kwargs: Any,
     ) -> CompositionMap:
-        """A map of composition scores computed anywhere.
+        """A map of composition scores, or of any other score per pair of heads, computed anywhere.
 
         Parameters
         ----------
@@ -214,6 +236,11 @@ class CompositionMap(ReadsQKAtOffset, CircuitWidget):
             Score of random matrices (subtracted when ``subtract_baseline``; 0 shows raw scores).
         model_name
             Caption.
+        title
+            Caption of scores that are not composition scores (a causal map); the maps are then
+            titled "via q", "via k", "via v" and nothing says "composition score".
+        note
+            Plain text shown under the view: how the scores were made (metric, corruption, convention).
         **kwargs
             Initial traits.
 
@@ -231,7 +258,52 @@ class CompositionMap(ReadsQKAtOffset, CircuitWidget):
         L = arrays[0].shape[0]
         earlier = np.arange(L)[:, None, None, None] < np.arange(L)[None, None, :, None]
         scores = np.stack([np.where(earlier, a, np.nan) for a in arrays]).astype(np.float32)
-        return cls(**{"scores": scores, "baseline_value": float(baseline), "model_name": model_name, **kwargs})
+        return cls._of_scores(scores, float(baseline), model_name, title, note, kwargs)
+
+    @classmethod
+    def from_path_patching(cls, *sweeps: Sweep, **kwargs: Any) -> CompositionMap:
+        """A map of path-patching effects in the composition slots: via q in Q, via k in K, via v in V.
+
+        The title names the metric; the note says, from the sweeps' own records,
+        the metric's clean and corrupted values, where the prompts differ, and the
+        convention. Scores are drawn as they are (no baseline).
+
+        Parameters
+        ----------
+        *sweeps
+            One to three results of ``causal.path_patch(model, clean, corrupted, metric,
+            sender=None, via=...)`` (dims ``sender_layer, sender_head, layer, head``), of
+            different ``via``, one model and one metric; the kinds not given are empty (NaN).
+        **kwargs
+            Initial traits (``title`` or ``note`` replace the ones made from the sweeps).
+
+        Raises
+        ------
+        ArgumentError, ArgumentTypeError, ShapeError
+            Naming ``sweeps[i]``: not a Sweep, not path patching over every sender, a
+            second sweep of the same ``via``, or another model, metric or shape than ``sweeps[0]``.
+        """
+        path = path_patching_scores(sweeps)
+        settings = {"kind": path.vias[0].upper()} if len(path.vias) == 1 else {}
+        return cls._of_scores(path.scores, 0.0, path.model, path.title, path.note, {**settings, **kwargs})
+
+    @classmethod
+    def _of_scores(
+        cls,
+        scores: NDArray[np.float32],
+        baseline: float,
+        model_name: object,
+        title: object,
+        note: object,
+        kwargs: dict[str, Any],
+    ) -> CompositionMap:
+        """The widget of checked ``[3, L, H, L, H]`` scores, its text arguments checked by name."""
+        text = {"model_name": check_text("model_name", model_name) or ""}
+        for name, value in (("title", title), ("note", note)):
+            checked = check_text(name, value)
+            if checked is not None:
+                text[name] = checked
+        return cls(**{"scores": scores, "baseline_value": baseline, **text, **kwargs})
 
     @traitlets.validate("scores")
     def _validate_scores(self, proposal: traitlets.Bunch) -> NDArray[np.float32]:

@@ -10,6 +10,7 @@
 import type { RenderProps } from "@anywidget/types";
 import { renderAttention } from "./views/attention";
 import { renderComposition } from "./views/composition";
+import { renderCompVsPatching } from "./views/compvspatching";
 import { renderEigen } from "./views/eigen";
 import { renderExplorer } from "./views/explorer";
 import { renderHeadScores } from "./views/headscores";
@@ -26,6 +27,7 @@ type ViewRender = (props: RenderProps<any>) => void | (() => void);
 export const VIEWS: Readonly<Record<string, ViewRender>> = {
   attention: renderAttention,
   composition: renderComposition,
+  compvspatching: renderCompVsPatching,
   eigen: renderEigen,
   explorer: renderExplorer,
   headscores: renderHeadScores,

@@ -2,13 +2,14 @@
 // later head, as three zoomable heatmaps (views/composition/maps.ts) and as a
 // graph of the strongest edges (views/composition/graph.ts).
 //
-// Kernel → view: scores [3, L, H, L, H] (raw), baseline_value. View → kernel:
+// Kernel → view: scores [3, L, H, L, H] (raw), baseline_value, and for maps of
+// other pair scores (path patching) a title and a note. View → kernel:
 // subtract_baseline, kind (edges drawn), n_edges, selected_layer/head,
 // selected_edge ([l1, h1, l2, h2] or []), edge_kind.
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
-import { toCompData } from "../lib/composition";
+import { compWords, type CompWords, hasValues, toCompData } from "../lib/composition";
 import { el, listen } from "../lib/dom";
 import { noExport } from "../lib/export";
 import { type CompData, compValue, edgeOr, type Kind, KIND_STYLE, KINDS, nearestEdge, parseEdgeId } from "../lib/graph";
@@ -25,6 +26,8 @@ export interface CompositionTraits {
   model_name: string;
   scores: WireArray;
   baseline_value: number;
+  title?: string;
+  note?: string;
   subtract_baseline: boolean;
   kind: string;
   n_edges: number;
@@ -80,13 +83,28 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
   let drawn: DrawnGraph["edges"] = [];
   const keys = el(doc, "div", "cw-keys");
   const note = el(doc, "div", "cw-note");
-  panel.body.after(keys, note);
-  for (const k of KINDS) {
-    const item = el(doc, "span");
-    const svg = svgEl(doc, "svg", { width: 26, height: 10, style: "display:inline-block;vertical-align:middle;margin-right:4px" });
-    svg.append(svgEl(doc, "line", { x1: 1, x2: 25, y1: 5, y2: 5, stroke: KIND_STYLE[k].colour, "stroke-width": 2.5, "stroke-dasharray": KIND_STYLE[k].dash }));
-    item.append(svg, doc.createTextNode(KIND_STYLE[k].label));
-    keys.append(item);
+  // the caller's note (how a causal map was made), as text, kept in exports
+  const userNote = el(doc, "div", "cw-note cw-caption");
+  userNote.dataset.cwNote = "";
+  panel.body.after(keys, note, userNote);
+
+  /** The legend under the graph: each kind's line style, in the view's words. */
+  function drawKeys(d: CompData, words: CompWords, titled: boolean): void {
+    // (a titled map leaves out the kinds it has no values of: a path-patching map of k alone)
+    const kinds = titled ? KINDS.filter((_, k) => hasValues(d, k)) : KINDS;
+    keys.replaceChildren(
+      ...kinds.map((k) => {
+        const item = el(doc, "span");
+        const svg = svgEl(doc, "svg", { width: 26, height: 10, style: "display:inline-block;vertical-align:middle;margin-right:4px" });
+        svg.append(svgEl(doc, "line", { x1: 1, x2: 25, y1: 5, y2: 5, stroke: KIND_STYLE[k].colour, "stroke-width": 2.5, "stroke-dasharray": KIND_STYLE[k].dash }));
+        item.append(svg, doc.createTextNode(words.keyLabel(k)));
+        return item;
+      }),
+    );
+  }
+
+  function words(d: CompData): CompWords {
+    return compWords(String(m.get("title") ?? ""), subtract(), d.baseline);
   }
 
   function subtract(): boolean {
@@ -116,7 +134,7 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
       return;
     }
     clearError(panel);
-    maps.load(data);
+    maps.load(data, words(data));
   }
 
   /** The offered counts, with the kernel's own value among them when it is another (so the control never misstates it). */
@@ -134,26 +152,38 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
     if (d === null) return;
     const sel = selection(d);
     const sub = subtract();
-    setTitle(panel, "Composition between heads", String(m.get("model_name") ?? ""));
+    const w = words(d);
+    const titled = String(m.get("title") ?? "") !== "";
+    setTitle(panel, w.heading, String(m.get("model_name") ?? ""));
+    drawKeys(d, w, titled);
+    for (const b of kindControl.element.querySelectorAll<HTMLButtonElement>("button[data-value]")) {
+      const kind = b.dataset.value as Kind;
+      if ((KINDS as readonly string[]).includes(kind)) b.title = w.keyLabel(kind);
+    }
     const kindValue = String(m.get("kind") ?? "all");
     kindControl.update(kindValue);
     baselineBox.checked = sub;
+    // (a titled map with no baseline has nothing to subtract)
+    baselineLabel.style.display = titled && d.baseline === 0 ? "none" : "";
     updateCount();
-    maps.draw(d, sel, sub);
+    maps.draw(d, sel, sub, w);
     const kinds: Kind[] = (KINDS as readonly string[]).includes(kindValue) ? [kindValue as Kind] : [...KINDS];
     const edges = graphEdges(d, kinds, edgeCount(), sub, sel);
-    const graph = drawGraph(doc, d, edges, sel, sub);
+    const graph = drawGraph(doc, d, edges, sel, w);
     drawn = graph.edges;
     graphBox.replaceChildren(graph.svg);
     graphNote.textContent = graph.hidden > 0 ? `The ${edges.length} strongest edges; only the heads they join (and the selected head) are drawn, ${graph.hidden} others are not.` : "";
-    note.textContent = sub
+    note.textContent = titled
+      ? `${sub && d.baseline !== 0 ? `Values minus ${fmt(d.baseline, 3)}. ` : ""}Maps: rows earlier heads, columns later heads; the graph draws the largest positive values.`
+      : sub
       ? `Scores ‖W_A W_B‖ / (‖W_A‖ ‖W_B‖) minus ${fmt(d.baseline, 3)}, the expected score of random matrices (blue below, red above). Maps: rows earlier heads, columns later heads.`
       : "Scores ‖W_A W_B‖ / (‖W_A‖ ‖W_B‖), raw. Maps: rows earlier heads, columns later heads.";
     note.append(noExport(el(doc, "span", undefined, " Click an edge, a cell or a head; hover a cell for its value.")));
+    userNote.textContent = String(m.get("note") ?? "");
     if (sel.edge) {
       const [l1, h1, l2, h2] = sel.edge;
       const k = KINDS.indexOf(sel.edgeKind as Kind);
-      const value = k >= 0 ? ` (${sel.edgeKind}, ${fmt(compValue(d, k, l1, h1, l2, h2, sub), 3)}${sub ? " above baseline" : ""})` : "";
+      const value = k >= 0 ? ` (${titled ? `via ${sel.edgeKind.toLowerCase()}` : sel.edgeKind}, ${w.value(compValue(d, k, l1, h1, l2, h2, sub))})` : "";
       panel.status.textContent = `Edge ${headName(l1, h1)} → ${headName(l2, h2)}${value} selected; ${headName(sel.layer, sel.head)} selected`;
     } else {
       panel.status.textContent = `${headName(sel.layer, sel.head)} selected`;
@@ -208,5 +238,5 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
     }),
   );
 
-  return runView(m, panel, frame, cleanups, { data: ["scores", "baseline_value"], redraw: ["subtract_baseline", "kind", "n_edges", "selected_layer", "selected_head", "selected_edge", "edge_kind", "model_name"] }, load, draw);
+  return runView(m, panel, frame, cleanups, { data: ["scores", "baseline_value", "title"], redraw: ["note", "subtract_baseline", "kind", "n_edges", "selected_layer", "selected_head", "selected_edge", "edge_kind", "model_name"] }, load, draw);
 }

@@ -4,9 +4,10 @@
 // join, lib/graphlayout.ts), so at 32 × 32 heads nothing overlaps.
 
 import { layerPalette, textOn } from "../../lib/colour";
+import type { CompWords } from "../../lib/composition";
 import { type CompData, compValue, type Edge, edgeId, edgeOpacity, edgePath, edgePoints, edgeWidth, type Kind, KIND_STYLE, KINDS, scaledDash, strongestEdges } from "../../lib/graph";
 import { graphLayout } from "../../lib/graphlayout";
-import { fmt, headName, svgEl, svgTitle } from "../../lib/svg";
+import { headName, svgEl, svgTitle } from "../../lib/svg";
 
 /** A click this close (px) to an edge's curve selects the nearest edge. */
 export const EDGE_PICK_PX = 8;
@@ -38,7 +39,8 @@ export function graphEdges(d: CompData, kinds: readonly Kind[], n: number, subtr
   return edges;
 }
 
-export function drawGraph(doc: Document, d: CompData, edges: readonly Edge[], sel: GraphSelection, subtract: boolean): DrawnGraph {
+/** The graph of `edges`; each edge's tooltip says its value in `words` (composition, or a titled map's scores). */
+export function drawGraph(doc: Document, d: CompData, edges: readonly Edge[], sel: GraphSelection, words: CompWords): DrawnGraph {
   const layout = graphLayout(d.nLayers, d.nHeads, edges, sel);
   const colour = layerPalette(d.nLayers);
   const { width, height } = layout;
@@ -79,7 +81,7 @@ export function drawGraph(doc: Document, d: CompData, edges: readonly Edge[], se
       }),
     );
     g.append(svgEl(doc, "path", { d: path, fill: "none", stroke: "transparent", "stroke-width": 2 * EDGE_PICK_PX }));
-    svgTitle(doc, g, `${headName(e.l1, e.h1)} → ${headName(e.l2, e.h2)}: ${e.kind}-composition ${fmt(e.value, 3)}${subtract ? " above baseline" : ""}`);
+    svgTitle(doc, g, words.pair(e.kind, headName(e.l1, e.h1), headName(e.l2, e.h2), e.value));
     edgeGroup.append(g);
   }
   svg.append(edgeGroup);

@@ -7,7 +7,7 @@
 
 import { DIVERGING, type Lut, lutCss, textOn, VIRIDIS } from "../../lib/colour";
 import { colourBar } from "../../lib/colourbar";
-import { colourLimit, heatmapCells } from "../../lib/composition";
+import { colourLimit, type CompWords, hasValues, heatmapCells } from "../../lib/composition";
 import { el, listen } from "../../lib/dom";
 import { noExport } from "../../lib/export";
 import { type CompData, compValue, type Kind, KINDS } from "../../lib/graph";
@@ -50,7 +50,7 @@ interface LabelBox {
 export function compositionMaps(
   doc: Document,
   on: { selectEdge(l1: number, h1: number, l2: number, h2: number, kind: string): void },
-): { element: HTMLDivElement; load(d: CompData): void; draw(d: CompData, sel: MapSelection, subtract: boolean): void; cleanup(): void } {
+): { element: HTMLDivElement; load(d: CompData, words: CompWords): void; draw(d: CompData, sel: MapSelection, subtract: boolean, words: CompWords): void; cleanup(): void } {
   const column = el(doc, "div", "cw-maps-column");
   const zoomBar = noExport(el(doc, "div", "cw-zoom-bar"));
   const button = (text: string, title: string) => {
@@ -75,10 +75,12 @@ export function compositionMaps(
   let limit = 1;
   let n = 0;
   let view: Viewport = fullView(0);
-  let last: { d: CompData; sel: MapSelection; subtract: boolean } | null = null;
+  let last: { d: CompData; sel: MapSelection; subtract: boolean; words: CompWords } | null = null;
+  /** The kinds that have a map: those with any value (a path-patching map of k alone draws one). */
+  let shown: Kind[] = [...KINDS];
   let followed = "";
 
-  function load(d: CompData): void {
+  function load(d: CompData, words: CompWords): void {
     canvases.length = 0;
     images = [];
     imageKey = "";
@@ -90,13 +92,15 @@ export function compositionMaps(
       return;
     }
     zoomBar.hidden = false;
+    const filled = KINDS.filter((_, k) => hasValues(d, k));
+    shown = filled.length > 0 ? filled : [...KINDS];
     maps.replaceChildren(
-      ...KINDS.map((kind) => {
+      ...shown.map((kind) => {
         const box = el(doc, "div", "cw-map");
-        box.append(el(doc, "div", "cw-map-title", `${kind}-composition`));
+        box.append(el(doc, "div", "cw-map-title", words.mapTitle(kind)));
         const canvas = el(doc, "canvas");
         canvas.dataset.kind = kind;
-        canvas.title = `${kind}-composition: rows earlier heads, columns later heads; click a cell to select the pair`;
+        canvas.title = `${words.mapTitle(kind)}: rows earlier heads, columns later heads; click a cell to select the pair`;
         canvases.push(canvas);
         box.append(canvas);
         return box;
@@ -107,9 +111,9 @@ export function compositionMaps(
   /** The heatmaps' pixels, one per cell, rebuilt only when the data or the baseline choice changes. */
   function cellImages(d: CompData, subtract: boolean, lut: Lut): (HTMLCanvasElement | null)[] {
     const key = `${subtract}`; // (load() clears it for new data)
-    if (key === imageKey && images.length === KINDS.length) return images;
+    if (key === imageKey && images.length === shown.length) return images;
     limit = colourLimit(d, subtract);
-    images = KINDS.map((_, k) => cellImage(doc, heatmapCells(d, k, subtract, limit), lut, EMPTY, images[k] ?? undefined));
+    images = shown.map((kind, i) => cellImage(doc, heatmapCells(d, KINDS.indexOf(kind), subtract, limit), lut, EMPTY, images[i] ?? undefined));
     imageKey = key;
     return images;
   }
@@ -130,17 +134,17 @@ export function compositionMaps(
     }
   }
 
-  function draw(d: CompData, sel: MapSelection, subtract: boolean): void {
+  function draw(d: CompData, sel: MapSelection, subtract: boolean, words: CompWords): void {
     if (n === 0) return;
     const lut: Lut = subtract ? DIVERGING : VIRIDIS;
     const imgs = cellImages(d, subtract, lut);
-    last = { d, sel, subtract };
+    last = { d, sel, subtract, words };
     follow(d, sel);
     const size = mapSize(n);
     barBox.replaceChildren(
-      colourBar(doc, lut, subtract ? -limit : 0, limit, subtract ? "composition score − random baseline" : "composition score", Math.max(200, Math.min(320, size + 40))),
+      colourBar(doc, lut, subtract ? -limit : 0, limit, words.barLabel, Math.max(200, Math.min(320, size + 40))),
     );
-    canvases.forEach((canvas, k) => drawMap(canvas, imgs[k] ?? null, k, d, sel, subtract, lut, size));
+    canvases.forEach((canvas, i) => drawMap(canvas, imgs[i] ?? null, KINDS.indexOf(shown[i] as Kind), d, sel, subtract, lut, size, words));
     const full = isFull(view, n);
     zoomOut.disabled = full;
     whole.disabled = full;
@@ -150,7 +154,7 @@ export function compositionMaps(
       : `Zoomed: rows ${rangeName(d, view.r0, view.size, 0)}, columns ${rangeName(d, view.c0, view.size, 1)}`;
   }
 
-  function drawMap(canvas: HTMLCanvasElement, image: HTMLCanvasElement | null, k: number, d: CompData, sel: MapSelection, subtract: boolean, lut: Lut, size: number): void {
+  function drawMap(canvas: HTMLCanvasElement, image: HTMLCanvasElement | null, k: number, d: CompData, sel: MapSelection, subtract: boolean, lut: Lut, size: number, words: CompWords): void {
     const ctx = sizeCanvas(canvas, AXIS.left + size, AXIS.top + size);
     const measure = (text: string) => (ctx ? ctx.measureText(text).width : text.length * 6);
     if (ctx) {
@@ -163,7 +167,7 @@ export function compositionMaps(
     canvas.dataset.cwViewport = `${view.r0},${view.c0},${view.size}`;
     canvas.dataset.cwAxisLabels = JSON.stringify(labels);
     canvas.dataset.cwValues = rows.cell >= VALUE_CELL ? "shown" : "hidden"; // (for tests: cells carry their values)
-    canvas.setAttribute("aria-label", `${KINDS[k]}-composition, rows ${rangeName(d, view.r0, view.size, 0)}, columns ${rangeName(d, view.c0, view.size, 1)}`);
+    canvas.setAttribute("aria-label", `${words.mapTitle(KINDS[k] as Kind)}, rows ${rangeName(d, view.r0, view.size, 0)}, columns ${rangeName(d, view.c0, view.size, 1)}`);
     if (ctx === null) return;
     if (image) {
       ctx.save();
@@ -247,7 +251,7 @@ export function compositionMaps(
   }
 
   function redraw(): void {
-    if (last) draw(last.d, last.sel, last.subtract);
+    if (last) draw(last.d, last.sel, last.subtract, last.words);
   }
 
   function setView(next: Viewport): void {
@@ -323,7 +327,7 @@ export function compositionMaps(
       const l2 = Math.floor(cell.col / d.nHeads) + 1;
       const kind = (canvas.dataset.kind ?? "Q") as Kind;
       const v = compValue(d, KINDS.indexOf(kind), l1, cell.row % d.nHeads, l2, cell.col % d.nHeads, last.subtract);
-      const text = `${kind}-composition ${headName(l1, cell.row % d.nHeads)} → ${headName(l2, cell.col % d.nHeads)}: ${Number.isFinite(v) ? `${fmt(v, 3)}${last.subtract ? " above baseline" : ""}` : "not an earlier head"}`;
+      const text = l1 < l2 ? last.words.pair(kind, headName(l1, cell.row % d.nHeads), headName(l2, cell.col % d.nHeads), v) : `${headName(l1, cell.row % d.nHeads)} is not earlier than ${headName(l2, cell.col % d.nHeads)}`;
       canvas.title = text;
       cellLine.textContent = text;
     }),
