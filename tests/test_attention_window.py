@@ -50,14 +50,17 @@ def direct_rows(model: CircuitModel, ids: list[int], window: int, stride: int, b
     A = np.zeros((L, H, n, n))
     V = np.zeros((L, H, n, n))
     effect = np.full((L, H, n), np.nan)
+    loss = np.full(n, np.nan)
     left = np.zeros(n, dtype=int)
     for i in range(n):
         k = 0 if i < b else next(k for k, s in enumerate(starts) if s <= i < s + m)
         s = starts[k]
         positions = [0] * b + list(range(s, s + m))
         feed = torch.tensor([ids[p] for p in positions])
-        _, cache = model.run_with_cache(feed[None])
+        logits, cache = model.run_with_cache(feed[None])
         r = positions.index(i) if i >= b else 0
+        if i + 1 < n:  # the row's own window predicting the text's next token (past the window at its last row)
+            loss[i] = -float(logits[0, r].double().log_softmax(-1)[ids[i + 1]])
         left[i] = i - s
         norms = value_norms(model, cache)
         for l in range(L):
@@ -67,7 +70,7 @@ def direct_rows(model: CircuitModel, ids: list[int], window: int, stride: int, b
                 V[l, h, i, positions] = value_weighted(pattern[h].astype(np.float32), norms[l, h])[r]
             if i + 1 < n:
                 effect[l, :, i] = (cache["result", l][0][r] @ model.W_U[:, ids[i + 1]]).numpy()
-    return {"A": A, "V": V, "effect": effect, "left": left, "starts": np.array(starts)}
+    return {"A": A, "V": V, "effect": effect, "loss": loss, "left": left, "starts": np.array(starts)}
 
 
 @pytest.mark.parametrize(("n", "window", "stride", "bos"), [(41, 16, 5, True), (40, 16, 8, False), (23, 9, 8, True)])
@@ -83,6 +86,8 @@ def test_each_row_is_its_earliest_windows_row_as_a_direct_forward_pass_computes_
     assert w.logit_effect is not None
     np.testing.assert_allclose(w.logit_effect[..., :-1], want["effect"][..., :-1], rtol=1e-5, atol=1e-5)
     assert np.isnan(w.logit_effect[..., -1]).all() and w.value_norms is None
+    assert w.per_token_loss is not None
+    np.testing.assert_allclose(w.per_token_loss, want["loss"], rtol=0, atol=1e-5)  # (NaN at the last position in both)
     # the promise of the rule: past the first window, every row has at least m − S tokens of left context
     m = window - int(bos)
     first = m + int(bos)

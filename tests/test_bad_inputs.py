@@ -765,6 +765,7 @@ VIEW_TRAITS: dict[str, dict[str, list[Any]]] = {
         "attention_selected_dest": SELECTION_BAD,
         "attention_selected_src": SELECTION_BAD,
         "attention_pattern_kind": CHOICE_BAD,
+        "attention_strip": CHOICE_BAD,
         "attention_show_diagonals": BOOL_BAD,
     },
     "AttentionPatterns": {
@@ -774,6 +775,7 @@ VIEW_TRAITS: dict[str, dict[str, list[Any]]] = {
         "selected_dest": SELECTION_BAD,
         "selected_src": SELECTION_BAD,
         "pattern_kind": CHOICE_BAD,
+        "strip": CHOICE_BAD,
         "show_diagonals": BOOL_BAD,
     },
 }

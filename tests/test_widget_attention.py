@@ -143,9 +143,15 @@ def test_binary_encoding_round_trips_within_one_step_per_weight(
 def test_arrays_cross_as_buffers_and_json_holds_no_floats(widget: tuple[AttentionPatterns, Recorder]) -> None:
     w, _ = widget
     state, paths, buffers = _remove_buffers(w.get_state())
-    assert sorted(p[0] for p in paths) == ["logit_effect", "patterns", "value_norms", "value_patterns"]
+    assert sorted(p[0] for p in paths) == [
+        "logit_effect",
+        "patterns",
+        "per_token_loss",
+        "value_norms",
+        "value_patterns",
+    ]
     n = w.n_tokens
-    assert sum(memoryview(b).nbytes for b in buffers) == 2 * (6 * n * (n + 1) // 2) + 2 * (6 * n * 4)
+    assert sum(memoryview(b).nbytes for b in buffers) == 2 * (6 * n * (n + 1) // 2) + 2 * (6 * n * 4) + n * 4
     state.pop("_esm")  # the bundle
     state.pop("_css")  # and its stylesheet
     assert len(json.dumps(state)) < 2000
@@ -228,6 +234,8 @@ def test_clicks_in_the_view_reach_python_and_fire_observers(widget: tuple[Attent
         {"selected_head": [1]},
         {"pattern_kind": "logits"},
         {"pattern_kind": 3},
+        {"strip": "entropy"},
+        {"strip": None},
         {"show_diagonals": "yes"},
         {"diagonals": [{"offset": 1, "label": "x", "extra": 2}]},
         {"patterns": {"view": b"\0" * 3, "dtype": "uint8", "shape": [1, 1, 3]}},
@@ -245,6 +253,7 @@ def test_invalid_state_from_the_view_is_rejected_and_the_view_resynchronised(
         "selected_dest",
         "selected_src",
         "pattern_kind",
+        "strip",
         "show_diagonals",
         "diagonals",
     ]

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from circuitwidgets.activations.loss import token_losses
 from circuitwidgets.causal import nnsight_backend
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NotCoveredError, ShapeError
 from circuitwidgets.model import CircuitModel
@@ -131,10 +132,7 @@ def per_token_loss(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | s
     if t.shape[1] < 2:
         raise ShapeError(f"tokens: per-token loss needs at least 2 positions, got {t.shape[1]}")
     with torch.no_grad():
-        logits = model(t)
-        logits = logits if logits.dtype == torch.float64 else logits.float()
-        lp = logits.log_softmax(-1)[:, :-1]
-        loss: NDArray[np.float64] = (-lp.gather(-1, t[:, 1:, None])[..., 0]).double().cpu().numpy()
+        loss: NDArray[np.float64] = token_losses(model(t), t).double().cpu().numpy()
         return loss
 
 

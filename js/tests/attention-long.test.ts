@@ -166,7 +166,7 @@ describe("attention view over a long context", () => {
       state({ overview: wire(new Uint16Array(0), "float16", [L, H, 4, 0, 0]), value_norms: per(1), logit_effect: per(0.5) }),
     );
     const valueButton = el.querySelector('button[data-value="value"]') as HTMLButtonElement;
-    const logitButton = el.querySelector('button[data-value="logit"]') as HTMLButtonElement;
+    const logitButton = el.querySelector('button[data-value="strip"]') as HTMLButtonElement;
     // one head's whole overview: raw max, mean, then the value-weighted max, mean
     const bits = new Uint16Array(4 * G * G);
     bits.set(overviewBytes(0.5).subarray(0, G * G), 0);

@@ -155,7 +155,7 @@ describe("attention view", () => {
 
   it("shades tokens by the logit effect, on a signed scale", async () => {
     const { el } = mount();
-    (el.querySelector('button[data-value="logit"]') as HTMLElement).click();
+    (el.querySelector('button[data-value="strip"]') as HTMLElement).click();
     await nextFrame();
     // effects are -1.5, -0.5, 0.5, 1.5, NaN: the last token has no next token
     expect(tokenEl(el, 0).style.backgroundColor).not.toBe("");
@@ -167,7 +167,7 @@ describe("attention view", () => {
   it("without value patterns or logit effects the controls are disabled and nothing fails", () => {
     const { el } = mount(state({ value_patterns: null, value_norms: null, logit_effect: null }));
     expect((el.querySelector('button[data-value="value"]') as HTMLButtonElement).disabled).toBe(true);
-    expect((el.querySelector('button[data-value="logit"]') as HTMLButtonElement).disabled).toBe(true);
+    expect((el.querySelector('button[data-value="strip"]') as HTMLButtonElement).disabled).toBe(true);
   });
 
   it("toggles the offset diagonals through the trait and lists them in the legend", async () => {

@@ -24,6 +24,7 @@ from circuitwidgets.widgets.attention.batch import (
 )
 from circuitwidgets.widgets.attention.codec import Heads, check_state_bytes, check_tokens, per_position, validate
 from circuitwidgets.widgets.attention.live import LiveData
+from circuitwidgets.widgets.attention.loss import check_loss
 from circuitwidgets.widgets.attention.source import Source
 from circuitwidgets.widgets.attention.tiles import LongText
 from circuitwidgets.widgets.core.spec import NONE
@@ -54,6 +55,7 @@ def from_arrays(
     causal: bool | None = None,
     value_norms: ArrayLike | None = None,
     logit_effect: ArrayLike | None = None,
+    per_token_loss: ArrayLike | None = None,
     stream: bool | None = None,
     long: bool | None = None,
     **kwargs: Any,
@@ -78,6 +80,10 @@ def from_arrays(
         first, padded likewise): enables value-weighted patterns.
     logit_effect
         Optional per-position logit effects, shaped like ``value_norms`` (NaN allowed).
+    per_token_loss
+        Optional loss predicting the next token at each position (nats, ≥ 0, NaN allowed, as
+        ``circuitwidgets.causal.per_token_loss`` with a NaN appended), ``[n]``; a batch ``[n_prompts, n]``
+        (padded likewise) or one array per prompt. The strip beside the pattern can show it (``strip="loss"``).
     stream
         See the class docs (a batch is encoded at once).
     long
@@ -95,12 +101,12 @@ def from_arrays(
         Naming the argument (and the prompt, ``attention[2]``), what was expected and what was received.
     """
     if is_batch_of_tokens(tokens) and len(tokens) == 1:  # (a batch of one is one prompt)
-        tokens, attention, value_norms, logit_effect = (
+        tokens, attention, value_norms, logit_effect, per_token_loss = (
             tokens[0],
-            *(_first(v) for v in (attention, value_norms, logit_effect)),
+            *(_first(v) for v in (attention, value_norms, logit_effect, per_token_loss)),
         )
     if is_batch_of_tokens(tokens):
-        sources = sources_from_arrays(tokens, attention, causal, value_norms, logit_effect)
+        sources = sources_from_arrays(tokens, attention, causal, value_norms, logit_effect, per_token_loss)
         return cls(stream=stream, _source=ArrayBatch(sources, causal), **kwargs)
     token_list = check_tokens(tokens)
     heads = Heads(attention, len(token_list))
@@ -111,11 +117,13 @@ def from_arrays(
     if norms is not None and (norms < 0).any():
         raise ArgumentError(f"value_norms: expected norms ≥ 0, got minimum {float(norms.min()):.4g}")
     effect = per_position(logit_effect, "logit_effect", heads, nan_ok=True)
+    loss = check_loss(per_token_loss, "per_token_loss", heads.n)
     if is_long:
         is_causal = validate(heads, causal, row_stochastic=True)
         engine = DensePatterns(heads.layers, causal=is_causal, value_norms=norms)
-        return cls(_qk=LongText(token_list, engine, effect), **kwargs)
-    return cls(stream=stream, _source=Source(token_list, heads, causal, norms, effect, known_causal=False), **kwargs)
+        return cls(_qk=LongText(token_list, engine, effect, loss), **kwargs)
+    source = Source(token_list, heads, causal, norms, effect, known_causal=False, loss=loss)
+    return cls(stream=stream, _source=source, **kwargs)
 
 
 def from_cache(
@@ -169,6 +177,7 @@ def from_qk(
     softcap: float | None = None,
     value_norms: Any = None,
     logit_effect: Any = None,
+    per_token_loss: Any = None,
     **kwargs: Any,
 ) -> W:
     """A widget for long contexts: patterns computed exactly, on demand, from queries and keys.
@@ -191,6 +200,9 @@ def from_qk(
     logit_effect
         Optional per-position logit effects ``[n_layers, n_heads, N]`` (NaN allowed): the
         token strip's "Logit effect" shading and the strip beside the pattern.
+    per_token_loss
+        Optional loss predicting the next token at each position ``[N]`` (nats, ≥ 0, NaN allowed):
+        what the strip shows instead with ``strip="loss"``.
     **kwargs
         Initial traits, for example ``selected_head=3``.
 
@@ -201,7 +213,7 @@ def from_qk(
     finer tiles as it zooms, down to single weights. Exported pages carry the overview
     and each row's top-``k`` sources within :data:`EXPORT_BUDGET_BYTES`; finer zoom there
     needs a live kernel (the value-weighted pattern's export is its overview).
-    ``AttentionPatterns(model, long_text)`` passes the model's value norms and logit effects.
+    ``AttentionPatterns(model, long_text)`` passes the model's value norms, logit effects and per-token loss.
 
     Raises
     ------
@@ -215,7 +227,8 @@ def from_qk(
     if engine.n_tokens != len(token_list):
         raise ShapeError(f"q: expected {len(token_list)} positions (one per token), got {engine.n_tokens}")
     effect = per_position(logit_effect, "logit_effect", (engine.n_layers, engine.n_heads, engine.n_tokens), nan_ok=True)
-    return cls(_qk=LongText(token_list, engine, effect), **kwargs)
+    loss = check_loss(per_token_loss, "per_token_loss", engine.n_tokens)
+    return cls(_qk=LongText(token_list, engine, effect, loss), **kwargs)
 
 
 def set_data(
@@ -242,6 +255,7 @@ def set_data(
         self.overview = self.top_sources = self.top_weights = None
         self.tile_block = self.tile_size = 0
         self.pattern_kind = "raw"
+        self.strip = "logit_effect"
         self.windows = {}
         if self.selected_prompt >= max(1, len(data["prompts"])):
             self.selected_prompt = 0

@@ -14,7 +14,7 @@ padded on the right to the longest, ``n``:
   ``[n_prompts, n_layers, n_heads, n, n]`` (its top-left ``n_p × n_p`` corner);
   padding is 0 and is never shown;
 - ``value_norms`` / ``logit_effect``: ``[n_prompts, n_layers, n_heads, n]`` (padding
-  0 and NaN).
+  0 and NaN); ``per_token_loss``: ``[n_prompts, n]`` (padding NaN).
 
 Arrays a user brings (``from_arrays``, ``from_cache``) may be padded on the right
 the same way (TransformerLens pads on the right): each prompt's top-left corner
@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.widgets.attention.codec import Heads, check_state_bytes, check_tokens, head_size, per_position
+from circuitwidgets.widgets.attention.loss import check_loss, stack_losses
 from circuitwidgets.widgets.attention.source import Source, repeat_period
 
 __all__ = [
@@ -125,6 +126,7 @@ def stack_prompts(parts: Sequence[dict[str, Any]], causal: bool) -> dict[str, An
         "value_patterns": stacked("value_patterns", head_size(width, causal), 0, np.uint8, pattern_layout),
         "value_norms": stacked("value_norms", (width,), 0.0, np.float32, "position"),
         "logit_effect": stacked("logit_effect", (width,), np.nan, np.float32, "position"),
+        "per_token_loss": stack_losses([part.get("per_token_loss") for part in parts], width),
         "diagonals": batch_diagonals(prompts),
     }
 
@@ -236,6 +238,7 @@ def sources_from_arrays(
     causal: bool | None,
     value_norms: Any,
     logit_effect: Any,
+    per_token_loss: Any = None,
 ) -> list[Source]:
     """Each prompt's validated data from a batch of arrays (``[n_prompts, ...]`` or one array per prompt).
 
@@ -244,7 +247,13 @@ def sources_from_arrays(
     """
     prompts = [check_tokens(t, f"tokens[{i}]") for i, t in enumerate(tokens)]
     width = max(len(t) for t in prompts)
-    for name, values in (("attention", attention), ("value_norms", value_norms), ("logit_effect", logit_effect)):
+    given = {
+        "attention": attention,
+        "value_norms": value_norms,
+        "logit_effect": logit_effect,
+        "per_token_loss": per_token_loss,
+    }
+    for name, values in given.items():
         if values is None:
             continue
         try:
@@ -267,7 +276,12 @@ def sources_from_arrays(
         if norms is not None and (norms < 0).any():
             raise ArgumentError(f"value_norms[{i}]: expected norms ≥ 0, got minimum {float(norms.min()):.4g}")
         effect = per_position(effect, f"logit_effect[{i}]", heads, nan_ok=True)
-        sources.append(Source(prompt, heads, causal, norms, effect, known_causal=False))
+        loss = None
+        if per_token_loss is not None:
+            loss = check_loss(
+                _corner(per_token_loss[i], n, width, f"per_token_loss[{i}]", per_pos=True), f"per_token_loss[{i}]", n
+            )
+        sources.append(Source(prompt, heads, causal, norms, effect, known_causal=False, loss=loss))
     if len({(s.heads.n_layers, s.heads.n_heads) for s in sources}) > 1:
         raise ShapeError(
             f"attention: expected the same layers and heads for every prompt, got "

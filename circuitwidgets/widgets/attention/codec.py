@@ -11,7 +11,8 @@ row: head ``[layer, head]`` holds, for ``dest = 0..n-1``, the ``dest + 1``
 weights to ``src = 0..dest``, so ``patterns`` has shape ``[n_layers, n_heads,
 n(n+1)/2]``; a pattern that is not causal is sent whole, ``[n_layers,
 n_heads, n, n]``. ``value_patterns`` has the same layout. ``value_norms`` and
-``logit_effect`` are float32 ``[n_layers, n_heads, n]``.
+``logit_effect`` are float32 ``[n_layers, n_heads, n]``, ``per_token_loss`` float32 ``[n]``
+(:mod:`~circuitwidgets.widgets.attention.loss`).
 ``js/src/lib/patterns.ts`` reads them.
 """
 

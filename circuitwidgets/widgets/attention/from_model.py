@@ -5,8 +5,8 @@
 - :func:`token_ids`: checked ids ``[pos]`` of one prompt, refused before any work
   when longer than the model's context (:func:`~circuitwidgets.widgets.core.context.check_context`),
   saying how to proceed;
-- :func:`from_model_source`: tokens, every layer's pattern, value norms and logit
-  effects of one forward pass; :func:`qk_from_model`: tokens, queries and keys
+- :func:`from_model_source`: tokens, every layer's pattern, value norms, logit
+  effects and the per-token loss (from its logits) of one forward pass; :func:`qk_from_model`: tokens, queries and keys
   (long inputs); :func:`batch_from_model`: one forward pass per prompt, stacked;
 - :func:`model_data`: which of those (or windows,
   :mod:`~circuitwidgets.widgets.attention.window`) a widget's arguments ask for.
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from circuitwidgets.activations.loss import next_token_loss
 from circuitwidgets.activations.qk_patterns import QKPatterns
 from circuitwidgets.activations.value_paths import logit_effects, value_norms
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
@@ -131,27 +132,30 @@ def token_ids(
 
 
 def from_model_source(model: CircuitModel, ids: torch.Tensor) -> Source:
-    """Tokens, patterns (every layer), value norms and logit effects of one forward pass over ``ids [pos]``."""
+    """Tokens, patterns (every layer), value norms, logit effects and per-token loss of one forward pass over ``ids [pos]``."""
     check_state_bytes(model.cfg.n_layers, model.cfg.n_heads, int(ids.shape[0]), value_weighted=True)
     tokens = model.to_str_tokens(ids)
-    _, cache = model.run_with_cache(ids[None], names=["pattern", "v", "z", "scale_final"])
+    logits, cache = model.run_with_cache(ids[None], names=["pattern", "v", "z", "scale_final"])
     heads = Heads([cache["pattern", layer][0] for layer in range(model.cfg.n_layers)], len(tokens))
-    return Source(tokens, heads, True, value_norms(model, cache), logit_effects(model, cache, ids), known_causal=True)
+    norms, effects, loss = value_norms(model, cache), logit_effects(model, cache, ids), next_token_loss(logits, ids)
+    return Source(tokens, heads, True, norms, effects, known_causal=True, loss=loss)
 
 
 def qk_from_model(model: CircuitModel, ids: torch.Tensor) -> LongText:
-    """Tokens, post-rotary queries and keys of every layer with the value norms, and the logit effects.
+    """Tokens, post-rotary queries and keys of every layer with the value norms, the logit effects and the loss.
 
     One forward pass that keeps no pattern (attention runs in chunks of rows). The cache
     records ``q``, ``k`` and ``v`` as ``[batch, pos, head, d_head]`` (keys and values already
     repeated per query head) and each head's mixed values ``z``; the model's scale, soft-cap
     and per-layer sliding windows go with them. The value norms make the value-weighted
     pattern available on demand; the logit effects (``[n_layers, n_heads, pos]``) come from
-    ``z`` as in :func:`~circuitwidgets.activations.value_paths.logit_effects`.
+    ``z`` as in :func:`~circuitwidgets.activations.value_paths.logit_effects`; the loss from the pass's logits.
     Cost: ``16 · n_layers · n_heads · pos · d_head`` bytes while the pass's cache lives.
     """
     cfg = model.cfg
-    _, cache = model.run_with_cache(ids[None], names=["q", "k", "v", "z", "scale_final"])
+    logits, cache = model.run_with_cache(ids[None], names=["q", "k", "v", "z", "scale_final"])
+    loss = next_token_loss(logits, ids)
+    del logits
     q = torch.stack([cache["q", layer][0].transpose(0, 1) for layer in range(cfg.n_layers)]).float()
     k = torch.stack([cache["k", layer][0].transpose(0, 1) for layer in range(cfg.n_layers)]).float()
     norms, effects = value_norms(model, cache), logit_effects(model, cache, ids)
@@ -160,7 +164,7 @@ def qk_from_model(model: CircuitModel, ids: torch.Tensor) -> LongText:
     engine = QKPatterns(
         q, k, causal=True, scale=cfg.scale, sliding_window=windows, softcap=cfg.attn_softcap, value_norms=norms
     )
-    return LongText(model.to_str_tokens(ids), engine, effects)
+    return LongText(model.to_str_tokens(ids), engine, effects, loss)
 
 
 def batch_from_model(model: CircuitModel, prompts: Sequence[Any], progress_bar: bool | None = None) -> Prepared:

@@ -233,7 +233,7 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 class Source:
-    """Validated data for a new widget: tokens, heads and the optional per-position arrays."""
+    """Validated data for a new widget: tokens, heads and the optional per-position arrays (``loss``: ``[n]``)."""
 
     def __init__(
         self,
@@ -244,8 +244,9 @@ class Source:
         effect: NDArray[np.float32] | None,
         *,
         known_causal: bool,
+        loss: NDArray[np.float32] | None = None,
     ) -> None:
-        self.tokens, self.heads, self.norms, self.effect = tokens, heads, norms, effect
+        self.tokens, self.heads, self.norms, self.effect, self.loss = tokens, heads, norms, effect, loss
         check_state_bytes(heads.n_layers, heads.n_heads, heads.n, value_weighted=norms is not None)
         self.causal = validate(heads, causal, row_stochastic=True, known_causal=known_causal)
 
@@ -272,6 +273,7 @@ class Source:
             "causal": causal,
             "value_norms": norms,
             "logit_effect": self.effect,
+            "per_token_loss": self.loss,
             "diagonals": default_diagonals(self.tokens),
         }
         if stream and widget is not None:

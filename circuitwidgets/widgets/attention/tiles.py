@@ -114,18 +114,22 @@ def top_k_for_budget(
 
 @dataclass(frozen=True)
 class LongText:
-    """What a long-context widget starts from: its tokens, the engine, and optionally each position's logit effect."""
+    """What a long-context widget starts from: its tokens, the engine, and optionally each position's logit
+    effect ``[n_layers, n_heads, N]`` and loss ``[N]``."""
 
     tokens: list[str]
     engine: PatternEngine
     logit_effect: NDArray[np.float32] | None = None
+    per_token_loss: NDArray[np.float32] | None = None
 
     @property
     def per_position_bytes(self) -> int:
-        """Bytes of the per-position traits an exported page carries besides the overview (value norms, logit effects)."""
+        """Bytes of the per-position traits an exported page carries besides the overview (value norms, logit
+        effects, per-token loss)."""
         e = self.engine
         norms = 0 if e.norms is None else 4 * e.n_layers * e.n_heads * e.n_tokens
-        return norms + (0 if self.logit_effect is None else int(self.logit_effect.nbytes))
+        extra = (a for a in (self.logit_effect, self.per_token_loss) if a is not None)
+        return norms + sum(int(a.nbytes) for a in extra)
 
 
 class TileSource(TileRequests):
@@ -181,6 +185,7 @@ class TileSource(TileRequests):
             "tokens": text.tokens,
             "value_norms": None if norms is None else norms.to("cpu").numpy(),
             "logit_effect": text.logit_effect,
+            "per_token_loss": text.per_token_loss,
             "causal": self.engine.causal,
             "patterns": np.zeros((*shape, 0), dtype=np.uint8),
             "overview": np.zeros((*shape, self.overview.shape[2], 0, 0), dtype=np.float16),

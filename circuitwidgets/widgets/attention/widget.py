@@ -17,16 +17,20 @@ What the view shows
 - the selected head's direct logit effect on the next token, ``(r_i W_O
   W_U)[t_{i+1}]`` with ``r_i = Σ_j A_ij v_j`` the head's mixed values
   (``z`` in the cache), signed, per destination position (NaN at the last
-  position, which has no next token). The final layer norm's per-token scale
-  and ``b_U`` are left out (DESIGN.md §3).
+  position, which has no next token), read through the final norm as
+  :func:`~circuitwidgets.activations.value_paths.logit_effects` says;
+- or, chosen instead (``strip="loss"``), the model's loss predicting the next
+  token at each position (``per_token_loss``, nats; per position, not per head),
+  from the logits of the same forward pass
+  (:mod:`~circuitwidgets.widgets.attention.loss`).
 
 Where the rest lives (modules of this package)
 ----------------------------------------------
 ``codec`` (uint8 transport), ``from_model`` (tokens, the context check,
 forward passes), ``batch`` (prompts padded on the right, each shown at its own
 length), ``window`` (which window each row comes from), ``arrays`` (the array
-constructors), ``source`` and ``live`` (streaming head by head), ``tiles``
-(long contexts on demand from queries and keys: :meth:`AttentionPatterns.from_qk`,
+constructors), ``loss`` (the per-token loss), ``source`` and ``live`` (streaming
+head by head), ``tiles`` (long contexts on demand from queries and keys: :meth:`AttentionPatterns.from_qk`,
 or ``from_model`` over :data:`LONG_TOKENS` tokens; tiles: ``tile_requests``), ``traits``.
 """
 
@@ -54,6 +58,7 @@ from circuitwidgets.widgets.attention.codec import (
 )
 from circuitwidgets.widgets.attention.from_model import LONG_TOKENS, from_model_source, model_data, token_ids
 from circuitwidgets.widgets.attention.live import LiveData
+from circuitwidgets.widgets.attention.loss import STRIPS, check_loss_trait, strip_problem
 from circuitwidgets.widgets.attention.source import STREAM_BYTES, build_bar, repeat_period, running_loop
 from circuitwidgets.widgets.attention.tiles import EXPORT_BUDGET_BYTES, LongText, TileSource
 from circuitwidgets.widgets.attention.traits import (
@@ -168,6 +173,15 @@ class AttentionPatterns(LiveData):
     logit_effect = view_data(NDArrayTrait(dtype="float32", ndim=(3, 4), allow_none=True))
     """Each head's direct effect on the next token's logit, ``(r_i W_O W_U)[t_{i+1}]``, float32
     ``[n_layers, n_heads, n]`` (NaN at the last position), or ``None``."""
+
+    per_token_loss = view_data(NDArrayTrait(dtype="float32", ndim=(1, 2), allow_none=True))
+    """The model's loss predicting the next token at each position, ``−log p(t_{i+1} | t_{≤i})`` in nats, float32
+    ``[n]`` (NaN at the last position; a batch: ``[n_prompts, n]``, padded with NaN), or ``None``. Per position:
+    the same for every head."""
+
+    strip = view_setting(Choice(STRIPS, default_value="logit_effect", requires=strip_problem))
+    """What the strip beside the pattern, and the tokens when they show it, shade: ``"logit_effect"`` (the
+    selected head's) or ``"loss"`` (``per_token_loss``, needed)."""
 
     windows = view_data(traitlets.Dict())
     """A text analysed in windows: ``{"size": W, "stride": S, "starts": [a_k, ...]}`` (each window's
@@ -307,8 +321,10 @@ class AttentionPatterns(LiveData):
         waiting = getattr(self, "_stream", None) is not None or getattr(self, "_tiles", None) is not None
         return check_patterns_trait(self, proposal["trait"].name, proposal["value"], waiting=waiting)
 
-    @traitlets.validate("value_norms", "logit_effect")
+    @traitlets.validate("value_norms", "logit_effect", "per_token_loss")
     def _validate_per_position(self, proposal: traitlets.Bunch) -> NDArray[np.float32] | None:
+        if proposal["trait"].name == "per_token_loss":
+            return check_loss_trait(self, proposal["value"])
         return check_per_position_trait(self, proposal["trait"].name, proposal["value"])
 
     @traitlets.validate("diagonals")

@@ -18,7 +18,9 @@ the text, the window's BOS at position 0 (the text's BOS); sources before the
 window's start were not in its context and get weight 0, so every row still
 sums to 1. The BOS row comes from the first window. Value-weighted rows use the
 norms ``‖v_j W_O‖`` of the row's own window, logit effects its own window's
-mixed values against the text's next token (NaN at the text's last position).
+mixed values against the text's next token (NaN at the text's last position),
+and the per-token loss its own window's logits at that row against the text's
+next token (a window's last row predicts the token just past the window).
 ``value_norms`` themselves are not sent: a source's norm differs from window
 to window.
 
@@ -36,6 +38,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from circuitwidgets.activations.loss import target_losses
 from circuitwidgets.activations.value_paths import value_norms, value_weighted
 from circuitwidgets.activations.writes import final_read, written_by_heads
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
@@ -131,6 +134,17 @@ def _next_token_effects(model: CircuitModel, cache: Any, layer: int, targets: to
     return out
 
 
+def _place_losses(
+    out: NDArray[np.float32], logits: torch.Tensor, targets: torch.Tensor, positions: NDArray[np.int64]
+) -> None:
+    """Each owned row's loss on the text's next token (``targets_i < 0``: the text's end, left NaN) at its position."""
+    keep = targets >= 0
+    if bool(keep.any()):
+        with torch.no_grad():
+            loss = target_losses(logits[keep.to(logits.device)], targets[keep])
+        out[positions[keep.numpy()]] = loss.to("cpu", torch.float32).numpy()
+
+
 def _place_rows(out: NDArray[np.uint8], rows: NDArray[np.float32], first: int, cols: NDArray[np.int64], n: int) -> None:
     """Quantise window rows ``[H, r, w]`` (text rows ``first..``) into ``out`` ``[H, n(n+1)/2]``, at text columns ``cols``."""
     for lo in range(0, rows.shape[1], _ROWS):
@@ -152,6 +166,7 @@ def windowed_data(
     patterns = np.zeros((cfg.n_layers, cfg.n_heads, size), dtype=np.uint8)
     weighted = np.zeros_like(patterns)
     effects = np.full((cfg.n_layers, cfg.n_heads, n), np.nan, dtype=np.float32)
+    losses = np.full(n, np.nan, dtype=np.float32)
     owners = windows.owners()
     ids = ids.to(model.device)
     bar = build_bar(len(windows.starts), "AttentionPatterns windows", progress_bar)
@@ -159,12 +174,13 @@ def windowed_data(
         for k in range(len(windows.starts)):
             where = windows.positions(k)
             rows = np.nonzero(owners[where] == k)[0]  # local rows this window gives (contiguous)
-            _, cache = model.run_with_cache(
+            logits, cache = model.run_with_cache(
                 ids[torch.as_tensor(where)][None], names=["pattern", "v", "z", "scale_final"]
             )
             norms = value_norms(model, cache)
             nxt = torch.as_tensor(where[rows] + 1)
             targets = torch.where(nxt < n, ids.cpu()[nxt.clamp(max=n - 1)], torch.full_like(nxt, -1))
+            _place_losses(losses, logits[0, torch.as_tensor(rows)], targets, where[rows])
             for layer in range(cfg.n_layers):
                 pattern = cache["pattern", layer][0].to("cpu", torch.float32).numpy()  # [H, w, w]
                 mine = pattern[:, rows]
@@ -187,6 +203,7 @@ def windowed_data(
         "value_patterns": weighted,
         "value_norms": None,
         "logit_effect": effects,
+        "per_token_loss": losses,
         "diagonals": default_diagonals(tokens),
         "windows": {"size": windows.size, "stride": windows.stride, "starts": windows.starts},
     }

@@ -1,10 +1,8 @@
 // Drawing the main canvas: the pattern image (already rasterised), token
-// labels or position ticks, the logit-effect strip, offset diagonals, and the
+// labels or position ticks, the strip (logit effect or loss), offset diagonals, and the
 // hovered and selected rows, columns and cell.
 
-import { DIVERGING } from "../../lib/colour";
 import { blit, cellImage } from "../../lib/heatmap";
-import { absMax } from "../../lib/patterns";
 import { NONE } from "../../lib/selection";
 import { tokenLabel } from "../../lib/tokens";
 import { diagonalInView, ticks, type Viewport } from "../../lib/viewport";
@@ -20,6 +18,7 @@ import {
   STRIP_W,
   stripCells,
 } from "./layout";
+import { type Strip, stripIndex, stripLut } from "./strip";
 
 export interface MainScene {
   layout: Layout;
@@ -30,8 +29,8 @@ export interface MainScene {
   /** The pattern rasterised for the view, or null: then `message` is written in its place. */
   image: HTMLCanvasElement | null;
   message: string;
-  /** Logit effects `[L, H, n]` and the head's offset into them, or null. */
-  effect: { values: Float32Array; offset: number } | null;
+  /** What the strip beside the pattern shows (the head's logit effects, or the loss), or null. */
+  strip: Strip | null;
   diagonals: readonly { offset: number }[];
 }
 
@@ -55,7 +54,7 @@ export function drawScene(doc: Document, ctx: CanvasRenderingContext2D, scene: M
   blit(ctx, scene.image, L.left, L.top, L.size, L.size);
   const cs = L.size / Math.max(1, view.size);
   drawLabels(ctx, scene, cs);
-  if (L.strip && scene.effect !== null) drawStrip(doc, ctx, scene);
+  if (L.strip && scene.strip !== null) drawStrip(doc, ctx, scene);
   drawDiagonals(ctx, scene, cs);
   drawMarks(ctx, scene, cs);
 }
@@ -95,15 +94,14 @@ function drawLabels(ctx: CanvasRenderingContext2D, { layout: L, view, sel: s, ho
   }
 }
 
-function drawStrip(doc: Document, ctx: CanvasRenderingContext2D, { layout: L, view, effect, tokens }: MainScene): void {
-  if (effect === null) return;
-  const n = tokens.length;
-  const limit = absMax(effect.values, effect.offset, n);
+function drawStrip(doc: Document, ctx: CanvasRenderingContext2D, { layout: L, view, strip }: MainScene): void {
+  if (strip === null) return;
   const x = L.left + L.size + STRIP_GAP;
   const dpr = globalThis.devicePixelRatio || 1;
   ctx.fillStyle = "#f4f4f4";
   ctx.fillRect(x, L.top, STRIP_W, L.size);
-  const image = cellImage(doc, stripCells(effect.values, effect.offset, view, L.size * dpr, limit), DIVERGING, EMPTY_RGBA);
+  const cells = stripCells(strip.values, strip.offset, view, L.size * dpr, strip.limit, (v) => stripIndex(strip, v));
+  const image = cellImage(doc, cells, stripLut(strip), EMPTY_RGBA);
   if (image !== null) blit(ctx, image, x, L.top, STRIP_W, L.size);
   ctx.save();
   ctx.translate(x + STRIP_W / 2 + 3, L.top - 4);
@@ -111,7 +109,7 @@ function drawStrip(doc: Document, ctx: CanvasRenderingContext2D, { layout: L, vi
   ctx.font = "10px system-ui, sans-serif";
   ctx.fillStyle = "#555";
   ctx.textAlign = "left";
-  ctx.fillText("logit", 0, 0);
+  ctx.fillText(strip.kind === "loss" ? "loss" : "logit", 0, 0);
   ctx.restore();
 }
 

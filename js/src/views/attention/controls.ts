@@ -1,15 +1,21 @@
-// The attention view's controls (pattern kind, colour scale, what the tokens
-// show, how a hovered token is read, offset diagonals, reset zoom) and the
-// elements around them: thumbnails, main canvas, legend, token strip.
+// The attention view's controls (pattern kind, colour scale, what the strip
+// beside the pattern shows, what the tokens show, how a hovered token is read,
+// offset diagonals, reset zoom) and the elements around them: thumbnails, main
+// canvas, legend, token strip.
 
 import { COLOUR_SCALES, type ColourScale } from "../../lib/attentionui";
 import { el } from "../../lib/dom";
 import { noExport } from "../../lib/export";
 import { type Panel, segmented } from "../../lib/panel";
+import type { Strip } from "./strip";
+
+/** What the tokens show: attention (of the hovered or selected token), or the strip's values. */
+export type TokenMode = "attention" | "strip";
 
 export interface ControlHandlers {
   kind(value: string): void;
-  tokens(mode: "attention" | "logit"): void;
+  strip(value: Strip["kind"]): void;
+  tokens(mode: TokenMode): void;
   hover(mode: "dest" | "src"): void;
   scale(scale: ColourScale): void;
 }
@@ -18,6 +24,7 @@ export type Segmented = ReturnType<typeof segmented>;
 
 export interface Controls {
   kindControl: Segmented;
+  stripControl: Segmented;
   tokenControl: Segmented;
   hoverControl: Segmented;
   scaleControl: Segmented;
@@ -39,14 +46,23 @@ export function makeControls(doc: Document, on: ControlHandlers): Controls {
     ],
     on.kind,
   );
+  const stripControl = segmented(
+    doc,
+    "Strip",
+    [
+      { value: "logit_effect", label: "Logit effect", title: "Beside the pattern: this head's direct effect on the logit of the next token" },
+      { value: "loss", label: "Loss", title: "Beside the pattern: the model's loss (nats) predicting the next token, per position (the same for every head)" },
+    ],
+    (v) => on.strip(v === "loss" ? "loss" : "logit_effect"),
+  );
   const tokenControl = segmented(
     doc,
     "Tokens show",
     [
       { value: "attention", label: "Attention", title: "Shade tokens by the hovered or selected token's attention" },
-      { value: "logit", label: "Logit effect", title: "Shade each token by this head's direct effect on the logit of the next token" },
+      { value: "strip", label: "Logit effect", title: "Shade each token by what the strip beside the pattern shows" },
     ],
-    (v) => on.tokens(v === "logit" ? "logit" : "attention"),
+    (v) => on.tokens(v === "strip" ? "strip" : "attention"),
   );
   const hoverControl = segmented(
     doc,
@@ -69,13 +85,14 @@ export function makeControls(doc: Document, on: ControlHandlers): Controls {
   const zoomText = el(doc, "span", "cw-zoom");
   return {
     kindControl,
+    stripControl,
     tokenControl,
     hoverControl,
     scaleControl,
     diagBox,
     resetButton,
     zoomText,
-    elements: [kindControl.element, scaleControl.element, tokenControl.element, hoverControl.element, diagLabel, resetButton, zoomText],
+    elements: [kindControl.element, scaleControl.element, stripControl.element, tokenControl.element, hoverControl.element, diagLabel, resetButton, zoomText],
   };
 }
 
@@ -108,4 +125,21 @@ export function makeElements(doc: Document, panel: Panel): Elements {
   side.append(thumbBox, tokensHead, tokenBox);
   panel.body.append(side, main);
   return { thumbBox, main, caption, canvas, legend, hoverLine, tokensHead, tokenBox };
+}
+
+/** The strip's and the tokens' controls for what the strip shows: the choice pressed, what was not sent disabled,
+ * the tokens' second button named after the strip's values. */
+export function updateStripControls(c: Controls, strip: Strip | null, sent: { effect: boolean; loss: boolean }, tokens: TokenMode): void {
+  c.stripControl.update(strip?.kind ?? "");
+  const button = (control: Segmented, value: string) => control.element.querySelector<HTMLButtonElement>(`button[data-value="${value}"]`);
+  const effectButton = button(c.stripControl, "logit_effect");
+  if (effectButton) effectButton.disabled = !sent.effect;
+  const lossButton = button(c.stripControl, "loss");
+  if (lossButton) lossButton.disabled = !sent.loss;
+  c.tokenControl.update(tokens === "strip" && strip !== null ? "strip" : "attention");
+  const tokenButton = button(c.tokenControl, "strip");
+  if (tokenButton) {
+    tokenButton.disabled = strip === null;
+    tokenButton.textContent = strip?.kind === "loss" ? "Loss" : "Logit effect";
+  }
 }

@@ -8,6 +8,7 @@ import { type Patterns, promptPatterns, toPatterns } from "../../lib/patterns";
 import { indexOr } from "../../lib/selection";
 import { LongSource } from "./long";
 import { denseSource, type PatternSource, perPosition, promptPositions } from "./source";
+import { perTokenLoss } from "./strip";
 
 export interface Diagonal {
   offset: number;
@@ -25,7 +26,11 @@ export interface AttentionTraits {
   value_patterns: WireArray | null;
   value_norms: WireArray | null;
   logit_effect: WireArray | null;
+  /** The model's loss predicting the next token, `[n]` (a batch: `[n_prompts, width]`), or null. */
+  per_token_loss?: WireArray | null;
   pattern_kind: string;
+  /** What the strip shows: "logit_effect" or "loss" (./strip.ts). */
+  strip?: string;
   show_diagonals: boolean;
   diagonals: Diagonal[];
   selected_layer: number;
@@ -50,6 +55,8 @@ export interface Data {
   long: LongSource | null;
   norms: Float32Array | null;
   effect: Float32Array | null;
+  /** Per position `[n]` (the shown prompt's), or null. */
+  loss: Float32Array | null;
   /** A batch of prompts (null for one text): the shown one is `index`. */
   batch: Batch | null;
 }
@@ -81,7 +88,8 @@ export function loadData(model: Model, offline: boolean, previous: Data | null =
       previous?.long ?? null,
     );
     const per = (name: "value_norms" | "logit_effect") => perPosition(model.get(name), nLayers, nHeads, tokens.length);
-    return { tokens, raw: long, value: long.withKind("value"), dense: null, long, norms: per("value_norms"), effect: per("logit_effect"), batch: null };
+    const loss = perTokenLoss(model.get("per_token_loss"), tokens.length);
+    return { tokens, raw: long, value: long.withKind("value"), dense: null, long, norms: per("value_norms"), effect: per("logit_effect"), loss, batch: null };
   }
   const prompts = model.get("prompts") ?? [];
   if (prompts.length > 0) return loadBatch(model, prompts, causal);
@@ -98,6 +106,7 @@ export function loadData(model: Model, offline: boolean, previous: Data | null =
     long: null,
     norms: per("value_norms"),
     effect: per("logit_effect"),
+    loss: perTokenLoss(model.get("per_token_loss"), raw.nTokens),
     batch: null,
   };
 }
@@ -135,6 +144,7 @@ function loadBatch(model: Model, prompts: string[][], causal: boolean): Data {
     long: null,
     norms: per("value_norms"),
     effect: per("logit_effect"),
+    loss: perTokenLoss(model.get("per_token_loss"), nTokens, index, width),
     batch: { index, prompts, width, source: (prompt, kind) => read(prompt, kind)?.source ?? null },
   };
 }

@@ -1,7 +1,7 @@
 // AttentionPatterns view: a layers × heads grid of thumbnails, one large
 // pattern on canvas (Ctrl/⌘ + wheel to zoom, drag to pan, double-click to
-// reset), the selected head's direct logit effect as a signed strip beside
-// it, and the tokens as text.
+// reset), beside it a strip of the selected head's direct logit effect
+// (signed) or of the model's loss per position (./strip.ts), and the tokens as text.
 //
 // Kernel → view: tokens, patterns / value_patterns (uint8 binary buffers, see
 // lib/patterns.ts; while the kernel streams, `[L, H, 0]` placeholders whose
@@ -9,7 +9,7 @@
 // long contexts (tile_block > 0) an overview per head and tiles on request
 // (./long.ts, lib/tiles.ts); for a batch, `prompts` and arrays padded per
 // prompt (./data.ts). View ↔ kernel: selected_layer / selected_head,
-// selected_prompt, selected_dest, selected_src, pattern_kind, show_diagonals.
+// selected_prompt, selected_dest, selected_src, pattern_kind, strip, show_diagonals.
 // Hover is front-end only. The pieces: ./layout.ts (geometry), ./source.ts,
 // ./data.ts and ./long.ts (data), ./thumbs.ts, ./prompts.ts (prompt picker),
 // ./canvas.ts (main canvas), ./tokens.ts (token strip), ./words.ts (legend,
@@ -19,20 +19,20 @@ import type { AnyModel, RenderProps } from "@anywidget/types";
 import { type ColourScale, followSelection, scaleWeights } from "../../lib/attentionui";
 import { listen } from "../../lib/dom";
 import { cellImage, sizeCanvas } from "../../lib/heatmap";
-import { absMax } from "../../lib/patterns";
 import { makePanel, setTitle } from "../../lib/panel";
 import { indexOr, NONE, onTraits, perFrame, setTraits } from "../../lib/selection";
 import { ATTENTION } from "../../lib/shading";
 import { headName } from "../../lib/svg";
 import { clampView, fullView, isFull, type Viewport } from "../../lib/viewport";
 import { drawScene } from "./canvas";
-import { makeControls, makeElements } from "./controls";
+import { makeControls, makeElements, type TokenMode, updateStripControls } from "./controls";
 import { bindEvents } from "./interaction";
 import { type AttentionTraits, type Data, loadData, subtitleWords } from "./data";
 import { LongSource } from "./long";
 import { EMPTY_RGBA, HOVER, type Hover, type Layout, mainLayout, SELECT, type Sel } from "./layout";
 import { PromptPicker } from "./prompts";
 import { fillStreamedHeads, type PatternSource } from "./source";
+import { chooseStrip, type Strip, stripShades } from "./strip";
 import { Thumbs } from "./thumbs";
 import { TokenStrip } from "./tokens";
 import { type Kind, legendItems, statusText, type Subject, tokenHint, hoverText as wordsHover, zoomWords } from "./words";
@@ -54,6 +54,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   // ---- structure
   const controls = makeControls(doc, {
     kind: (v) => setTraits(model, { pattern_kind: v }),
+    strip: (v) => setTraits(model, { strip: v }),
     tokens: (v) => {
       tokenMode = v;
       frame.schedule();
@@ -70,7 +71,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       frame.schedule();
     },
   });
-  const { kindControl, tokenControl, hoverControl, scaleControl, diagBox, resetButton, zoomText } = controls;
+  const { kindControl, stripControl, tokenControl, hoverControl, scaleControl, diagBox, resetButton, zoomText } = controls;
   panel.controls.append(...controls.elements);
 
   const picker = new PromptPicker(doc, {
@@ -92,7 +93,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   let view: Viewport = fullView(0);
   let hover: Hover = { dest: NONE, src: NONE };
   let hoverMode: "dest" | "src" = "dest";
-  let tokenMode: "attention" | "logit" = "attention";
+  let tokenMode: TokenMode = "attention";
   let colourScale: ColourScale = "linear";
   let mainImage: HTMLCanvasElement | null = null;
   let mainKey = "";
@@ -127,8 +128,14 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     return kind() === "value" && data.value ? data.value : data.raw;
   }
 
-  function subject(d: Data, p: PatternSource): Subject {
-    return { tokens: d.tokens, shown: p, raw: d.raw, value: d.value, norms: d.norms, effect: d.effect, long: d.long, kind: kind(), scale: colourScale };
+  /** What the strip beside the pattern shows for the selected head (the `strip` trait's choice, when sent). */
+  function stripOf(s: Sel, d: Data): Strip | null {
+    return chooseStrip(model.get("strip"), d.effect, d.loss, s, d.raw.nHeads, d.raw.nTokens);
+  }
+
+  function subject(d: Data, p: PatternSource, s: Sel): Subject {
+    const { tokens, raw, value, norms, effect, loss, long } = d;
+    return { tokens, shown: p, raw, value, norms, effect, loss, strip: stripOf(s, d), long, kind: kind(), scale: colourScale };
   }
 
   // ---- data
@@ -194,7 +201,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
 
   // ---- main canvas
   function layout(): Layout {
-    return mainLayout(data?.raw.nTokens ?? 0, data?.effect != null, panel.body.clientWidth);
+    return mainLayout(data?.raw.nTokens ?? 0, data?.effect != null || data?.loss != null, panel.body.clientWidth);
   }
 
   function drawMain(s: Sel, p: PatternSource, d: Data): void {
@@ -213,7 +220,6 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       }
     }
     const diagonals = model.get("show_diagonals") ? (model.get("diagonals") ?? []) : [];
-    const effect = d.effect === null ? null : { values: d.effect, offset: (s.layer * p.nHeads + s.head) * p.nTokens };
     drawScene(doc, ctx, {
       layout: L,
       view,
@@ -222,7 +228,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       tokens: d.tokens,
       image: ready ? mainImage : null,
       message: `Loading layer ${s.layer}, head ${s.head}…`,
-      effect,
+      strip: stripOf(s, d),
       diagonals,
     });
   }
@@ -231,9 +237,10 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   function shadeTokens(s: Sel, p: PatternSource, d: Data): void {
     strip.follow(view, hover.dest !== NONE ? hover.dest : s.dest);
     const { start, end } = strip;
-    if (tokenMode === "logit" && d.effect !== null) {
-      const off = (s.layer * p.nHeads + s.head) * p.nTokens;
-      strip.shade(d.effect.subarray(off + start, off + end), absMax(d.effect, off, p.nTokens) || 1);
+    const shown = stripOf(s, d);
+    if (tokenMode === "strip" && shown !== null) {
+      const { values, limit, lut } = stripShades(shown, start, end);
+      strip.shade(values, limit, lut);
       return;
     }
     let values: Float32Array | null = null;
@@ -253,26 +260,25 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
   let chromeKey = "";
   /** Controls, caption, legend: only when something they show changed, not on every hover. */
   function drawChrome(s: Sel, p: PatternSource, d: Data): void {
-    const key = [s.layer, s.head, kind(), tokenMode, hoverMode, colourScale, view.r0, view.c0, view.size, model.get("show_diagonals"), version].join("|");
+    const key = [s.layer, s.head, kind(), model.get("strip"), tokenMode, hoverMode, colourScale, view.r0, view.c0, view.size, model.get("show_diagonals"), version].join("|");
     if (key === chromeKey) return;
     chromeKey = key;
     thumbs.select(s.layer * p.nHeads + s.head);
     if (d.batch !== null) picker.redraw();
     kindControl.update(kind());
-    tokenControl.update(tokenMode);
+    const shownStrip = stripOf(s, d);
+    updateStripControls(controls, shownStrip, { effect: d.effect !== null, loss: d.loss !== null }, tokenMode);
     hoverControl.update(hoverMode);
     scaleControl.update(colourScale);
     const valueButton = kindControl.element.querySelector<HTMLButtonElement>('button[data-value="value"]');
     if (valueButton) valueButton.disabled = d.value === null;
-    const logitButton = tokenControl.element.querySelector<HTMLButtonElement>('button[data-value="logit"]');
-    if (logitButton) logitButton.disabled = d.effect === null;
     diagBox.checked = Boolean(model.get("show_diagonals"));
     resetButton.disabled = isFull(view, p.nTokens);
     setText(zoomText, zoomWords(view, p.nTokens, p instanceof LongSource ? p : null, layout().size * (globalThis.devicePixelRatio || 1)));
     setText(caption, `${headName(s.layer, s.head)}: rows are destinations (queries), columns sources (keys)`);
     canvas.setAttribute("aria-label", `Attention pattern of layer ${s.layer}, head ${s.head}`);
-    legend.replaceChildren(...legendItems(doc, s, subject(d, p), model.get("show_diagonals") ? (model.get("diagonals") ?? []) : null));
-    setText(tokensHead, tokenHint(tokenMode === "logit" && d.effect !== null ? "logit" : hoverMode));
+    legend.replaceChildren(...legendItems(doc, s, subject(d, p, s), model.get("show_diagonals") ? (model.get("diagonals") ?? []) : null));
+    setText(tokensHead, tokenHint(tokenMode === "strip" && shownStrip !== null ? shownStrip.kind : hoverMode));
   }
 
   function draw(): void {
@@ -285,8 +291,9 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     drawMain(s, p, d);
     shadeTokens(s, p, d);
     strip.mark(s, hover);
-    setText(hoverLine, wordsHover(s, hover, subject(d, p)));
-    setText(panel.status, (d.batch ? `Prompt ${d.batch.index + 1} of ${d.batch.prompts.length} · ` : "") + statusText(s, subject(d, p)));
+    const words = subject(d, p, s);
+    setText(hoverLine, wordsHover(s, hover, words));
+    setText(panel.status, (d.batch ? `Prompt ${d.batch.index + 1} of ${d.batch.prompts.length} · ` : "") + statusText(s, words));
     root.dataset.cwDrawMs = (performance.now() - started).toFixed(2);
     // when the selected head was first drawn, and first drawn whole (tests and benchmarks read these)
     if (root.dataset.cwPainted === undefined && p.ready(s.layer, s.head)) root.dataset.cwPainted = performance.now().toFixed(1);
@@ -309,6 +316,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
 
   const cleanups: (() => void)[] = [
     kindControl.cleanup,
+    stripControl.cleanup,
     scaleControl.cleanup,
     tokenControl.cleanup,
     hoverControl.cleanup,
@@ -334,7 +342,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     }),
     onTraits(
       model,
-      ["tokens", "prompts", "selected_prompt", "patterns", "value_patterns", "causal", "value_norms", "logit_effect", "overview", "top_sources", "tile_block"],
+      ["tokens", "prompts", "selected_prompt", "patterns", "value_patterns", "causal", "value_norms", "logit_effect", "per_token_loss", "overview", "top_sources", "tile_block"],
       () => {
         loadArrays();
         frame.schedule();
@@ -349,7 +357,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
       version++;
       frame.schedule();
     }),
-    onTraits(model, ["selected_layer", "selected_head", "selected_dest", "selected_src", "show_diagonals"], frame.schedule),
+    onTraits(model, ["selected_layer", "selected_head", "selected_dest", "selected_src", "show_diagonals", "strip"], frame.schedule),
     onTraits(model, ["selected_dest"], () => {
       const d = model.get("selected_dest");
       if (typeof d === "number" && d >= 0) {

@@ -1,5 +1,5 @@
 // Geometry of the attention view's main canvas: the pattern's side, its
-// margins for labels, the logit-effect strip beside it, and what lies under a
+// margins for labels, the strip beside it (logit effect or loss, ./strip.ts), and what lies under a
 // point. Pure (no DOM), so it is tested without a browser.
 
 import { fitSide } from "../../lib/attentionui";
@@ -77,8 +77,16 @@ export function hitTest(
   return null;
 }
 
-/** The strip's cells: per row block of the view, the value of largest magnitude (NaN when none). */
-export function stripCells(values: Float32Array, offset: number, view: Viewport, maxRows: number, limit: number): CellSource {
+/** The strip's cells: per row block of the view, the value of largest magnitude (NaN when none), as LUT indices
+ * (`index`: diverging over ±`limit` unless given, as for the loss's sequential scale). */
+export function stripCells(
+  values: Float32Array,
+  offset: number,
+  view: Viewport,
+  maxRows: number,
+  limit: number,
+  index: (v: number) => number = (v) => divergingIndex(v, limit),
+): CellSource {
   const rows = Math.max(1, Math.min(view.size, Math.floor(maxRows)));
   const picked = new Float32Array(rows).fill(Number.NaN);
   for (let r = 0; r < view.size; r++) {
@@ -87,5 +95,5 @@ export function stripCells(values: Float32Array, offset: number, view: Viewport,
     const cur = picked[b] as number;
     if (!Number.isNaN(v) && (Number.isNaN(cur) || Math.abs(v) > Math.abs(cur))) picked[b] = v;
   }
-  return { rows, cols: 1, index: (r) => (Number.isNaN(picked[r] as number) ? -1 : divergingIndex(picked[r] as number, limit)) };
+  return { rows, cols: 1, index: (r) => (Number.isNaN(picked[r] as number) ? -1 : index(picked[r] as number)) };
 }

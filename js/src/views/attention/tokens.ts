@@ -1,9 +1,9 @@
 // The token strip: tokens as text (words as words, newlines break lines),
-// shaded by attention or logit effect, marked when hovered or selected.
+// shaded by attention, logit effect or loss, marked when hovered or selected.
 // Virtualised: over `ALL_TOKENS` tokens only a window of `WINDOW` tokens
 // around the viewport (or the selection) are DOM nodes.
 
-import { DIVERGING } from "../../lib/colour";
+import { DIVERGING, type Lut } from "../../lib/colour";
 import { el } from "../../lib/dom";
 import { NONE } from "../../lib/selection";
 import { applyShades, ATTENTION, shadeIndices } from "../../lib/shading";
@@ -78,10 +78,13 @@ export class TokenStrip {
     this.marked = { dest: NONE, src: NONE, hovered: NONE };
   }
 
-  /** Shade the shown tokens by `values` (one per shown token; null clears): attention in [0, 1], or signed with `limit`. */
-  shade(values: ArrayLike<number> | null, limit = 0): void {
+  /** Shade the shown tokens by `values` (one per shown token; null clears): in [0, 1] through `lut` (attention's
+   * unless given), or signed with `limit`. */
+  shade(values: ArrayLike<number> | null, limit = 0, lut: Lut = ATTENTION): void {
     shadeIndices(values, this.next, limit);
-    applyShades(this.spans, this.next, this.prev, limit > 0 ? DIVERGING : ATTENTION, limit > 0 ? 1 : 0, this.prevKey);
+    const scale = limit > 0 ? DIVERGING : lut;
+    // (the key tells the scales apart, so that a token keeping its index still changes colour with the scale)
+    applyShades(this.spans, this.next, this.prev, scale, scale === DIVERGING ? 1 : scale === ATTENTION ? 0 : 2, this.prevKey);
   }
 
   /** Mark the selected destination and source and the hovered token. */

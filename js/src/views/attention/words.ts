@@ -4,7 +4,6 @@
 import { type ColourScale, WHEEL_HINT } from "../../lib/attentionui";
 import { DIVERGING, type Lut } from "../../lib/colour";
 import { el } from "../../lib/dom";
-import { absMax } from "../../lib/patterns";
 import { NONE } from "../../lib/selection";
 import { ATTENTION, lutGradient } from "../../lib/shading";
 import { fmt } from "../../lib/svg";
@@ -13,6 +12,7 @@ import { isFull, type Viewport } from "../../lib/viewport";
 import { DIAGONAL_COLOURS, type Hover, type Sel } from "./layout";
 import type { LongSource } from "./long";
 import type { PatternSource, Weight } from "./source";
+import { LOSS_LABEL, positionWords, type Strip, stripHint, stripLut } from "./strip";
 
 export type Kind = "raw" | "value";
 
@@ -25,6 +25,10 @@ export interface Subject {
   value: PatternSource | null;
   norms: Float32Array | null;
   effect: Float32Array | null;
+  /** The loss per position `[n]`, or null. */
+  loss: Float32Array | null;
+  /** What the strip beside the pattern shows, or null. */
+  strip: Strip | null;
   long: LongSource | null;
   kind: Kind;
   scale: ColourScale;
@@ -69,9 +73,12 @@ export function legendItems(doc: Document, s: Sel, d: Subject, diagonals: readon
         (d.scale === "row" ? "; colour relative to the row's largest weight" : d.scale === "gamma" ? "; colour ∝ √weight" : ""),
     ),
   );
-  if (d.effect !== null) {
-    const limit = absMax(d.effect, (s.layer * d.raw.nHeads + s.head) * d.raw.nTokens, d.raw.nTokens);
-    items.push(bar(doc, DIVERGING, fmt(-limit), "logit effect on next token", `+${fmt(limit)}`, "(r_i W_O W_U)[next token]: blue lowers, red raises its logit"));
+  const strip = d.strip;
+  if (strip?.kind === "logit_effect") {
+    items.push(bar(doc, DIVERGING, fmt(-strip.limit), "logit effect on next token", `+${fmt(strip.limit)}`, "(r_i W_O W_U)[next token]: blue lowers, red raises its logit"));
+  } else if (strip?.kind === "loss") {
+    const title = "−log p(next token | the tokens so far), per position: the same for every head";
+    items.push(bar(doc, stripLut(strip), "0", LOSS_LABEL, fmt(strip.limit), title));
   }
   (diagonals ?? []).forEach((diag, k) => {
     const chip = el(doc, "span", "cw-chip");
@@ -116,11 +123,8 @@ export function statusText(s: Sel, d: Subject): string {
     parts.push(`source ${say(s.src)} is attended most by ${say(top)} (${fmt(col[top] ?? 0, 3)})`);
   } else if (s.dest !== NONE || s.src !== NONE) parts.push(`${s.dest !== NONE ? `destination ${say(s.dest)}` : `source ${say(s.src)}`} selected`);
   else parts.push("no token selected: click a token or a cell");
-  if (s.dest !== NONE && d.effect !== null) {
-    const v = d.effect[(s.layer * p.nHeads + s.head) * n + s.dest] as number;
-    const next = d.tokens[s.dest + 1];
-    if (next !== undefined && !Number.isNaN(v)) parts.push(`logit effect on next token “${tokenLabel(next, 18).text}”: ${v >= 0 ? "+" : ""}${fmt(v)}`);
-  }
+  const values = s.dest !== NONE && d.tokens[s.dest + 1] !== undefined ? positionWords(d.tokens, s.dest, ...perPositionAt(s, d, s.dest)) : "";
+  if (values) parts.push(values.slice(" · ".length));
   const total = p.nLayers * p.nHeads;
   const loaded = p.readyCount();
   if (loaded < total) parts.push(`heads loaded ${loaded} of ${total}`);
@@ -146,16 +150,9 @@ export function hoverText(s: Sel, hover: Hover, d: Subject): string {
     }
     return text;
   }
-  if (dest !== NONE) {
-    let text = `destination ${say(dest)}`;
-    if (d.effect !== null) {
-      const v = d.effect[(s.layer * p.nHeads + s.head) * p.nTokens + dest] as number;
-      const next = d.tokens[dest + 1];
-      text += next === undefined || Number.isNaN(v) ? " (last token: no next token)" : ` · logit effect on “${tokenLabel(next, 18).text}”: ${v >= 0 ? "+" : ""}${fmt(v)}`;
-    }
-    return text;
-  }
-  return `source ${say(src)}: shading shows how much each destination attends to it`;
+  // (one value, the strip's: a hover line that wrapped to a second line would move the tokens under the pointer)
+  if (dest !== NONE) return `destination ${say(dest)}${positionWords(d.tokens, dest, ...perPositionAt(s, d, dest, true))}`;
+  return `source ${say(src)}: shading shows how much each destination attends to it${positionWords(d.tokens, src, ...perPositionAt(s, d, src, true))}`;
 }
 
 /** What the zoom line says: the wheel hint, the rows and columns in view, and what an exported page can show there. */
@@ -169,9 +166,19 @@ export function zoomWords(view: Viewport, n: number, long: LongSource | null, si
   return where;
 }
 
-/** The token strip's hint for what it shows (a head's logit effects) or how hovering reads. */
-export function tokenHint(mode: "logit" | "dest" | "src"): string {
-  if (mode === "logit") return "Tokens shaded by this head's direct effect on the logit of the next token (blue lowers, red raises).";
+/** Position `i`'s logit effect (the selected head's) and loss, each null when not sent (or, `stripOnly`, not the
+ * strip's), and which the strip shows (first). */
+function perPositionAt(s: Sel, d: Subject, i: number, stripOnly = false): [number | null, number | null, Strip["kind"]] {
+  const n = d.raw.nTokens;
+  const kind = d.strip?.kind ?? "logit_effect";
+  const effect = d.effect === null || (stripOnly && kind !== "logit_effect") ? null : (d.effect[(s.layer * d.raw.nHeads + s.head) * n + i] as number);
+  const loss = d.loss === null || (stripOnly && kind !== "loss") ? null : (d.loss[i] as number);
+  return [effect ?? null, loss ?? null, kind];
+}
+
+/** The token strip's hint for what it shows (the strip's values) or how hovering reads. */
+export function tokenHint(mode: Strip["kind"] | "dest" | "src"): string {
+  if (mode === "logit_effect" || mode === "loss") return stripHint(mode);
   return mode === "dest"
     ? "Hover a token to shade where it attends; click to select it as destination."
     : "Hover a token to shade which tokens attend to it; click to select it as source.";
