@@ -2,8 +2,9 @@
 
 Sections follow *A Mathematical Framework for Transformer Circuits*: the direct
 path's bigrams, copying heads by eigenvalues, skip-trigrams, composition,
-induction heads on repeated random tokens, what each component writes to the
-answer there (direct logit attribution, logit lens), and term importance. Every number
+induction heads on repeated random tokens, the circuit tested on runs there
+(head patching, path patching, direct logit attribution and the logit lens:
+:mod:`circuitwidgets.report_causal`), and term importance. Every number
 is computed from the model when the page is made; every view is a live widget
 that stays interactive in the saved file, with no kernel and no network.
 """
@@ -25,6 +26,7 @@ from circuitwidgets._text import visible_label, visible_token
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.export import html_page
 from circuitwidgets.model import CircuitModel
+from circuitwidgets.report_causal import HALF, causal_sections
 
 DEFAULT_TEXT = '''class Stack:
     """A last-in, first-out stack."""
@@ -89,53 +91,8 @@ def _head_table(scores: dict[str, np.ndarray]) -> str:
     return f'<table class="cw-table">{header}{"".join(rows)}</table>'
 
 
-def _repeated_tokens(model: CircuitModel, n: int = 30) -> torch.Tensor:
+def _repeated_tokens(model: CircuitModel, n: int = HALF) -> torch.Tensor:
     return circuits.repeated_random_tokens(model, seq_len=n, n_seqs=1, seed=0)
-
-
-def _causal_tables(model: CircuitModel, tokens: torch.Tensor, every: int = 4) -> tuple[str, str]:
-    """On ``[BOS] r r`` (one sequence): the direct logit attribution of the correct next token by component, and the
-    logit lens, on the first copy of ``r`` and at the same places of the second (same answers), as two tables."""
-    from circuitwidgets import causal
-
-    n = (tokens.shape[1] - 1) // 2
-    first: list[np.ndarray] = []
-    second: list[np.ndarray] = []
-    labels: list[str] = []
-    for p in range(n + 2, 2 * n, every):  # positions of the second copy; p - n the same place of the first
-        for store, q in ((second, p), (first, p - n)):
-            a = causal.logit_attribution(model, tokens, tokens[:, q + 1], by="component", pos=q)
-            labels = [*a.labels["component"], "unembedding bias"]
-            store.append(np.append(a.values, sum(float(v) for v in a.extra["rest"].values())))
-    one, two = np.mean(first, axis=0), np.mean(second, axis=0)
-    rows = [
-        f"<tr><th>{html.escape(label)}</th><td>{x:+.2f}</td><td>{y:+.2f}</td><td>{y - x:+.2f}</td></tr>"
-        for label, x, y in zip([*labels, "total: the logit"], [*one, one.sum()], [*two, two.sum()], strict=True)
-    ]
-    attribution = (
-        '<table class="cw-table"><tr><th>component</th><th>first copy</th><th>second copy</th><th>change</th></tr>'
-        + "".join(rows)
-        + "</table>"
-    )
-    lens = causal.logit_lens(model, tokens, k=1)
-    answers = tokens[0, 1:]
-    log_probs = lens.log_prob(answers)[:, 0]  # [rows, pos, answer]
-    steps = np.arange(len(answers))
-    lp = log_probs[:, steps, steps]  # [rows, pos]: each position's own answer
-    top = lens.top_ids[:, 0, :-1, 0] == answers.cpu().numpy()[None]  # [rows, pos]
-    halves = (np.arange(1, n), np.arange(n + 1, 2 * n))
-    rows = [
-        f"<tr><th>{html.escape(label)}</th>"
-        + "".join(f"<td>{top[r, h].mean():.0%}</td>" for h in halves)
-        + "".join(f"<td>{lp[r, h].mean():.2f}</td>" for h in halves)
-        + "</tr>"
-        for r, label in enumerate(lens.layer_labels)
-    ]
-    table = (
-        '<table class="cw-table"><tr><th>stream read</th><th>top-1, first copy</th><th>top-1, second copy</th>'
-        "<th>log-prob, first copy</th><th>log-prob, second copy</th></tr>" + "".join(rows) + "</table>"
-    )
-    return attribution, table
 
 
 def build_sections(
@@ -235,29 +192,8 @@ def build_sections(
             heads,
         )
     )
-    log("direct logit attribution and logit lens")
-    attribution, lens = _causal_tables(model, tokens)
-    mlp = (
-        " In a model with MLPs this is where their share shows: the weight-space views above leave every path "
-        "through an MLP out."
-        if cfg.has_mlp
-        else ""
-    )
-    sections.append(
-        Section(
-            "What each component writes to the answer: direct logit attribution and the logit lens",
-            "<p>On the same repeated random tokens, each component's direct write, through the final norm (its scale "
-            "frozen from the run), onto the logit of the correct next token; the parts sum to the model's logit (before any final soft-cap). The "
-            "second copy's answers are the first copy's, so the change column is what repetition adds (where the model "
-            f"has an induction circuit, its heads' layer writes most of it).{mlp} Mean over every fourth position of a copy "
-            '(<code>causal.logit_attribution(by="component")</code>).</p>'
-            + attribution
-            + "<p>The logit lens reads the residual stream before each layer and after the last through the final norm "
-            "and the unembedding: how often the correct next token is already the top prediction there, and its mean "
-            "log-probability (<code>causal.logit_lens</code>).</p>" + lens,
-            None,
-        )
-    )
+    for title, explanation, widget in causal_sections(model, tokens, HALF, detectors["previous_token"], log=log):
+        sections.append(Section(title, explanation, widget))
     log("term importance")
     sections.append(
         Section(

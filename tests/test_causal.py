@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from families import CASES, VOCAB
+from families import CASES, CASES_BY_ID, VOCAB
 
 import circuitwidgets as cw
 from circuitwidgets import causal
@@ -223,6 +223,22 @@ def test_patching_equals_its_definition_on_grouped_query_rotary_and_soft_capped_
         assert result.values[1, 1] == pytest.approx(
             _slow_patch(model, clean, corrupted, metric, site, cell), abs=1e-9
         ), site
+
+
+def test_patching_a_layer_after_shared_keys_and_values_restarts_early_enough() -> None:
+    """Gemma 4's sources ``(0, 1, 0, 1)``: a pass that recomputes layer 3 must start at layer 0, not 1, since layer 2,
+    on its way, reads layer 0's keys and values (patching layer 3 once failed with a KeyError there)."""
+    model = from_hf(CASES_BY_ID["gemma4-e2b-shaped"].build(), dtype=torch.float64)
+    assert model.cfg.kv_sources == (0, 1, 0, 1)
+    assert [model.restart_layer(layer) for layer in range(4)] == [0, 0, 0, 0]
+    gen = torch.Generator().manual_seed(3)
+    clean = torch.randint(3, VOCAB, (2, 8), generator=gen)
+    corrupted = torch.randint(3, VOCAB, (2, 8), generator=gen)
+    metric = causal.logit_diff(clean[:, -1].tolist(), 4)
+    result = causal.patch(model, clean, corrupted, metric, site="z", by=("layer", "head"))
+    for head in range(model.cfg.n_heads):
+        expected = _slow_patch(model, clean, corrupted, metric, "z", {"layer": 3, "head": head})
+        assert result.values[3, head] == pytest.approx(expected, abs=1e-9), head
 
 
 def test_logit_lens_last_row_is_the_models_prediction(gelu: CircuitModel, prompts: Any) -> None:

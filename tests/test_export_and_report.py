@@ -72,7 +72,15 @@ def test_report_of_the_shipped_two_layer_model_is_small_and_complete(tmp_path: P
         "during training",
     ):
         assert heading in page
-    assert page.count('class="cw-widget"') == 7  # the training history too: the shipped card has one
+    assert page.count('class="cw-widget"') == 10  # the training history too: the shipped card has one
+    # the "Testing the circuit" sections: two patching maps and the attribution bars, linked like every view
+    assert page.count("<h2>Testing the circuit") == 3
+    blocks = re.findall(
+        r'<div class="cw-widget"([^>]*)><script type="application/json" class="cw-state">(.{0,300})', page
+    )
+    views = [re.search(r'"_view":"(\w+)"', state).group(1) for _, state in blocks]  # type: ignore[union-attr]
+    assert views.count("patchingmap") == 2 and views.count("logitattribution") == 1
+    assert all('data-cw-link="selected_layer selected_head"' in attrs for attrs, _ in blocks)
 
 
 def test_a_page_can_link_traits_across_its_widgets_and_the_shim_is_the_built_one() -> None:

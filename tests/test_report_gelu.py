@@ -41,4 +41,7 @@ def test_report_of_the_shipped_mlp_model_is_written_and_shows_what_the_mlps_writ
     # repetition raises the answer's logit through layer 1's attention (measured +2.60 of +2.29 in all)
     change = re.search(r"<th>L1 attn</th><td>[^<]*</td><td>[^<]*</td><td>([^<]*)</td>", page)
     assert change is not None and float(change.group(1)) > 1.5
-    assert page.count('class="cw-widget"') == 7  # the causal section is tables, no new widget
+    # the causal sections: two patching maps and the attribution bars beside the tables
+    assert page.count('class="cw-widget"') == 10 and page.count("<h2>Testing the circuit") == 3
+    # its previous-token head's direct write into the keys carries little: the effect goes another way (notebook 04)
+    assert "No receiver's keys carry much" in page

@@ -164,12 +164,18 @@ class Runner(Sublayers):
         """The earliest layer a pass must start at to recompute ``layer`` and everything after it.
 
         ``layer`` itself, unless a later layer reuses an earlier layer's keys and
-        values (Gemma 4's ``kv_sources``): then that earlier layer.
+        values (Gemma 4's ``kv_sources``): then that earlier layer, and so on, since
+        the layers the pass then runs through may reuse still earlier ones
+        (sources ``(0, 1, 0, 1)``: layer 3 reads layer 1's, and layer 2, run on the
+        way from layer 1, reads layer 0's).
         """
         sources = self.cfg.kv_sources
         if sources is None:
             return layer
-        return min([layer, *(sources[j] for j in range(layer, self.cfg.n_layers))])
+        start = layer
+        while (earliest := min(sources[j] for j in range(start, self.cfg.n_layers))) < start:
+            start = earliest
+        return start
 
     def run_from(
         self,

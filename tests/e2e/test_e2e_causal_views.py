@@ -1,5 +1,6 @@
 """The causal views in an exported page, offline: a patching map moves a linked attention view to its head and
-token; the logit lens and the logit attribution draw and answer hover; their figures carry no controls."""
+token; the logit lens and the logit attribution draw and answer hover; their figures carry no controls; the
+report's "Testing the circuit" views draw and move the page's other views."""
 
 from __future__ import annotations
 
@@ -7,15 +8,16 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from playwright.sync_api import Page
 
 import circuitwidgets as cw
-from circuitwidgets import causal
+from circuitwidgets import causal, circuits
 from circuitwidgets.export import save_html
 
-from ._pages import PageLog, open_offline, wait_status, wait_view
+from ._pages import PageLog, assert_drawn, open_offline, wait_status, wait_view
 
 
 @pytest.fixture(scope="module")
@@ -103,4 +105,40 @@ def test_their_figures_carry_no_controls(name: str, page_path: Path, page: Page,
     with page.expect_download() as info:
         view.locator('[data-cw-export="png"]').click()
     assert Path(info.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page_log.assert_offline_clean()
+
+
+@pytest.fixture(scope="module")
+def report_path(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[int, int]]:
+    """The report of the default model, and the head its views start on (the strongest induction head)."""
+    from circuitwidgets.report import write_report
+
+    model = cw.load_pretrained("attn-only-2l-12h")
+    induction = circuits.head_scores(model, kind="induction")
+    layer, head = (int(i) for i in np.unravel_index(int(np.argmax(induction)), induction.shape))
+    return write_report(model, tmp_path_factory.mktemp("report") / "report.html"), (layer, head)
+
+
+def test_the_reports_causal_views_draw_and_a_head_cell_moves_the_attention_view(
+    report_path: tuple[Path, tuple[int, int]], page: Page, page_log: PageLog
+) -> None:
+    path, (layer, head) = report_path
+    views = open_offline(page, page_log, path, ["attention", "patchingmap", "logitattribution"])
+    heads, attention, bars = views["patchingmap"], views["attention"], views["logitattribution"]
+    paths = wait_view(page, page_log, "patchingmap", nth=1)
+    assert_drawn(paths)
+    assert "activation patching of z" in heads.inner_text() and "path patching of k" in paths.inner_text()
+    assert paths.locator("text", has_text="n/a").count() >= 12  # layer 0 cannot read the layer-0 sender
+    # every view starts on the page's head
+    wait_status(heads, rf"^L{layer}H{head}: [−\d.]+ \(?selected")
+    wait_status(paths, rf"^L{layer}H{head}: [−\d.]+ \(?selected")
+    wait_status(bars, rf"^L{layer}H{head}: [+−][\d.]+ .*selected")
+    wait_status(attention, rf"^Layer {layer}, head {head} ")
+    # a click on another head's cell of the head-patching map moves the attention view, the path map and the bars
+    other = 5 if head != 5 else 7
+    heads.locator(f'[data-cw-layer="1"][data-cw-col="{other}"] rect').first.click()
+    wait_status(heads, rf"^L1H{other}: [−\d.]+ \(?selected")
+    wait_status(attention, rf"^Layer 1, head {other} ")
+    wait_status(paths, rf"^L1H{other}: [−\d.]+ \(?selected")
+    wait_status(bars, rf"^L1H{other}: [+−][\d.]+ .*selected")
     page_log.assert_offline_clean()
