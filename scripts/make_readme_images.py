@@ -18,6 +18,7 @@ and the images the README shows are the same set, so none can go missing.
 from __future__ import annotations
 
 import argparse
+import functools
 import runpy
 import sys
 import tempfile
@@ -33,13 +34,23 @@ CHROMIUM: Path = _BROWSER["CHROMIUM"]
 CHROMIUM_ARGS: list[str] = _BROWSER["CHROMIUM_ARGS"]
 
 #: The views shown in the README, one PNG each (``docs/images/<view>.png``), in README order.
-VIEWS: tuple[str, ...] = ("attention", "eigen", "skiptrigrams", "composition", "termimportance", "explorer")
+VIEWS: tuple[str, ...] = (
+    "attention",
+    "eigen",
+    "skiptrigrams",
+    "composition",
+    "termimportance",
+    "explorer",
+    "patchingmap",
+    "logitlens",
+    "logitattribution",
+)
 
 #: Largest PNG the script accepts, bytes.
 MAX_BYTES = 250_000
 
 #: Page width per view (the widget lays itself out to it), px.
-WIDTHS = {"explorer": 1180}
+WIDTHS = {"explorer": 1180, "logitlens": 1180}
 DEFAULT_WIDTH = 980
 
 #: Device pixels per CSS pixel per view: the explorer holds every view at once, so it is
@@ -88,6 +99,23 @@ class _Models:
         layer, head = np.unravel_index(int(np.argmax(induction)), induction.shape)
         self.induction_head = (int(layer), int(head))
 
+    @functools.cached_property
+    def induction(self) -> Any:
+        """Notebook 04's induction prompts on ``attn-only-2l-12h``: ``(model, clean, corrupted, answers)``.
+
+        Clean: 8 prompts ``[BOS] r r[:19]`` of 20 random tokens ``r`` (induction predicts
+        ``r[19]`` at the last position); corrupted (notebook 04's corruption A): the first
+        ``r`` replaced by other random tokens; answers: ``(r[19], other[19])`` per prompt.
+        """
+        torch = self.torch
+        model = self.cw.load_pretrained("attn-only-2l-12h")
+        gen = torch.Generator().manual_seed(0)
+        first, other = torch.randint(1, 2048, (2, 8, 20), generator=gen)
+        bos = torch.zeros(8, 1, dtype=torch.long)
+        clean = torch.cat([bos, first, first[:, :19]], dim=1)
+        corrupted = torch.cat([bos, other, first[:, :19]], dim=1)
+        return model, clean, corrupted, (first[:, 19].tolist(), other[:, 19].tolist())
+
     def windows(self, n: int = 8) -> Any:
         """``[n, 256]`` token windows of held-out standard-library code, each starting with BOS."""
         ids = self.model2.tokenizer.encode("\n".join(self.held_out))
@@ -134,6 +162,41 @@ def _explorer(m: _Models) -> Any:
     return m.cw.CircuitExplorer(m.model2, m.held_out[0][:240])
 
 
+def _patchingmap(m: _Models) -> Any:
+    """Notebook 04's head patching: each head's output restored from the clean run into the corrupted one;
+    the head that restores most selected."""
+    np = m.np
+    from circuitwidgets import causal
+
+    model, clean, corrupted, answers = m.induction
+    metric = causal.normalised(causal.logit_diff(*answers))
+    sweep = causal.patch(model, clean, corrupted, metric, site="z", by=("layer", "head"))
+    layer, head = (int(i) for i in np.unravel_index(int(np.argmax(sweep.values)), sweep.values.shape))
+    return m.cw.PatchingMap(sweep, selected_layer=layer, selected_head=head)
+
+
+#: The logit lens's prompt: Python whose last tokens repeat an earlier ``.value``.
+LENS_PROMPT = "def add(self, other):\n    return self.value + other.value"
+
+
+def _logitlens(m: _Models) -> Any:
+    """The model with MLPs on a line of Python: which layer's stream predicts the repeated ``value``."""
+    from circuitwidgets import causal
+
+    gelu = m.cw.load_pretrained("gelu-2l")
+    lens = m.cw.LogitLens(causal.logit_lens(gelu, LENS_PROMPT))
+    lens.selected_pos = len(lens.tokens) - 2  # the second "." (after " other"): what comes next?
+    return lens
+
+
+def _logitattribution(m: _Models) -> Any:
+    """The clean prompts' logit difference (answer − corrupted run's answer), split by head."""
+    from circuitwidgets import causal
+
+    model, clean, _, answers = m.induction
+    return m.cw.LogitAttribution(causal.logit_attribution(model, clean, answers, by="head"))
+
+
 BUILDERS: dict[str, Callable[[_Models], Any]] = {
     "attention": _attention,
     "eigen": _eigen,
@@ -141,6 +204,9 @@ BUILDERS: dict[str, Callable[[_Models], Any]] = {
     "composition": _composition,
     "termimportance": _termimportance,
     "explorer": _explorer,
+    "patchingmap": _patchingmap,
+    "logitlens": _logitlens,
+    "logitattribution": _logitattribution,
 }
 
 

@@ -95,6 +95,47 @@ describe("patching map view", () => {
   });
 });
 
+describe("patching map layout", () => {
+  it("redraws at its width once laid out (JupyterLab draws a view before attaching it), and only when the width changes", async () => {
+    const win = document.defaultView as unknown as { ResizeObserver?: unknown };
+    const saved = win.ResizeObserver;
+    const observers: { callback: () => void; observed: Element[]; disconnected: boolean }[] = [];
+    win.ResizeObserver = class {
+      entry: (typeof observers)[number];
+      constructor(callback: () => void) {
+        this.entry = { callback, observed: [], disconnected: false };
+        observers.push(this.entry);
+      }
+      observe(target: Element): void {
+        this.entry.observed.push(target);
+      }
+      disconnect(): void {
+        this.entry.disconnected = true;
+      }
+    };
+    try {
+      const heads = Array.from({ length: 30 }, (_, i) => `H${i}`);
+      const { el, cleanup } = view({ values: wire(new Float64Array(30).fill(0.5), [1, 1, 30]), col_dim: "head", panel_dim: "", layer_labels: ["L0"], col_labels: heads, panel_labels: [], clean_tokens: [], corrupted_tokens: [], differ: [], selected_pos: -1 });
+      const cellWidth = () => Number(el.querySelector("[data-cw-layer='0'][data-cw-col='0'] rect")?.getAttribute("width"));
+      const before = cellWidth(); // (no width yet: drawn at the fallback width)
+      const observer = observers.find((o) => o.observed.includes(el));
+      expect(observer).toBeDefined();
+      Object.defineProperty(el, "clientWidth", { configurable: true, value: 1400 });
+      observer!.callback();
+      await nextFrame();
+      expect(cellWidth()).toBeGreaterThan(before);
+      const svg = el.querySelector("svg");
+      observer!.callback(); // the same width: nothing redrawn
+      await nextFrame();
+      expect(el.querySelector("svg")).toBe(svg);
+      cleanup();
+      expect(observer!.disconnected).toBe(true);
+    } finally {
+      win.ResizeObserver = saved;
+    }
+  });
+});
+
 describe("offline link groups", () => {
   it("links a map's position as the attention view's destination, and a map with no heads by position only", () => {
     expect(parseAliases("selected_dest=selected_pos")).toEqual({ selected_dest: "selected_pos" });

@@ -127,6 +127,12 @@ def _isolated_env(root: Path) -> dict[str, str]:
     ):
         (root / sub).mkdir(parents=True, exist_ok=True)
         env[var] = str(root / sub)
+    # Kernels, nbconvert and marimo import the package under test, the one this process imported: from a git
+    # worktree, the environment's editable install would otherwise give them another checkout's code and bundle.
+    import circuitwidgets
+
+    under_test = str(Path(circuitwidgets.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([under_test, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     env["PYTHONUNBUFFERED"] = "1"
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     return env

@@ -348,3 +348,24 @@ _INJECTION_JS = """
 def injection_state(page: Page, flag: str) -> dict[str, Any]:
     """Whether a payload ran (``window[flag]``) and how many active elements the page holds."""
     return dict(page.evaluate(_INJECTION_JS, flag))
+
+
+# --- exported figures ------------------------------------------------------------
+
+#: Words of a view's controls and status that an exported figure must not hold.
+CONTROL_WORDS = ("Head:", "Order:", "by size", "selected", "hover", "Hover", "SVG", "PNG")
+
+
+def assert_figure_has_no_controls(page: Page, view: Locator, title: str) -> None:
+    """The view's SVG export holds ``title`` and none of :data:`CONTROL_WORDS`; its PNG export is a PNG."""
+    name = view.get_attribute("data-cw-view") or ""
+    with page.expect_download() as info:
+        view.locator('[data-cw-export="svg"]').click()
+    svg = Path(info.value.path()).read_text()
+    joined = " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", svg))
+    for word in CONTROL_WORDS:
+        assert word not in joined, f"{name}: the exported figure holds control text {word!r}"
+    assert title in joined, f"{name}: the figure lost its title {title!r}"
+    with page.expect_download() as info:
+        view.locator('[data-cw-export="png"]').click()
+    assert Path(info.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{name}: the PNG export is not a PNG"

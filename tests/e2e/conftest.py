@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     if report.when == "call" and report.failed:
-        for name in ("page", "lab", "notebook7", "marimo_page"):
+        for name in ("page", "lab", "views", "notebook7", "marimo_page"):
             page = item.funcargs.get(name) if hasattr(item, "funcargs") else None
             page = getattr(page, "page", page)
             if isinstance(page, Page) and not page.is_closed():

@@ -112,6 +112,26 @@ export function clearError(panel: Panel): void {
 }
 
 /**
+ * Schedule `frame` whenever `root`'s width changes, for a view whose layout
+ * follows its width: JupyterLab renders a view before attaching it (width 0,
+ * drawn at a fallback width), and a window or a notebook can be resized. Without
+ * it the first click's redraw would move every cell from under the pointer.
+ * Returns the cleanup.
+ */
+export function redrawOnResize(root: HTMLElement, frame: { schedule(): void }): () => void {
+  const Resize = root.ownerDocument.defaultView?.ResizeObserver;
+  if (Resize === undefined) return () => {};
+  let width = root.clientWidth;
+  const observer = new Resize(() => {
+    if (root.clientWidth === width) return;
+    width = root.clientWidth;
+    frame.schedule();
+  });
+  observer.observe(root);
+  return () => observer.disconnect();
+}
+
+/**
  * The rest of every view's life after it has built its DOM: read the data now
  * and whenever one of `data` changes, draw now and once per frame after any of
  * `data` or `redraw` changes. Returns the view's cleanup: the pending frame,

@@ -11,7 +11,7 @@ import { decodeArray, type NDArray, type WireArray } from "../lib/arrays";
 import { DIVERGING, lutCss, lutLuminance, VIRIDIS } from "../lib/colour";
 import { el, listen } from "../lib/dom";
 import { barTicks, cellSize, headLabel, layerLabel, scoreIndex, scoreScale, textWidth, valueDigits, type ScoreScale } from "../lib/headscores";
-import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
+import { clearError, makePanel, redrawOnResize, runView, segmented, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName, svgEl, svgTitle } from "../lib/svg";
 import "../styles/headscores.css";
@@ -193,6 +193,7 @@ export function renderHeadScores({ model, el: root }: RenderProps<HeadScoresTrai
   }
 
   const frame = perFrame(draw);
+  cleanups.push(redrawOnResize(root, frame)); // (its cells are sized to its width)
 
   const cellOf = (event: Event): { layer: number; head: number } | null => {
     const g = (event.target as Element | null)?.closest?.("[data-cw-layer][data-cw-head]");

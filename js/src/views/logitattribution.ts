@@ -12,7 +12,7 @@ import { decodeArray, type WireArray } from "../lib/arrays";
 import { el, listen } from "../lib/dom";
 import { textWidth } from "../lib/headscores";
 import { type Bar, orderBars, sumSentence, waterfall } from "../lib/lens";
-import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
+import { clearError, makePanel, redrawOnResize, runView, segmented, setTitle, showError } from "../lib/panel";
 import { perFrame, setTraits } from "../lib/selection";
 import { fmt, niceTicks, svgEl, svgTitle, tickDigits } from "../lib/svg";
 import "../styles/causal.css";
@@ -162,6 +162,7 @@ export function renderLogitAttribution({ model, el: root }: RenderProps<LogitAtt
   }
 
   const frame = perFrame(draw);
+  cleanups.push(redrawOnResize(root, frame)); // (its bars are sized to its width)
   const barOf = (event: Event): number => {
     const g = (event.target as Element | null)?.closest?.("[data-cw-bar]");
     return g ? Number(g.getAttribute("data-cw-bar")) : -1;

@@ -15,7 +15,7 @@ import { DIVERGING, lutCss, lutLuminance } from "../lib/colour";
 import { el, listen } from "../lib/dom";
 import { barTicks, scoreIndex, textWidth, valueDigits, type ScoreScale } from "../lib/headscores";
 import { axisLabel, cellName, cellValue, clickPatch, panelWord, patchScale, selectedColumn, shownPanel } from "../lib/patchingmap";
-import { clearError, makePanel, runView, setTitle, showError } from "../lib/panel";
+import { clearError, makePanel, redrawOnResize, runView, setTitle, showError } from "../lib/panel";
 import { perFrame, setTraits } from "../lib/selection";
 import { fmt, svgEl, svgTitle } from "../lib/svg";
 import "../styles/causal.css";
@@ -237,6 +237,7 @@ export function renderPatchingMap({ model, el: root }: RenderProps<PatchingMapTr
   }
 
   const frame = perFrame(draw);
+  cleanups.push(redrawOnResize(root, frame)); // (its cells are sized to its width)
   const cellOf = (event: Event): { layer: number; col: number } | null => {
     const g = (event.target as Element | null)?.closest?.("[data-cw-layer][data-cw-col]");
     if (!g) return null;
