@@ -44,6 +44,7 @@ VIEWS: tuple[str, ...] = (
     "patchingmap",
     "logitlens",
     "logitattribution",
+    "compvspatching",
 )
 
 #: Largest PNG the script accepts, bytes.
@@ -197,6 +198,24 @@ def _logitattribution(m: _Models) -> Any:
     return m.cw.LogitAttribution(causal.logit_attribution(model, clean, answers, by="head"))
 
 
+def _compvspatching(m: _Models) -> Any:
+    """Notebook 04's corruption B (only the earlier occurrence of the last token changed): K-composition against
+    path patching via the later heads' keys, every pair of heads."""
+    torch = m.torch
+    from circuitwidgets import causal
+
+    model = m.cw.load_pretrained("attn-only-2l-12h")
+    gen = torch.Generator().manual_seed(0)
+    first, other = torch.randint(1, 2048, (2, 8, 20), generator=gen)
+    bos = torch.zeros(8, 1, dtype=torch.long)
+    clean = torch.cat([bos, first, first[:, :19]], dim=1)
+    earlier = first.clone()
+    earlier[:, 18] = other[:, 0]
+    corrupted = torch.cat([bos, earlier, first[:, :19]], dim=1)
+    metric = causal.normalised(causal.logit_diff(first[:, 19].tolist(), other[:, 1].tolist()))
+    return m.cw.CompositionVsPatching(model, causal.path_patch(model, clean, corrupted, metric, via="k"))
+
+
 BUILDERS: dict[str, Callable[[_Models], Any]] = {
     "attention": _attention,
     "eigen": _eigen,
@@ -207,6 +226,7 @@ BUILDERS: dict[str, Callable[[_Models], Any]] = {
     "patchingmap": _patchingmap,
     "logitlens": _logitlens,
     "logitattribution": _logitattribution,
+    "compvspatching": _compvspatching,
 }
 
 
