@@ -36,12 +36,14 @@ CONVENTION = "norms recomputed on each patched run (nnsight)"
 def not_covered(technique: str) -> NotCoveredError:
     """The error for a technique the nnsight path does not run."""
     return NotCoveredError(
-        f"model: {technique} does not run through nnsight (cw.from_nnsight); covered: patch, ablate, logit_lens, "
-        "per_token_loss (see docs/nnsight.md); convert a model that fits here with cw.from_hf for the native engine"
+        f"model: {technique} does not run through nnsight (cw.from_nnsight); covered: patch, ablate, attribution_patch, "
+        "logit_attribution, logit_lens, per_token_loss (see docs/nnsight.md); convert a model that fits here with "
+        "cw.from_hf for the native engine"
     )
 
 
-def _cells(h: NNsightModel, site: object, by: object, n_pos: int, freeze_norms: bool) -> Cells:
+def check_cells(h: NNsightModel, site: object, by: object, n_pos: int, freeze_norms: bool) -> Cells:
+    """The cells of ``site`` by ``by`` that a sweep through nnsight runs, or a typed error naming the argument."""
     if not isinstance(site, str) or site not in SITE_AXES:
         raise ArgumentError(f"site: expected one of {sorted(SITE_AXES)}, got {site!r}")
     if site not in SITES:
@@ -63,8 +65,9 @@ def _cells(h: NNsightModel, site: object, by: object, n_pos: int, freeze_norms: 
     return Cells(site, tuple(by), {d: sizes[d] for d in by})
 
 
-def _read(h: NNsightModel, layer: int, site: str) -> torch.Tensor:
-    """The site's value at ``layer`` inside a trace (``z``: ``[batch, pos, head, d_head]``)."""
+def raw(h: NNsightModel, layer: int, site: str) -> torch.Tensor:
+    """The site's value at ``layer`` inside a trace, as the model holds it (``z``: the ``o_proj`` input
+    ``[batch, pos, H · d_head]``): the tensor whose ``.grad`` autograd fills."""
     lay = h.layout
     if site == "resid_pre":
         return cast(torch.Tensor, h.block(layer).input)
@@ -76,8 +79,19 @@ def _read(h: NNsightModel, layer: int, site: str) -> torch.Tensor:
         return cast(torch.Tensor, h.module(layer, lay.attn).output[0])
     if site == "mlp_out":
         return cast(torch.Tensor, h.module(layer, lay.mlp_out_norm or lay.mlp).output)
-    x = cast(torch.Tensor, h.module(layer, f"{lay.attn}.{lay.o_proj}").input)
-    return x.view(*x.shape[:-1], h.n_heads, h.d_head)
+    return cast(torch.Tensor, h.module(layer, f"{lay.attn}.{lay.o_proj}").input)
+
+
+def shaped(h: NNsightModel, site: str, x: torch.Tensor) -> torch.Tensor:
+    """A value :func:`raw` read, with the site's named axes (``z``: ``[batch, pos, head, d_head]``)."""
+    if site == "z":
+        return x.view(*x.shape[:-1], h.n_heads, h.d_head)
+    return x
+
+
+def _read(h: NNsightModel, layer: int, site: str) -> torch.Tensor:
+    """The site's value at ``layer`` inside a trace, with its named axes."""
+    return shaped(h, site, raw(h, layer, site))
 
 
 def _write(h: NNsightModel, layer: int, site: str, value: torch.Tensor) -> None:
@@ -117,6 +131,7 @@ class _Plan:
     metric: Metric
     source: torch.Tensor | None  # tokens of the run whose site values replace the base's
     kind: str  # "patch", "zero", "mean", "resample"
+    chosen: dict[int, list[tuple[int, ...]]] | None = None  # only these cells of each layer (the rest stay NaN)
 
 
 def _run_sweep(h: NNsightModel, base: torch.Tensor, plan: _Plan, budget: int) -> tuple[np.ndarray, float, float | None]:
@@ -126,7 +141,11 @@ def _run_sweep(h: NNsightModel, base: torch.Tensor, plan: _Plan, budget: int) ->
     cells, metric, site = plan.cells, plan.metric, plan.site
     batch, n_pos = base.shape
     per_layer = cells.at_layer()
-    variants = [(layer, cell) for layer in range(h.n_layers) for cell in per_layer]
+    variants = [
+        (layer, cell)
+        for layer in range(h.n_layers)
+        for cell in (per_layer if plan.chosen is None else plan.chosen.get(layer, []))
+    ]
     step = max(1, budget // _bytes_per_variant(h, batch, n_pos))
     axes = SITE_AXES[site]
     shape = {"pos": n_pos, "head": h.n_heads}
@@ -197,17 +216,19 @@ def _prompts(h: NNsightModel, **tokens: torch.Tensor) -> dict[str, list[list[str
 
 def patch(
     h: NNsightModel, clean: object, corrupted: object, metric: object, site: str, by: Sequence[str],
-    *, freeze_norms: bool, memory_budget: int | None,
+    *, freeze_norms: bool, memory_budget: int | None, chosen: dict[int, list[tuple[int, ...]]] | None = None,
 ) -> Sweep:  # fmt: skip
-    """:func:`circuitwidgets.causal.patch` through nnsight."""
+    """:func:`circuitwidgets.causal.patch` through nnsight (``chosen``: only these cells of each layer)."""
     a, b = h.check_tokens(clean, "clean"), h.check_tokens(corrupted, "corrupted")
     if a.shape != b.shape:
         raise ShapeError(
             f"corrupted: expected token ids of the clean prompts' shape {tuple(a.shape)}, got {tuple(b.shape)}"
         )
-    cells = _cells(h, site, by, a.shape[1], freeze_norms)
+    cells = check_cells(h, site, by, a.shape[1], freeze_norms)
     m = as_metric(metric, h.d_vocab)
-    values, base_value, clean_value = _run_sweep(h, b, _Plan(site, cells, m, a, "patch"), check_budget(memory_budget))
+    values, base_value, clean_value = _run_sweep(
+        h, b, _Plan(site, cells, m, a, "patch", chosen), check_budget(memory_budget)
+    )
     assert clean_value is not None
     values, c, k = normalise(values, m, clean_value, base_value)
     return Sweep(
@@ -222,7 +243,7 @@ def ablate(
 ) -> Sweep:  # fmt: skip
     """:func:`circuitwidgets.causal.ablate` through nnsight."""
     t = h.check_tokens(tokens)
-    cells = _cells(h, site, by, t.shape[1], freeze_norms)
+    cells = check_cells(h, site, by, t.shape[1], freeze_norms)
     if kind not in ("zero", "mean", "resample"):
         raise ArgumentError(f"kind: expected 'zero', 'mean' or 'resample', got {kind!r}")
     m = as_metric(metric, h.d_vocab)
