@@ -24,6 +24,7 @@ import torch
 from circuitwidgets.causal.answers import Answers, answer_logit, check_attribution, parse_answers
 from circuitwidgets.causal.engine import normalise
 from circuitwidgets.causal.metrics import as_metric, scalar
+from circuitwidgets.causal.nnsight_sites import check_cells, raw, shaped
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import SITE_AXES
 from circuitwidgets.errors import ShapeError
@@ -86,7 +87,7 @@ def component_labels(h: NNsightModel) -> list[str]:
 
 def _read_parts(h: NNsightModel, p: int, by: str) -> dict[str, Any]:
     """Inside a trace, in the forward order nnsight serves them: each part of the stream at position ``p``."""
-    from circuitwidgets.causal.nnsight_backend import _read
+    from circuitwidgets.causal.nnsight_sites import read
 
     lay = h.layout
     got: dict[str, Any] = {}
@@ -101,12 +102,12 @@ def _read_parts(h: NNsightModel, p: int, by: str) -> dict[str, Any]:
             got[f"z{layer}"] = h.module(layer, f"{lay.attn}.{lay.o_proj}").input[:, p]
             if lay.attn_out_norm is not None:
                 got[f"attn_x{layer}"] = h.module(layer, lay.attn).output[0][:, p]
-        got[f"attn{layer}"] = _read(h, layer, "attn_out")[:, p]
+        got[f"attn{layer}"] = read(h, layer, "attn_out")[:, p]
         if by == "neuron":
             got[f"post{layer}"] = h.module(layer, f"{lay.mlp}.{lay.down}").input[:, p]
             if lay.mlp_out_norm is not None:
                 got[f"mlp_x{layer}"] = h.module(layer, lay.mlp).output[:, p]
-        got[f"mlp{layer}"] = _read(h, layer, "mlp_out")[:, p]
+        got[f"mlp{layer}"] = read(h, layer, "mlp_out")[:, p]
     got["final"] = h.final_norm().input[:, p]
     got["logits"] = h.lm.output.logits[:, p]
     return got
@@ -268,7 +269,7 @@ def attribution_patch(
         raise ShapeError(
             f"corrupted: expected token ids of the clean prompts' shape {tuple(a.shape)}, got {tuple(b.shape)}"
         )
-    cells = nb.check_cells(h, site, by, a.shape[1], False)
+    cells = check_cells(h, site, by, a.shape[1], False)
     m = as_metric(metric, h.d_vocab)
     batch = a.shape[0]
     axes = SITE_AXES[site]
@@ -279,15 +280,15 @@ def attribution_patch(
     # .grad is filled (here or on a server); gradients are asked for last layer first, autograd's order. (No comment
     # inside the trace: nnsight's remote path re-reads the block's lines to find the backward's with block.)
     with h.remote_errors(f"attribution_patch {site}"), h.trace(torch.cat([a, b])):
-        xs: list[Any] = [nb.raw(h, layer, site) for layer in range(h.n_layers)]
+        xs: list[Any] = [raw(h, layer, site) for layer in range(h.n_layers)]
         both: Any = nb._reduce(m, h.lm.output.logits, 2, batch)
         values = nnsight.save(both.detach())
         with both[1].backward(inputs=[xs[0]]):
             grads = {layer: xs[layer].grad for layer in reversed(range(h.n_layers))}
             per_layer = []
             for layer in range(h.n_layers):
-                x = nb.shaped(h, site, xs[layer].detach()).double()
-                product = (x[:batch] - x[batch:]) * nb.shaped(h, site, grads[layer][batch:]).double()
+                x = shaped(h, site, xs[layer].detach()).double()
+                product = (x[:batch] - x[batch:]) * shaped(h, site, grads[layer][batch:]).double()
                 summed = product.sum(dim=[i for i in range(product.ndim) if i not in keep])
                 per_layer.append(summed.permute([order.index(1 + axes.index(d)) for d in rest]) if rest else summed)
             estimate = nnsight.save(torch.stack(per_layer))

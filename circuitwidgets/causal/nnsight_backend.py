@@ -23,13 +23,12 @@ import torch
 
 from circuitwidgets.causal.engine import check_budget, normalise
 from circuitwidgets.causal.metrics import Metric, as_metric, scalar
+from circuitwidgets.causal.nnsight_sites import SITES, check_cells, read, write
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import SITE_AXES, Cells
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NotCoveredError, ShapeError
+from circuitwidgets.errors import ArgumentError, NotCoveredError, ShapeError
 from circuitwidgets.sources.nnsight_handle import NNsightModel
 
-#: Sites a sweep through nnsight patches (others: :class:`~circuitwidgets.errors.NotCoveredError`).
-SITES = ("resid_pre", "resid_post", "attn_out", "mlp_out", "z")
 CONVENTION = "norms recomputed on each patched run (nnsight)"
 
 
@@ -40,74 +39,6 @@ def not_covered(technique: str) -> NotCoveredError:
         "logit_attribution, logit_lens, per_token_loss (see docs/nnsight.md); convert a model that fits here with "
         "cw.from_hf for the native engine"
     )
-
-
-def check_cells(h: NNsightModel, site: object, by: object, n_pos: int, freeze_norms: bool) -> Cells:
-    """The cells of ``site`` by ``by`` that a sweep through nnsight runs, or a typed error naming the argument."""
-    if not isinstance(site, str) or site not in SITE_AXES:
-        raise ArgumentError(f"site: expected one of {sorted(SITE_AXES)}, got {site!r}")
-    if site not in SITES:
-        raise NotCoveredError(f"site: {site!r} is not patched through nnsight; covered sites: {SITES}")
-    if freeze_norms:
-        raise NotCoveredError(
-            "freeze_norms: frozen norm scales are not replayed through nnsight; use freeze_norms=False"
-        )
-    if isinstance(by, str):
-        by = (by,)
-    if not isinstance(by, (tuple, list)) or not all(isinstance(d, str) for d in by):
-        raise ArgumentTypeError(f"by: expected a tuple of dim names such as ('layer', 'pos'), got {by!r}")
-    allowed = {"layer", *(a for a in SITE_AXES[site] if a is not None)}
-    if any(d not in allowed for d in by) or "layer" not in by or len(set(by)) != len(by):
-        raise ArgumentError(
-            f"by: site {site!r} sweeps over 'layer' and any of {sorted(allowed - {'layer'})} (each once), got {tuple(by)!r}"
-        )
-    sizes = {"layer": h.n_layers, "pos": n_pos, "head": h.n_heads}
-    return Cells(site, tuple(by), {d: sizes[d] for d in by})
-
-
-def raw(h: NNsightModel, layer: int, site: str) -> torch.Tensor:
-    """The site's value at ``layer`` inside a trace, as the model holds it (``z``: the ``o_proj`` input
-    ``[batch, pos, H · d_head]``): the tensor whose ``.grad`` autograd fills."""
-    lay = h.layout
-    if site == "resid_pre":
-        return cast(torch.Tensor, h.block(layer).input)
-    if site == "resid_post":
-        return cast(torch.Tensor, h.block(layer).output)
-    if site == "attn_out":
-        if lay.attn_out_norm is not None:
-            return cast(torch.Tensor, h.module(layer, lay.attn_out_norm).output)
-        return cast(torch.Tensor, h.module(layer, lay.attn).output[0])
-    if site == "mlp_out":
-        return cast(torch.Tensor, h.module(layer, lay.mlp_out_norm or lay.mlp).output)
-    return cast(torch.Tensor, h.module(layer, f"{lay.attn}.{lay.o_proj}").input)
-
-
-def shaped(h: NNsightModel, site: str, x: torch.Tensor) -> torch.Tensor:
-    """A value :func:`raw` read, with the site's named axes (``z``: ``[batch, pos, head, d_head]``)."""
-    if site == "z":
-        return x.view(*x.shape[:-1], h.n_heads, h.d_head)
-    return x
-
-
-def _read(h: NNsightModel, layer: int, site: str) -> torch.Tensor:
-    """The site's value at ``layer`` inside a trace, with its named axes."""
-    return shaped(h, site, raw(h, layer, site))
-
-
-def _write(h: NNsightModel, layer: int, site: str, value: torch.Tensor) -> None:
-    lay = h.layout
-    if site == "resid_pre":
-        h.block(layer).input = value
-    elif site == "resid_post":
-        h.block(layer).output = value
-    elif site == "attn_out" and lay.attn_out_norm is None:
-        attn = h.module(layer, lay.attn)
-        attn.output = (value, *attn.output[1:])
-    elif site in ("attn_out", "mlp_out"):
-        norm = lay.attn_out_norm if site == "attn_out" else lay.mlp_out_norm
-        h.module(layer, norm or lay.mlp).output = value
-    else:
-        h.module(layer, f"{lay.attn}.{lay.o_proj}").input = value.reshape(*value.shape[:-2], -1)
 
 
 def _reduce(metric: Metric, logits: torch.Tensor, n: int, batch: int) -> torch.Tensor:
@@ -148,7 +79,7 @@ def _run_sweep(h: NNsightModel, base: torch.Tensor, plan: _Plan, budget: int) ->
     ]
     step = max(1, budget // _bytes_per_variant(h, batch, n_pos))
     axes = SITE_AXES[site]
-    shape = {"pos": n_pos, "head": h.n_heads}
+    shape = {"pos": n_pos, "head": h.n_heads, "neuron": h.d_mlp}
     value_shape = [shape.get(a or "", 1) for a in axes]  # the mask's extent: 1 on axes a cell never splits
     out = np.full(cells.shape, np.nan)
     base_value, source_value = float("nan"), None
@@ -166,20 +97,20 @@ def _run_sweep(h: NNsightModel, base: torch.Tensor, plan: _Plan, budget: int) ->
             if plan.source is not None:
                 with tracer.invoke(plan.source):
                     for layer in layers:
-                        value = _read(h, layer, site)
+                        value = read(h, layer, site)
                         sources[layer] = value.mean(0, keepdim=True) if plan.kind == "mean" else value
                     src_metric = nnsight.save(_reduce(metric, h.lm.output.logits, 1, plan.source.shape[0]))
             with tracer.invoke(base):
                 base_metric = nnsight.save(_reduce(metric, h.lm.output.logits, 1, batch))
             with tracer.invoke(base.repeat(n, 1)):  # repeated where the trace runs: one copy crosses the network
                 for layer in layers:
-                    value = _read(h, layer, site)
+                    value = read(h, layer, site)
                     v = value.reshape(n, batch, *value.shape[1:])
                     start, stop, of_layer = spans[layer]
                     src = sources.get(layer, torch.zeros_like(v[0]))
                     mask = cells.mask(of_layer, value_shape, v.device).to(v.dtype)
                     part = v[start:stop] + mask * (src[None] - v[start:stop])
-                    _write(h, layer, site, torch.cat([v[:start], part, v[stop:]]).reshape(value.shape))
+                    write(h, layer, site, torch.cat([v[:start], part, v[stop:]]).reshape(value.shape))
                 values = nnsight.save(_reduce(metric, h.lm.output.logits, n, batch))
         values = values.detach()
         if values.shape != (n,):
@@ -205,6 +136,7 @@ def _labels(h: NNsightModel, cells: Cells, tokens: torch.Tensor) -> dict[str, li
     table = {
         "layer": [f"L{i}" for i in range(h.n_layers)],
         "head": [f"H{i}" for i in range(h.n_heads)],
+        "neuron": [f"N{i}" for i in range(h.d_mlp)],
         "pos": [f"{i} {s!r}" for i, s in enumerate(strs)],
     }
     return {d: table[d] for d in cells.by}

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from circuitwidgets.causal import nnsight_attribution, nnsight_backend
+from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_sites
 from circuitwidgets.causal.attribution import attribution_patch
 from circuitwidgets.causal.engine import BaseRun, check_budget, check_pair, normalise, run_base, sweep
 from circuitwidgets.causal.labels import convention, dim_labels, prompts_of
@@ -109,7 +109,7 @@ def _traced_patch(
             h, clean, corrupted, metric, site, by, freeze_norms=freeze_norms, memory_budget=memory_budget
         )
     n_pos = h.check_tokens(clean, "clean").shape[1]
-    n_top = check_top(top, nnsight_backend.check_cells(h, site, by, n_pos, freeze_norms))
+    n_top = check_top(top, nnsight_sites.check_cells(h, site, by, n_pos, freeze_norms))
     assert n_top is not None
     estimate = nnsight_attribution.attribution_patch(h, clean, corrupted, metric, site, by)
     cells = Cells(site, estimate.dims, {d: len(estimate.labels[d]) for d in estimate.dims})

@@ -46,6 +46,7 @@ class Layout:
     attn_out_norm: str | None = None  # an output norm after attention (Gemma 2): ``attn_out`` is its output
     mlp_out_norm: str | None = None
     down: str = "down_proj"  # the MLP's output projection (its input is ``mlp_post``), under ``mlp``
+    up: str = "gate_proj"  # the MLP's first projection whose output is ``mlp_pre`` (a gated MLP's gate), under ``mlp``
     pos_embed: str | None = None  # learned positions (GPT-2), added to the token embedding before block 0
     norm: str = "rms"  # "layer" (LayerNorm: centred, weight and bias), "rms" (weight), "rms_offset" (1 + weight)
     conv1d: bool = False  # projections store ``[d_in, d_out]`` (GPT-2's Conv1D), not ``[d_out, d_in]``
@@ -74,6 +75,7 @@ LAYOUTS: dict[str, Layout] = {
         "mlp",
         "transformer.ln_f",
         down="c_proj",
+        up="c_fc",
         pos_embed="transformer.wpe",
         norm="layer",
         conv1d=True,
