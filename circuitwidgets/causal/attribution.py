@@ -8,14 +8,15 @@ from typing import Literal
 import numpy as np
 import torch
 
-from circuitwidgets.causal import nnsight_backend
+from circuitwidgets.causal import nnsight_attribution, nnsight_backend
+from circuitwidgets.causal.answers import Answers, answer_logit, check_attribution, parse_answers
 from circuitwidgets.causal.components import component_labels, components_at
 from circuitwidgets.causal.engine import check_pair, normalise, run_base
 from circuitwidgets.causal.labels import dim_labels, prompts_of
 from circuitwidgets.causal.metrics import as_metric, scalar
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import SITE_AXES, check_site
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.errors import ArgumentError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
 
@@ -35,8 +36,8 @@ def attribution_patch(
     (norms recomputed, as in the patched runs). Exact where the metric is linear
     in the activation; check it against :func:`patch` on the cells that matter.
     """
-    if nnsight_backend.dispatch(model):
-        raise nnsight_backend.not_covered("attribution_patch (gradients)")
+    if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): one trace, one backward pass to the site
+        return nnsight_attribution.attribution_patch(model, clean, corrupted, metric, site, by)
     a, b = check_pair(model, clean, corrupted)
     cells = check_site(model, site, by, a.shape[1])
     m = as_metric(metric, model.cfg.d_vocab)
@@ -85,45 +86,21 @@ def _adder(delta: torch.Tensor) -> Hook:
     return add
 
 
-#: What ``logit_attribution`` splits the logit into.
-ATTRIBUTION_BY = ("component", "layer", "head", "neuron")
-
-
-def _directions(model: CircuitModel, answers: object, batch: int) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """``([batch, d_model] unembedding directions, [batch] bias terms, name)`` of ``answers``."""
-    V = model.cfg.d_vocab
+def _directions(model: CircuitModel, answers: Answers, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``([batch, d_model] unembedding directions, [batch] bias terms)`` of checked ``answers``."""
     b_U = model.weight("b_U")
-    if isinstance(answers, torch.Tensor) and answers.is_floating_point():
-        if answers.shape != (model.cfg.d_model,):
-            raise ShapeError(f"answers: expected a direction [d_model={model.cfg.d_model}], got {tuple(answers.shape)}")
-        d = answers.to(model.device, model.dtype)
-        return d[None].expand(batch, -1), torch.zeros(batch, device=model.device, dtype=model.dtype), "direction"
-    pairs = answers
-    if isinstance(pairs, tuple) and len(pairs) == 2:
-        c = torch.as_tensor(pairs[0]).flatten()
-        w = torch.as_tensor(pairs[1]).flatten()
-    else:
-        c, w = torch.as_tensor(pairs).flatten(), None
-    for arg, ids in (("answers", c), ("answers (wrong)", w)):
-        if ids is None:
-            continue
-        if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.numel() not in (1, batch):
-            raise ArgumentTypeError(
-                f"{arg}: expected one token id or one per prompt ({batch}), got {ids.tolist()!r:.80}"
-            )
-        if int(ids.min()) < 0 or int(ids.max()) >= V:
-            raise ArgumentError(f"{arg}: expected ids in [0, {V}), got {ids.tolist()!r:.80}")
-    c = c.expand(batch) if c.numel() == 1 else c
+    if answers.direction is not None:
+        d = answers.direction.to(model.device, model.dtype)
+        return d[None].expand(batch, -1), torch.zeros(batch, device=model.device, dtype=model.dtype)
+    c, w = answers.correct, answers.wrong
+    assert c is not None
     direction = model.W_U[:, c].T
     bias = b_U[c] if b_U is not None else torch.zeros(batch, device=model.device, dtype=model.dtype)
-    name = "logit of the answer"
     if w is not None:
-        w = w.expand(batch) if w.numel() == 1 else w
         direction = direction - model.W_U[:, w].T
         if b_U is not None:
             bias = bias - b_U[w]
-        name = "logit difference (answer − wrong)"
-    return direction, bias, name
+    return direction, bias
 
 
 def logit_attribution(
@@ -158,19 +135,15 @@ def logit_attribution(
     reduce
         ``"mean"`` over prompts, or ``"none"``: a leading ``batch`` dim.
     """
-    if nnsight_backend.dispatch(model):
-        raise nnsight_backend.not_covered("logit_attribution")
+    if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): one trace, only the projections come back
+        return nnsight_attribution.logit_attribution(model, tokens, answers, by, pos, reduce=reduce)
     t = model._check_tokens(tokens)
-    if by not in ATTRIBUTION_BY:
-        raise ArgumentError(f"by: expected one of {ATTRIBUTION_BY}, got {by!r}")
+    check_attribution(by, reduce, pos, t.shape[1])
     if by == "neuron" and not model.cfg.has_mlp:
         raise ArgumentError(f"by: 'neuron' needs a model with MLPs; {model.name!r} has none")
-    if reduce not in ("mean", "none"):
-        raise ArgumentError(f"reduce: expected 'mean' or 'none', got {reduce!r}")
     batch, n_pos = t.shape
-    if isinstance(pos, bool) or not isinstance(pos, int) or not -n_pos <= pos < n_pos:
-        raise ArgumentError(f"pos: expected a position in [{-n_pos}, {n_pos}), got {pos!r}")
-    direction, bias, name = _directions(model, answers, batch)
+    parsed = parse_answers(answers, batch, model.cfg.d_vocab, model.cfg.d_model)
+    direction, bias = _directions(model, parsed, batch)
     names = ["embed", "pos_embed", "result", "mlp_out", "mlp_post", "per_layer_out", "resid_final", "scale_final"]
     logits, cache = model.run_with_cache(t, names=names)
     parts = components_at(model, cache, pos % n_pos, by)  # name -> [batch, *shape, d_model]
@@ -214,35 +187,13 @@ def logit_attribution(
         else ("final norm's scale frozen from the run" if model.cfg.normalization != "none" else "model has no norms")
     )
     return Sweep(
-        reduced(values), dims, {d: labels[d] for d in dims}, "direct logit attribution", name, site=None,
+        reduced(values), dims, {d: labels[d] for d in dims}, "direct logit attribution", parsed.name, site=None,
         convention=convention, model=model.name, prompts=prompts_of(model, tokens=t),
         extra={
             "rest": {k: reduced(v) for k, v in rest.items()},
             "logit": reduced(logit),
             "pos": pos,
             "softcap": model.cfg.final_softcap,
-            "model_logits": reduced(_model_logit(logits[:, pos % n_pos], answers, batch, model)),
+            "model_logits": reduced(answer_logit(logits[:, pos % n_pos], parsed)),
         },
     )  # fmt: skip
-
-
-def _model_logit(logits: torch.Tensor, answers: object, batch: int, model: CircuitModel) -> torch.Tensor:
-    """The logit (difference) the model output, for the sum check (after any soft-cap)."""
-    if isinstance(answers, torch.Tensor) and answers.is_floating_point():
-        return torch.full((batch,), float("nan"))
-    if isinstance(answers, tuple) and len(answers) == 2:
-        c = (
-            torch.as_tensor(answers[0]).flatten().expand(batch)
-            if torch.as_tensor(answers[0]).numel() == 1
-            else torch.as_tensor(answers[0]).flatten()
-        )
-        w = (
-            torch.as_tensor(answers[1]).flatten().expand(batch)
-            if torch.as_tensor(answers[1]).numel() == 1
-            else torch.as_tensor(answers[1]).flatten()
-        )
-        rows = torch.arange(batch)
-        return logits[rows, c] - logits[rows, w]
-    c = torch.as_tensor(answers).flatten()
-    c = c.expand(batch) if c.numel() == 1 else c
-    return logits[torch.arange(batch), c]

@@ -23,77 +23,22 @@ import torch
 
 from circuitwidgets.causal.engine import check_budget, normalise
 from circuitwidgets.causal.metrics import Metric, as_metric, scalar
+from circuitwidgets.causal.nnsight_sites import SITES, check_cells, read, write
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import SITE_AXES, Cells
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NotCoveredError, ShapeError
+from circuitwidgets.errors import ArgumentError, NotCoveredError, ShapeError
 from circuitwidgets.sources.nnsight_handle import NNsightModel
 
-#: Sites a sweep through nnsight patches (others: :class:`~circuitwidgets.errors.NotCoveredError`).
-SITES = ("resid_pre", "resid_post", "attn_out", "mlp_out", "z")
 CONVENTION = "norms recomputed on each patched run (nnsight)"
 
 
 def not_covered(technique: str) -> NotCoveredError:
     """The error for a technique the nnsight path does not run."""
     return NotCoveredError(
-        f"model: {technique} does not run through nnsight (cw.from_nnsight); covered: patch, ablate, logit_lens, "
-        "per_token_loss (see docs/nnsight.md); convert a model that fits here with cw.from_hf for the native engine"
+        f"model: {technique} does not run through nnsight (cw.from_nnsight); covered: patch, ablate, attribution_patch, "
+        "logit_attribution, logit_lens, per_token_loss (see docs/nnsight.md); convert a model that fits here with "
+        "cw.from_hf for the native engine"
     )
-
-
-def _cells(h: NNsightModel, site: object, by: object, n_pos: int, freeze_norms: bool) -> Cells:
-    if not isinstance(site, str) or site not in SITE_AXES:
-        raise ArgumentError(f"site: expected one of {sorted(SITE_AXES)}, got {site!r}")
-    if site not in SITES:
-        raise NotCoveredError(f"site: {site!r} is not patched through nnsight; covered sites: {SITES}")
-    if freeze_norms:
-        raise NotCoveredError(
-            "freeze_norms: frozen norm scales are not replayed through nnsight; use freeze_norms=False"
-        )
-    if isinstance(by, str):
-        by = (by,)
-    if not isinstance(by, (tuple, list)) or not all(isinstance(d, str) for d in by):
-        raise ArgumentTypeError(f"by: expected a tuple of dim names such as ('layer', 'pos'), got {by!r}")
-    allowed = {"layer", *(a for a in SITE_AXES[site] if a is not None)}
-    if any(d not in allowed for d in by) or "layer" not in by or len(set(by)) != len(by):
-        raise ArgumentError(
-            f"by: site {site!r} sweeps over 'layer' and any of {sorted(allowed - {'layer'})} (each once), got {tuple(by)!r}"
-        )
-    sizes = {"layer": h.n_layers, "pos": n_pos, "head": h.n_heads}
-    return Cells(site, tuple(by), {d: sizes[d] for d in by})
-
-
-def _read(h: NNsightModel, layer: int, site: str) -> torch.Tensor:
-    """The site's value at ``layer`` inside a trace (``z``: ``[batch, pos, head, d_head]``)."""
-    lay = h.layout
-    if site == "resid_pre":
-        return cast(torch.Tensor, h.block(layer).input)
-    if site == "resid_post":
-        return cast(torch.Tensor, h.block(layer).output)
-    if site == "attn_out":
-        if lay.attn_out_norm is not None:
-            return cast(torch.Tensor, h.module(layer, lay.attn_out_norm).output)
-        return cast(torch.Tensor, h.module(layer, lay.attn).output[0])
-    if site == "mlp_out":
-        return cast(torch.Tensor, h.module(layer, lay.mlp_out_norm or lay.mlp).output)
-    x = cast(torch.Tensor, h.module(layer, f"{lay.attn}.{lay.o_proj}").input)
-    return x.view(*x.shape[:-1], h.n_heads, h.d_head)
-
-
-def _write(h: NNsightModel, layer: int, site: str, value: torch.Tensor) -> None:
-    lay = h.layout
-    if site == "resid_pre":
-        h.block(layer).input = value
-    elif site == "resid_post":
-        h.block(layer).output = value
-    elif site == "attn_out" and lay.attn_out_norm is None:
-        attn = h.module(layer, lay.attn)
-        attn.output = (value, *attn.output[1:])
-    elif site in ("attn_out", "mlp_out"):
-        norm = lay.attn_out_norm if site == "attn_out" else lay.mlp_out_norm
-        h.module(layer, norm or lay.mlp).output = value
-    else:
-        h.module(layer, f"{lay.attn}.{lay.o_proj}").input = value.reshape(*value.shape[:-2], -1)
 
 
 def _reduce(metric: Metric, logits: torch.Tensor, n: int, batch: int) -> torch.Tensor:
@@ -117,6 +62,7 @@ class _Plan:
     metric: Metric
     source: torch.Tensor | None  # tokens of the run whose site values replace the base's
     kind: str  # "patch", "zero", "mean", "resample"
+    chosen: dict[int, list[tuple[int, ...]]] | None = None  # only these cells of each layer (the rest stay NaN)
 
 
 def _run_sweep(h: NNsightModel, base: torch.Tensor, plan: _Plan, budget: int) -> tuple[np.ndarray, float, float | None]:
@@ -126,10 +72,14 @@ def _run_sweep(h: NNsightModel, base: torch.Tensor, plan: _Plan, budget: int) ->
     cells, metric, site = plan.cells, plan.metric, plan.site
     batch, n_pos = base.shape
     per_layer = cells.at_layer()
-    variants = [(layer, cell) for layer in range(h.n_layers) for cell in per_layer]
+    variants = [
+        (layer, cell)
+        for layer in range(h.n_layers)
+        for cell in (per_layer if plan.chosen is None else plan.chosen.get(layer, []))
+    ]
     step = max(1, budget // _bytes_per_variant(h, batch, n_pos))
     axes = SITE_AXES[site]
-    shape = {"pos": n_pos, "head": h.n_heads}
+    shape = {"pos": n_pos, "head": h.n_heads, "neuron": h.d_mlp}
     value_shape = [shape.get(a or "", 1) for a in axes]  # the mask's extent: 1 on axes a cell never splits
     out = np.full(cells.shape, np.nan)
     base_value, source_value = float("nan"), None
@@ -147,20 +97,20 @@ def _run_sweep(h: NNsightModel, base: torch.Tensor, plan: _Plan, budget: int) ->
             if plan.source is not None:
                 with tracer.invoke(plan.source):
                     for layer in layers:
-                        value = _read(h, layer, site)
+                        value = read(h, layer, site)
                         sources[layer] = value.mean(0, keepdim=True) if plan.kind == "mean" else value
                     src_metric = nnsight.save(_reduce(metric, h.lm.output.logits, 1, plan.source.shape[0]))
             with tracer.invoke(base):
                 base_metric = nnsight.save(_reduce(metric, h.lm.output.logits, 1, batch))
             with tracer.invoke(base.repeat(n, 1)):  # repeated where the trace runs: one copy crosses the network
                 for layer in layers:
-                    value = _read(h, layer, site)
+                    value = read(h, layer, site)
                     v = value.reshape(n, batch, *value.shape[1:])
                     start, stop, of_layer = spans[layer]
                     src = sources.get(layer, torch.zeros_like(v[0]))
                     mask = cells.mask(of_layer, value_shape, v.device).to(v.dtype)
                     part = v[start:stop] + mask * (src[None] - v[start:stop])
-                    _write(h, layer, site, torch.cat([v[:start], part, v[stop:]]).reshape(value.shape))
+                    write(h, layer, site, torch.cat([v[:start], part, v[stop:]]).reshape(value.shape))
                 values = nnsight.save(_reduce(metric, h.lm.output.logits, n, batch))
         values = values.detach()
         if values.shape != (n,):
@@ -186,6 +136,7 @@ def _labels(h: NNsightModel, cells: Cells, tokens: torch.Tensor) -> dict[str, li
     table = {
         "layer": [f"L{i}" for i in range(h.n_layers)],
         "head": [f"H{i}" for i in range(h.n_heads)],
+        "neuron": [f"N{i}" for i in range(h.d_mlp)],
         "pos": [f"{i} {s!r}" for i, s in enumerate(strs)],
     }
     return {d: table[d] for d in cells.by}
@@ -197,17 +148,19 @@ def _prompts(h: NNsightModel, **tokens: torch.Tensor) -> dict[str, list[list[str
 
 def patch(
     h: NNsightModel, clean: object, corrupted: object, metric: object, site: str, by: Sequence[str],
-    *, freeze_norms: bool, memory_budget: int | None,
+    *, freeze_norms: bool, memory_budget: int | None, chosen: dict[int, list[tuple[int, ...]]] | None = None,
 ) -> Sweep:  # fmt: skip
-    """:func:`circuitwidgets.causal.patch` through nnsight."""
+    """:func:`circuitwidgets.causal.patch` through nnsight (``chosen``: only these cells of each layer)."""
     a, b = h.check_tokens(clean, "clean"), h.check_tokens(corrupted, "corrupted")
     if a.shape != b.shape:
         raise ShapeError(
             f"corrupted: expected token ids of the clean prompts' shape {tuple(a.shape)}, got {tuple(b.shape)}"
         )
-    cells = _cells(h, site, by, a.shape[1], freeze_norms)
+    cells = check_cells(h, site, by, a.shape[1], freeze_norms)
     m = as_metric(metric, h.d_vocab)
-    values, base_value, clean_value = _run_sweep(h, b, _Plan(site, cells, m, a, "patch"), check_budget(memory_budget))
+    values, base_value, clean_value = _run_sweep(
+        h, b, _Plan(site, cells, m, a, "patch", chosen), check_budget(memory_budget)
+    )
     assert clean_value is not None
     values, c, k = normalise(values, m, clean_value, base_value)
     return Sweep(
@@ -222,7 +175,7 @@ def ablate(
 ) -> Sweep:  # fmt: skip
     """:func:`circuitwidgets.causal.ablate` through nnsight."""
     t = h.check_tokens(tokens)
-    cells = _cells(h, site, by, t.shape[1], freeze_norms)
+    cells = check_cells(h, site, by, t.shape[1], freeze_norms)
     if kind not in ("zero", "mean", "resample"):
         raise ArgumentError(f"kind: expected 'zero', 'mean' or 'resample', got {kind!r}")
     m = as_metric(metric, h.d_vocab)

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from circuitwidgets.causal import nnsight_backend
+from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_sites
 from circuitwidgets.causal.attribution import attribution_patch
 from circuitwidgets.causal.engine import BaseRun, check_budget, check_pair, normalise, run_base, sweep
 from circuitwidgets.causal.labels import convention, dim_labels, prompts_of
@@ -27,6 +27,7 @@ from circuitwidgets.causal.sites import Cells, check_site
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
+from circuitwidgets.sources.nnsight_handle import NNsightModel
 
 
 def patch(
@@ -73,11 +74,7 @@ def patch(
     layers ``l … L−1`` and the metric's logits, in chunks that fit the budget.
     """
     if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): the same sweep as nnsight traces
-        if top is not None:
-            raise nnsight_backend.not_covered("patch(top=…), which needs gradients")
-        return nnsight_backend.patch(
-            model, clean, corrupted, metric, site, by, freeze_norms=freeze_norms, memory_budget=memory_budget
-        )
+        return _traced_patch(model, clean, corrupted, metric, site, by, freeze_norms, memory_budget, top)
     a, b = check_pair(model, clean, corrupted)
     cells = check_site(model, site, by, a.shape[1])
     m = as_metric(metric, model.cfg.d_vocab)
@@ -100,6 +97,29 @@ def patch(
         values, cells.by, dim_labels(model, cells, a), technique, m.name, clean_value, corrupted_value,
         site, convention(freeze_norms, model), model.name, prompts_of(model, clean=a, corrupted=b), extra=extra,
     )  # fmt: skip
+
+
+def _traced_patch(
+    h: NNsightModel, clean: object, corrupted: object, metric: object, site: str, by: Sequence[str],
+    freeze_norms: bool, memory_budget: int | None, top: int | None,
+) -> Sweep:  # fmt: skip
+    """:func:`patch` through nnsight; ``top``: the attribution-patching trace first, then only the chosen cells."""
+    if top is None:
+        return nnsight_backend.patch(
+            h, clean, corrupted, metric, site, by, freeze_norms=freeze_norms, memory_budget=memory_budget
+        )
+    n_pos = h.check_tokens(clean, "clean").shape[1]
+    n_top = check_top(top, nnsight_sites.check_cells(h, site, by, n_pos, freeze_norms))
+    assert n_top is not None
+    estimate = nnsight_attribution.attribution_patch(h, clean, corrupted, metric, site, by)
+    cells = Cells(site, estimate.dims, {d: len(estimate.labels[d]) for d in estimate.dims})
+    result = nnsight_backend.patch(
+        h, clean, corrupted, metric, site, by, freeze_norms=freeze_norms, memory_budget=memory_budget,
+        chosen=top_cells(estimate.values, cells, n_top),
+    )  # fmt: skip
+    result.technique = f"activation patching of the top {n_top} cells by |attribution patching estimate| (others n/a)"
+    result.extra = {"top": n_top, "estimate": estimate.values}
+    return result
 
 
 def check_top(top: object, cells: Cells) -> int | None:

@@ -45,6 +45,11 @@ class Layout:
     final_norm: str
     attn_out_norm: str | None = None  # an output norm after attention (Gemma 2): ``attn_out`` is its output
     mlp_out_norm: str | None = None
+    down: str = "down_proj"  # the MLP's output projection (its input is ``mlp_post``), under ``mlp``
+    up: str = "gate_proj"  # the MLP's first projection whose output is ``mlp_pre`` (a gated MLP's gate), under ``mlp``
+    pos_embed: str | None = None  # learned positions (GPT-2), added to the token embedding before block 0
+    norm: str = "rms"  # "layer" (LayerNorm: centred, weight and bias), "rms" (weight), "rms_offset" (1 + weight)
+    conv1d: bool = False  # projections store ``[d_in, d_out]`` (GPT-2's Conv1D), not ``[d_out, d_in]``
 
 
 _LLAMA = Layout("model.layers", "self_attn", "o_proj", "mlp", "model.norm")
@@ -61,8 +66,20 @@ LAYOUTS: dict[str, Layout] = {
         "model.norm",
         "post_attention_layernorm",
         "post_feedforward_layernorm",
+        norm="rms_offset",
     ),
-    "GPT2LMHeadModel": Layout("transformer.h", "attn", "c_proj", "mlp", "transformer.ln_f"),
+    "GPT2LMHeadModel": Layout(
+        "transformer.h",
+        "attn",
+        "c_proj",
+        "mlp",
+        "transformer.ln_f",
+        down="c_proj",
+        up="c_fc",
+        pos_embed="transformer.wpe",
+        norm="layer",
+        conv1d=True,
+    ),
 }
 
 
@@ -110,6 +127,16 @@ class NNsightModel:
     def module(self, layer: int, path: str) -> Any:
         """A module of block ``layer`` by dotted path."""
         return _walk(self.block(layer), path)
+
+    def walk(self, path: str) -> Any:
+        """The envoy at a dotted path from the model's root."""
+        return _walk(self.lm, path)
+
+    @property
+    def d_mlp(self) -> int:
+        """Neurons per MLP: the width of the down projection's input (read from the local, possibly meta, module)."""
+        weight = self.module(0, f"{self.layout.mlp}.{self.layout.down}")._module.weight
+        return int(weight.shape[0] if self.layout.conv1d else weight.shape[1])
 
     def final_norm(self) -> Any:
         """The final norm's envoy (its input is the stream after the last block)."""

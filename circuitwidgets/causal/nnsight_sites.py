@@ -1,0 +1,131 @@
+"""Where a site of :mod:`circuitwidgets.causal.sites` is in a Hugging Face model run through nnsight: read, write, check.
+
+Each covered site is one value the model hands between modules, so reading it
+and replacing it are an envoy's ``.input``/``.output`` (or the attention
+function's inputs), with the native engine's meaning:
+
+- ``resid_pre``/``resid_post``: a block's input/output; ``attn_out``/``mlp_out``:
+  what the sublayer adds to the stream (after Gemma 2's output norms);
+- ``z``: the input of ``o_proj``, per head;
+- ``q``, ``k``, ``v``: the attention function's inputs (queries and keys after
+  rotary, as the native engine keeps them). Under grouped-query attention the
+  native ``k``/``v`` of a query head is its copy of the group's; a sweep over
+  ``pos`` patches every copy, which is the group's own value here, but a cell of one
+  query head's copy has no value of its own in the model: refused by name;
+- ``mlp_pre``: the first MLP projection's output (the gate's, in a gated MLP);
+  ``mlp_post``: the down projection's input (the activation, times the up
+  projection in a gated MLP).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import torch
+
+from circuitwidgets.causal.sites import SITE_AXES, Cells
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NotCoveredError
+from circuitwidgets.sources.nnsight_handle import NNsightModel
+
+#: Sites a sweep through nnsight patches (others: :class:`~circuitwidgets.errors.NotCoveredError`).
+SITES = ("resid_pre", "resid_post", "attn_out", "mlp_out", "z", "q", "k", "v", "mlp_pre", "mlp_post")
+#: The attention function's positional inputs ``(module, q, k, v, mask)``: where each of q, k, v is.
+_ATTENTION_ARG = {"q": 1, "k": 2, "v": 3}
+
+
+def check_cells(h: NNsightModel, site: object, by: object, n_pos: int, freeze_norms: bool) -> Cells:
+    """The cells of ``site`` by ``by`` that a sweep through nnsight runs, or a typed error naming the argument."""
+    if not isinstance(site, str) or site not in SITE_AXES:
+        raise ArgumentError(f"site: expected one of {sorted(SITE_AXES)}, got {site!r}")
+    if site not in SITES:
+        raise NotCoveredError(f"site: {site!r} is not patched through nnsight; covered sites: {SITES}")
+    if freeze_norms:
+        raise NotCoveredError(
+            "freeze_norms: frozen norm scales are not replayed through nnsight; use freeze_norms=False"
+        )
+    if isinstance(by, str):
+        by = (by,)
+    if not isinstance(by, (tuple, list)) or not all(isinstance(d, str) for d in by):
+        raise ArgumentTypeError(f"by: expected a tuple of dim names such as ('layer', 'pos'), got {by!r}")
+    allowed = {"layer", *(a for a in SITE_AXES[site] if a is not None)}
+    if any(d not in allowed for d in by) or "layer" not in by or len(set(by)) != len(by):
+        raise ArgumentError(
+            f"by: site {site!r} sweeps over 'layer' and any of {sorted(allowed - {'layer'})} (each once), got {tuple(by)!r}"
+        )
+    if site in ("k", "v") and "head" in by and h.n_kv_heads != h.n_heads:
+        raise NotCoveredError(
+            f"by: {site!r} by 'head' under grouped-query attention ({h.n_heads} query heads share {h.n_kv_heads} "
+            f"{site} heads) patches one query head's copy, which has no value of its own in the model run through "
+            f"nnsight; sweep {site!r} by ('layer', 'pos'), or 'q'/'z' by head"
+        )
+    sizes = {"layer": h.n_layers, "pos": n_pos, "head": h.n_heads, "neuron": h.d_mlp}
+    return Cells(site, tuple(by), {d: sizes[d] for d in by})
+
+
+def raw(h: NNsightModel, layer: int, site: str) -> torch.Tensor:
+    """The site's value at ``layer`` inside a trace, as the model holds it (``z``: the ``o_proj`` input
+    ``[batch, pos, H · d_head]``; ``q, k, v``: ``[batch, heads, pos, d_head]``): the tensor whose ``.grad`` autograd
+    fills."""
+    lay = h.layout
+    if site == "resid_pre":
+        return cast(torch.Tensor, h.block(layer).input)
+    if site == "resid_post":
+        return cast(torch.Tensor, h.block(layer).output)
+    if site == "attn_out":
+        if lay.attn_out_norm is not None:
+            return cast(torch.Tensor, h.module(layer, lay.attn_out_norm).output)
+        return cast(torch.Tensor, h.module(layer, lay.attn).output[0])
+    if site == "mlp_out":
+        return cast(torch.Tensor, h.module(layer, lay.mlp_out_norm or lay.mlp).output)
+    if site in _ATTENTION_ARG:
+        args, _ = h.attention_call(layer).inputs
+        return cast(torch.Tensor, args[_ATTENTION_ARG[site]])
+    if site == "mlp_pre":
+        return cast(torch.Tensor, h.module(layer, f"{lay.mlp}.{lay.up}").output)
+    if site == "mlp_post":
+        return cast(torch.Tensor, h.module(layer, f"{lay.mlp}.{lay.down}").input)
+    return cast(torch.Tensor, h.module(layer, f"{lay.attn}.{lay.o_proj}").input)
+
+
+def shaped(h: NNsightModel, site: str, x: torch.Tensor) -> torch.Tensor:
+    """A value :func:`raw` read, with the site's named axes (``z, q, k, v``: ``[batch, pos, head, d_head]``)."""
+    if site == "z":
+        return x.view(*x.shape[:-1], h.n_heads, h.d_head)
+    if site in _ATTENTION_ARG:
+        return x.transpose(1, 2)
+    return x
+
+
+def read(h: NNsightModel, layer: int, site: str) -> torch.Tensor:
+    """The site's value at ``layer`` inside a trace, with its named axes."""
+    return shaped(h, site, raw(h, layer, site))
+
+
+def write(h: NNsightModel, layer: int, site: str, value: torch.Tensor) -> None:
+    """Replace the site's value at ``layer`` inside a trace by ``value`` (with the site's named axes)."""
+    lay = h.layout
+    if site == "resid_pre":
+        h.block(layer).input = value
+    elif site == "resid_post":
+        h.block(layer).output = value
+    elif site == "attn_out" and lay.attn_out_norm is None:
+        attn = h.module(layer, lay.attn)
+        attn.output = (value, *attn.output[1:])
+    elif site in ("attn_out", "mlp_out"):
+        norm = lay.attn_out_norm if site == "attn_out" else lay.mlp_out_norm
+        h.module(layer, norm or lay.mlp).output = value
+    elif site in _ATTENTION_ARG:
+        call = h.attention_call(layer)
+        args, kwargs = call.inputs
+        new: list[Any] = list(args)
+        new[_ATTENTION_ARG[site]] = value.transpose(1, 2)
+        call.inputs = (tuple(new), kwargs)
+    elif site == "mlp_pre":
+        h.module(layer, f"{lay.mlp}.{lay.up}").output = value
+    elif site == "mlp_post":
+        h.module(layer, f"{lay.mlp}.{lay.down}").input = value
+    else:
+        h.module(layer, f"{lay.attn}.{lay.o_proj}").input = value.reshape(*value.shape[:-2], -1)
+
+
+__all__ = ["SITES", "check_cells", "raw", "read", "shaped", "write"]
