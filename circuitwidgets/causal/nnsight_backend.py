@@ -35,8 +35,8 @@ CONVENTION = "norms recomputed on each patched run (nnsight)"
 def not_covered(technique: str) -> NotCoveredError:
     """The error for a technique the nnsight path does not run."""
     return NotCoveredError(
-        f"model: {technique} does not run through nnsight (cw.from_nnsight); covered: patch, ablate, attribution_patch, "
-        "logit_attribution, logit_lens, per_token_loss (see docs/nnsight.md); convert a model that fits here with "
+        f"model: {technique} does not run through nnsight (cw.from_nnsight); covered: patch, ablate, path_patch, "
+        "attribution_patch, logit_attribution, logit_lens, per_token_loss (see docs/nnsight.md); convert a model that fits here with "
         "cw.from_hf for the native engine"
     )
 

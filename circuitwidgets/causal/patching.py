@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_sites
+from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_paths, nnsight_sites
 from circuitwidgets.causal.attribution import attribution_patch
 from circuitwidgets.causal.engine import BaseRun, check_budget, check_pair, normalise, run_base, sweep
 from circuitwidgets.causal.labels import convention, dim_labels, prompts_of
@@ -244,6 +244,23 @@ def _receiver_inputs(
     raise AssertionError("the receiver's input was never computed")  # pragma: no cover
 
 
+def check_path(sender: object, via: object, n_layers: int, n_heads: int) -> None:
+    """``sender`` (a ``(layer, head)`` pair of a layer before the last, or ``None``) and ``via`` checked."""
+    if via not in ("q", "k", "v"):
+        raise ArgumentError(f"via: expected 'q', 'k' or 'v', got {via!r}")
+    if sender is None:
+        return
+    if (
+        not isinstance(sender, tuple) or len(sender) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in sender)
+    ):  # fmt: skip
+        raise ArgumentTypeError(f"sender: expected a (layer, head) pair of ints or None, got {sender!r}")
+    if not (0 <= sender[0] < n_layers and 0 <= sender[1] < n_heads):
+        raise ArgumentError(f"sender: expected layer in [0, {n_layers}) and head in [0, {n_heads}), got {sender!r}")
+    if sender[0] == n_layers - 1:
+        raise ArgumentError(f"sender: a head of the last layer ({sender!r}) has no later head to receive it")
+
+
 def path_patch(
     model: CircuitModel,
     clean: torch.Tensor | Sequence[int] | str,
@@ -265,22 +282,14 @@ def path_patch(
     sender (its layer or an earlier one); ``sender=None``: every sender at once,
     ``[sender_layer, sender_head, layer, head]``.
     """
-    if nnsight_backend.dispatch(model):
-        raise nnsight_backend.not_covered("path_patch")
+    if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): the same definition as nnsight traces
+        check_path(sender, via, model.n_layers, model.n_heads)
+        return nnsight_paths.path_patch(
+            model, clean, corrupted, metric, sender, via, freeze_norms=freeze_norms, memory_budget=memory_budget
+        )
     a, b = check_pair(model, clean, corrupted)
-    if via not in ("q", "k", "v"):
-        raise ArgumentError(f"via: expected 'q', 'k' or 'v', got {via!r}")
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    if sender is not None:
-        if (
-            not isinstance(sender, tuple) or len(sender) != 2
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in sender)
-        ):  # fmt: skip
-            raise ArgumentTypeError(f"sender: expected a (layer, head) pair of ints or None, got {sender!r}")
-        if not (0 <= sender[0] < L and 0 <= sender[1] < H):
-            raise ArgumentError(f"sender: expected layer in [0, {L}) and head in [0, {H}), got {sender!r}")
-        if sender[0] == L - 1:
-            raise ArgumentError(f"sender: a head of the last layer ({sender!r}) has no later head to receive it")
+    check_path(sender, via, L, H)
     m = as_metric(metric, model.cfg.d_vocab)
     budget = check_budget(memory_budget)
     cells = check_site(model, via, ("layer", "head"), a.shape[1])
