@@ -24,7 +24,7 @@ import torch
 from circuitwidgets.causal.answers import Answers, answer_logit, check_attribution, parse_answers
 from circuitwidgets.causal.engine import normalise
 from circuitwidgets.causal.metrics import as_metric, scalar
-from circuitwidgets.causal.nnsight_sites import check_cells, raw, shaped
+from circuitwidgets.causal.nnsight_sites import check_cells, shaped, with_grad
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import SITE_AXES
 from circuitwidgets.errors import ShapeError
@@ -280,14 +280,15 @@ def attribution_patch(
     # .grad is filled (here or on a server); gradients are asked for last layer first, autograd's order. (No comment
     # inside the trace: nnsight's remote path re-reads the block's lines to find the backward's with block.)
     with h.remote_errors(f"attribution_patch {site}"), h.trace(torch.cat([a, b])):
-        xs: list[Any] = [raw(h, layer, site) for layer in range(h.n_layers)]
+        taken: list[Any] = [with_grad(h, layer, site) for layer in range(h.n_layers)]
+        xs: list[Any] = [x for x, _ in taken]
         both: Any = nb._reduce(m, h.lm.output.logits, 2, batch)
         values = nnsight.save(both.detach())
         with both[1].backward(inputs=[xs[0]]):
             grads = {layer: xs[layer].grad for layer in reversed(range(h.n_layers))}
             per_layer = []
             for layer in range(h.n_layers):
-                x = shaped(h, site, xs[layer].detach()).double()
+                x = taken[layer][1].detach().double()
                 product = (x[:batch] - x[batch:]) * shaped(h, site, grads[layer][batch:]).double()
                 summed = product.sum(dim=[i for i in range(product.ndim) if i not in keep])
                 per_layer.append(summed.permute([order.index(1 + axes.index(d)) for d in rest]) if rest else summed)

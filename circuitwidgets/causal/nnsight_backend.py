@@ -110,7 +110,7 @@ def _run_sweep(h: NNsightModel, base: torch.Tensor, plan: _Plan, budget: int) ->
                     src = sources.get(layer, torch.zeros_like(v[0]))
                     mask = cells.mask(of_layer, value_shape, v.device).to(v.dtype)
                     part = v[start:stop] + mask * (src[None] - v[start:stop])
-                    write(h, layer, site, torch.cat([v[:start], part, v[stop:]]).reshape(value.shape))
+                    write(h, layer, site, torch.cat([v[:start], part, v[stop:]]).reshape(value.shape), value)
                 values = nnsight.save(_reduce(metric, h.lm.output.logits, n, batch))
         values = values.detach()
         if values.shape != (n,):

@@ -50,6 +50,8 @@ class Layout:
     pos_embed: str | None = None  # learned positions (GPT-2), added to the token embedding before block 0
     norm: str = "rms"  # "layer" (LayerNorm: centred, weight and bias), "rms" (weight), "rms_offset" (1 + weight)
     conv1d: bool = False  # projections store ``[d_in, d_out]`` (GPT-2's Conv1D), not ``[d_out, d_in]``
+    attn_norm: str = "input_layernorm"  # the norm before attention, under a block
+    mlp_norm: str = "post_attention_layernorm"  # the norm before the MLP (its input is ``resid_mid``), under a block
 
 
 _LLAMA = Layout("model.layers", "self_attn", "o_proj", "mlp", "model.norm")
@@ -67,6 +69,7 @@ LAYOUTS: dict[str, Layout] = {
         "post_attention_layernorm",
         "post_feedforward_layernorm",
         norm="rms_offset",
+        mlp_norm="pre_feedforward_layernorm",
     ),
     "GPT2LMHeadModel": Layout(
         "transformer.h",
@@ -79,6 +82,8 @@ LAYOUTS: dict[str, Layout] = {
         pos_embed="transformer.wpe",
         norm="layer",
         conv1d=True,
+        attn_norm="ln_1",
+        mlp_norm="ln_2",
     ),
 }
 
