@@ -147,7 +147,7 @@ def test_what_is_not_covered_is_refused_by_name() -> None:
     clean, corrupted = _prompts()
     for call, name in (
         (lambda: causal.path_patch(h, clean, corrupted, METRIC, sender=(0, 0), via="k"), "grouped-query"),
-        (lambda: causal.patch(h, clean, corrupted, METRIC, freeze_norms=True), "freeze_norms"),
+        (lambda: causal.path_patch(h, clean, corrupted, METRIC, sender=(0, 0), via="q", freeze_norms=True), "freeze"),
     ):
         with pytest.raises(NotCoveredError, match=name):
             call()

@@ -108,3 +108,34 @@ def test_the_new_sites_through_the_remote_path(deep_server: Any) -> None:  # noq
     _same(causal.attribution_patch(native, clean, corrupted, METRIC, "resid_mid", ("layer", "pos")),
           causal.attribution_patch(h, clean, corrupted, METRIC, "resid_mid", ("layer", "pos")))  # fmt: skip
     assert len(deep_server.requests) == 4 and all(size < 200_000 for _, size in deep_server.requests)
+
+
+FROZEN = [("resid_pre", ("layer", "pos")), ("resid_mid", ("layer", "pos")), ("attn_out", ("layer", "pos")),
+          ("z", ("layer", "head")), ("mlp_post", ("layer", "neuron")), ("resid_post", ("layer",))]  # fmt: skip
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_frozen_norm_scales_match_the_native_engine(family: str) -> None:
+    native, h = _pair(family)  # the unscaled models: frozen scales on the scaled ones amplify float32 rounding
+    clean, corrupted = _prompts()
+    moved = 0.0
+    for site, by in FROZEN:
+        a = causal.patch(native, clean, corrupted, METRIC, site, by, freeze_norms=True)
+        b = causal.patch(h, clean, corrupted, METRIC, site, by, freeze_norms=True)
+        _same(a, b)
+        assert b.convention == "norm scales frozen from the base run (nnsight)"
+        moved = max(moved, float(np.abs(b.values - causal.patch(h, clean, corrupted, METRIC, site, by).values).max()))
+        for kind in ("zero", "mean"):
+            _same(causal.ablate(native, clean, METRIC, site, by, kind=kind, reference=corrupted, freeze_norms=True),  # type: ignore[arg-type]
+                  causal.ablate(h, clean, METRIC, site, by, kind=kind, reference=corrupted, freeze_norms=True))  # type: ignore[arg-type]  # fmt: skip
+    assert moved > 10 * TOL  # freezing changes the numbers: a backend that recomputed the norms would fail
+
+
+def test_frozen_norm_scales_through_the_remote_path(deep_server: Any) -> None:  # noqa: F811
+    native, h = _deep("llama-gqa2-biases-llama3rope", 4, remote=True)
+    clean, corrupted = _prompts()
+    for site, by in (("z", ("layer", "head")), ("resid_mid", ("layer", "pos"))):
+        a = causal.patch(native, clean, corrupted, METRIC, site, by, freeze_norms=True)
+        b = causal.patch(h, clean, corrupted, METRIC, site, by, freeze_norms=True)
+        np.testing.assert_allclose(b.values, a.values, atol=TOL * max(1.0, float(np.abs(a.values).max())), rtol=0)
+    assert len(deep_server.requests) == 2 and all(size < 200_000 for _, size in deep_server.requests)

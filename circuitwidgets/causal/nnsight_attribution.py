@@ -24,37 +24,12 @@ import torch
 from circuitwidgets.causal.answers import Answers, answer_logit, check_attribution, parse_answers
 from circuitwidgets.causal.engine import normalise
 from circuitwidgets.causal.metrics import as_metric, scalar
+from circuitwidgets.causal.nnsight_norms import norm_eps, norm_scale, norm_weight
 from circuitwidgets.causal.nnsight_sites import check_cells, shaped, with_grad
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import SITE_AXES
 from circuitwidgets.errors import ShapeError
 from circuitwidgets.sources.nnsight_handle import NNsightModel
-
-
-def _eps(module: Any) -> float:
-    """A norm's epsilon, read from its (local, possibly meta) module."""
-    for name in ("eps", "variance_epsilon"):
-        value = getattr(module, name, None)
-        if isinstance(value, float):
-            return value
-    raise AssertionError(f"{type(module).__name__} has no eps")  # pragma: no cover - every covered norm has one
-
-
-def _norm_weight(norm: Any, kind: str) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A norm's effective multiplier and bias (float64), read from its parameters where the trace runs."""
-    weight = cast(torch.Tensor, norm.weight).double()
-    if kind == "rms_offset":  # Gemma stores w of (1 + w)
-        weight = weight + 1.0
-    bias = getattr(norm, "bias", None) if kind == "layer" else None
-    return weight, (cast(torch.Tensor, bias).double() if bias is not None else None)
-
-
-def _scale(x: torch.Tensor, kind: str, eps: float) -> torch.Tensor:
-    """A norm's per-token scale ``[..., 1]`` of its input ``x`` (float64): the std (LayerNorm) or the rms."""
-    x = x.double()
-    if kind == "layer":
-        x = x - x.mean(-1, keepdim=True)
-    return (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
 
 
 def _pull(weight: torch.Tensor, u: torch.Tensor, conv1d: bool) -> torch.Tensor:
@@ -130,7 +105,7 @@ def _direction(h: NNsightModel, answers: Answers, batch: int) -> tuple[torch.Ten
         rows = rows - W[w].double()
         if b is not None:
             bias = bias - b[w].double()
-    weight, shift = _norm_weight(h.final_norm(), h.layout.norm)
+    weight, shift = norm_weight(h.final_norm(), h.layout.norm)
     if shift is not None:
         bias = bias + rows @ shift
     return rows * weight, bias
@@ -140,8 +115,8 @@ def _output_norm(h: NNsightModel, layer: int, path: str | None, x: Any, u: torch
     """``u`` read through a sublayer's output norm (Gemma 2) whose input at the position is ``x``, its scale frozen."""
     if path is None:
         return u
-    weight, _ = _norm_weight(h.module(layer, path), h.layout.norm)
-    return u * weight / _scale(x, "rms", eps)
+    weight, _ = norm_weight(h.module(layer, path), h.layout.norm)
+    return u * weight / norm_scale(x, "rms", eps)
 
 
 def _project(h: NNsightModel, got: dict[str, Any], answers: Answers, by: str, eps: dict[str, float]) -> dict[str, Any]:
@@ -150,7 +125,7 @@ def _project(h: NNsightModel, got: dict[str, Any], answers: Answers, by: str, ep
     final = got["final"].double()
     batch = final.shape[0]
     d, bias = _direction(h, answers, batch)
-    u = (d - d.mean(-1, keepdim=True) if lay.norm == "layer" else d) / _scale(final, lay.norm, eps["final"])
+    u = (d - d.mean(-1, keepdim=True) if lay.norm == "layer" else d) / norm_scale(final, lay.norm, eps["final"])
 
     def share(x: Any) -> torch.Tensor:
         return cast(torch.Tensor, (x.double() * u).sum(-1))
@@ -213,7 +188,10 @@ def logit_attribution(
     first = h.module(0, f"{lay.attn}.{lay.o_proj}")
     rest = _rest_names(h, by, first.bias is not None or lay.attn_out_norm is not None)
     out_norm = lay.attn_out_norm or lay.mlp_out_norm
-    eps = {"final": _eps(h.final_norm()._module), "out": _eps(h.module(0, out_norm)._module) if out_norm else 0.0}
+    eps = {
+        "final": norm_eps(h.final_norm()._module),
+        "out": norm_eps(h.module(0, out_norm)._module) if out_norm else 0.0,
+    }
     with h.remote_errors("logit_attribution"), h.trace(t):
         got = _read_parts(h, p, by)
         shares = _project(h, got, parsed, by, eps)
@@ -269,7 +247,7 @@ def attribution_patch(
         raise ShapeError(
             f"corrupted: expected token ids of the clean prompts' shape {tuple(a.shape)}, got {tuple(b.shape)}"
         )
-    cells = check_cells(h, site, by, a.shape[1], False)
+    cells = check_cells(h, site, by, a.shape[1])
     m = as_metric(metric, h.d_vocab)
     batch = a.shape[0]
     axes = SITE_AXES[site]

@@ -23,6 +23,7 @@ import torch
 
 from circuitwidgets.causal.engine import check_budget, normalise
 from circuitwidgets.causal.metrics import Metric, as_metric, scalar
+from circuitwidgets.causal.nnsight_norms import PHASE, Scales, frozen_scales, normed, replay
 from circuitwidgets.causal.nnsight_sites import SITES, check_cells, read, write
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import SITE_AXES, Cells
@@ -30,6 +31,7 @@ from circuitwidgets.errors import ArgumentError, NotCoveredError, ShapeError
 from circuitwidgets.sources.nnsight_handle import NNsightModel
 
 CONVENTION = "norms recomputed on each patched run (nnsight)"
+FROZEN = "norm scales frozen from the base run (nnsight)"
 
 
 def not_covered(technique: str) -> NotCoveredError:
@@ -63,6 +65,25 @@ class _Plan:
     source: torch.Tensor | None  # tokens of the run whose site values replace the base's
     kind: str  # "patch", "zero", "mean", "resample"
     chosen: dict[int, list[tuple[int, ...]]] | None = None  # only these cells of each layer (the rest stay NaN)
+    freeze: bool = False  # replay the base run's norm scales in every variant
+
+
+def _patch_layer(
+    h: NNsightModel, plan: _Plan, layer: int, span: tuple[int, int, list[tuple[int, ...]]], sources: dict[int, torch.Tensor],
+    value_shape: list[int], n: int, scales: Scales | None,
+) -> None:  # fmt: skip
+    """Inside the variants' invoke: rows ``[start, stop)`` of ``layer``'s site mixed with ``source`` on their cells,
+    ``base + mask · (source − base)`` (``sources``: the source run's values by layer, looked up once the run is at
+    the site, after the source's invoke has put them there; ``scales``: the frozen norm scales, when frozen)."""
+    value = read(h, layer, plan.site)
+    v = value.reshape(n, -1, *value.shape[1:])
+    start, stop, of_layer = span
+    src = sources.get(layer, torch.zeros_like(v[0]))
+    mask = plan.cells.mask(of_layer, value_shape, v.device).to(v.dtype)
+    part = v[start:stop] + mask * (src[None] - v[start:stop])
+    mixed = torch.cat([v[:start], part, v[stop:]]).reshape(value.shape)
+    frozen_norm = None if scales is None else (lambda x: normed(h, "mlp", layer, x, scales["mlp", layer]))
+    write(h, layer, plan.site, mixed, value, frozen_norm)
 
 
 def _run_sweep(h: NNsightModel, base: torch.Tensor, plan: _Plan, budget: int) -> tuple[np.ndarray, float, float | None]:
@@ -100,17 +121,23 @@ def _run_sweep(h: NNsightModel, base: torch.Tensor, plan: _Plan, budget: int) ->
                         value = read(h, layer, site)
                         sources[layer] = value.mean(0, keepdim=True) if plan.kind == "mean" else value
                     src_metric = nnsight.save(_reduce(metric, h.lm.output.logits, 1, plan.source.shape[0]))
+            frozen: Scales = {}
             with tracer.invoke(base):
+                if plan.freeze:
+                    frozen_scales(h, layers[0], frozen)
                 base_metric = nnsight.save(_reduce(metric, h.lm.output.logits, 1, batch))
             with tracer.invoke(base.repeat(n, 1)):  # repeated where the trace runs: one copy crosses the network
-                for layer in layers:
-                    value = read(h, layer, site)
-                    v = value.reshape(n, batch, *value.shape[1:])
-                    start, stop, of_layer = spans[layer]
-                    src = sources.get(layer, torch.zeros_like(v[0]))
-                    mask = cells.mask(of_layer, value_shape, v.device).to(v.dtype)
-                    part = v[start:stop] + mask * (src[None] - v[start:stop])
-                    write(h, layer, site, torch.cat([v[:start], part, v[stop:]]).reshape(value.shape), value)
+                for layer in range(layers[0], h.n_layers) if plan.freeze else layers:
+                    for phase in (0, 1, 2):
+                        if layer in spans and PHASE[site] == phase:
+                            scales = frozen if plan.freeze else None
+                            _patch_layer(h, plan, layer, spans[layer], sources, value_shape, n, scales)
+                        if plan.freeze and phase == 0:
+                            replay(h, "attn", layer, frozen)
+                        if plan.freeze and phase == 1 and not (site == "resid_mid" and layer in spans):
+                            replay(h, "mlp", layer, frozen)
+                if plan.freeze:
+                    replay(h, "final", None, frozen)
                 values = nnsight.save(_reduce(metric, h.lm.output.logits, n, batch))
         values = values.detach()
         if values.shape != (n,):
@@ -156,15 +183,16 @@ def patch(
         raise ShapeError(
             f"corrupted: expected token ids of the clean prompts' shape {tuple(a.shape)}, got {tuple(b.shape)}"
         )
-    cells = check_cells(h, site, by, a.shape[1], freeze_norms)
+    cells = check_cells(h, site, by, a.shape[1])
     m = as_metric(metric, h.d_vocab)
     values, base_value, clean_value = _run_sweep(
-        h, b, _Plan(site, cells, m, a, "patch", chosen), check_budget(memory_budget)
+        h, b, _Plan(site, cells, m, a, "patch", chosen, freeze_norms), check_budget(memory_budget)
     )
     assert clean_value is not None
     values, c, k = normalise(values, m, clean_value, base_value)
     return Sweep(
-        values, cells.by, _labels(h, cells, a), "activation patching", m.name, c, k, site, CONVENTION, h.name,
+        values, cells.by, _labels(h, cells, a), "activation patching", m.name, c, k, site,
+        FROZEN if freeze_norms else CONVENTION, h.name,
         _prompts(h, clean=a, corrupted=b),
     )  # fmt: skip
 
@@ -175,7 +203,7 @@ def ablate(
 ) -> Sweep:  # fmt: skip
     """:func:`circuitwidgets.causal.ablate` through nnsight."""
     t = h.check_tokens(tokens)
-    cells = check_cells(h, site, by, t.shape[1], freeze_norms)
+    cells = check_cells(h, site, by, t.shape[1])
     if kind not in ("zero", "mean", "resample"):
         raise ArgumentError(f"kind: expected 'zero', 'mean' or 'resample', got {kind!r}")
     m = as_metric(metric, h.d_vocab)
@@ -189,11 +217,12 @@ def ablate(
     if ref is not None and kind == "mean" and ref.shape[1] != t.shape[1]:
         raise ShapeError(f"reference: expected prompts of {t.shape[1]} tokens for kind='mean', got {ref.shape[1]}")
     source = None if kind == "zero" else (ref if ref is not None else t)
-    plan = _Plan(site, cells, m, source, kind)
+    plan = _Plan(site, cells, m, source, kind, freeze=freeze_norms)
     values, base_value, _ = _run_sweep(h, t, plan, check_budget(memory_budget))
     values, clean_value, _ = normalise(values, m, base_value, base_value) if m.normalise else (values, base_value, 0.0)
     return Sweep(
-        values, cells.by, _labels(h, cells, t), f"{kind} ablation", m.name, clean_value, None, site, CONVENTION,
+        values, cells.by, _labels(h, cells, t), f"{kind} ablation", m.name, clean_value, None, site,
+        FROZEN if freeze_norms else CONVENTION,
         h.name, _prompts(h, tokens=t), extra={"kind": kind},
     )  # fmt: skip
 

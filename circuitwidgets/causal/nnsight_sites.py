@@ -30,6 +30,7 @@ function's inputs), with the native engine's meaning:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -45,16 +46,12 @@ SITES = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "re
 _ATTENTION_ARG = {"q": 1, "k": 2, "v": 3}
 
 
-def check_cells(h: NNsightModel, site: object, by: object, n_pos: int, freeze_norms: bool) -> Cells:
+def check_cells(h: NNsightModel, site: object, by: object, n_pos: int) -> Cells:
     """The cells of ``site`` by ``by`` that a sweep through nnsight runs, or a typed error naming the argument."""
     if not isinstance(site, str) or site not in SITE_AXES:
         raise ArgumentError(f"site: expected one of {sorted(SITE_AXES)}, got {site!r}")
     if site not in SITES:
         raise NotCoveredError(f"site: {site!r} is not patched through nnsight; covered sites: {SITES}")
-    if freeze_norms:
-        raise NotCoveredError(
-            "freeze_norms: frozen norm scales are not replayed through nnsight; use freeze_norms=False"
-        )
     if isinstance(by, str):
         by = (by,)
     if not isinstance(by, (tuple, list)) or not all(isinstance(d, str) for d in by):
@@ -140,13 +137,20 @@ def with_grad(h: NNsightModel, layer: int, site: str) -> tuple[torch.Tensor, tor
     return x, shaped(h, site, x)
 
 
-def write(h: NNsightModel, layer: int, site: str, value: torch.Tensor, was: torch.Tensor | None = None) -> None:
+def write(
+    h: NNsightModel, layer: int, site: str, value: torch.Tensor, was: torch.Tensor | None = None,
+    mlp_norm: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> None:  # fmt: skip
     """Replace the site's value at ``layer`` inside a trace by ``value`` (with the site's named axes); ``was``: what
-    :func:`read` gave (``resid_mid``'s change ``value − was`` is added to the block's output)."""
+    :func:`read` gave (``resid_mid``'s change ``value − was`` is added to the block's output); ``mlp_norm``: for
+    ``resid_mid``, the MLP norm's output as a function of its input (frozen norm scales), else the norm runs."""
     lay = h.layout
     if site == "resid_mid":
         assert was is not None, "resid_mid's residual copy is changed by value − was: pass what read gave"
-        h.module(layer, lay.mlp_norm).input = value
+        if mlp_norm is None:
+            h.module(layer, lay.mlp_norm).input = value
+        else:
+            h.module(layer, lay.mlp_norm).output = mlp_norm(value)
         h.block(layer).output = h.block(layer).output + (value - was)
     elif site == "pattern":
         call = _pattern_call(h, layer)

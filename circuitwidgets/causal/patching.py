@@ -109,7 +109,7 @@ def _traced_patch(
             h, clean, corrupted, metric, site, by, freeze_norms=freeze_norms, memory_budget=memory_budget
         )
     n_pos = h.check_tokens(clean, "clean").shape[1]
-    n_top = check_top(top, nnsight_sites.check_cells(h, site, by, n_pos, freeze_norms))
+    n_top = check_top(top, nnsight_sites.check_cells(h, site, by, n_pos))
     assert n_top is not None
     estimate = nnsight_attribution.attribution_patch(h, clean, corrupted, metric, site, by)
     cells = Cells(site, estimate.dims, {d: len(estimate.labels[d]) for d in estimate.dims})
