@@ -32,6 +32,32 @@ def check_attribution(by: object, reduce: object, pos: object, n_pos: int) -> No
         raise ArgumentError(f"pos: expected a position in [{-n_pos}, {n_pos}), got {pos!r}")
 
 
+def attribution_dims(
+    by: str, reduce: str, components: list[str], sizes: tuple[int, int, int], batch: int
+) -> tuple[tuple[str, ...], dict[str, list[str]]]:
+    """The dims of a logit attribution ``by`` (``batch`` first when ``reduce="none"``) and each dim's labels.
+
+    ``components``: the component labels; ``sizes``: ``(n_layers, n_heads, d_mlp)``.
+    One definition for the native engine and the nnsight one, so their results read alike.
+    """
+    n_layers, n_heads, d_mlp = sizes
+    shapes = {
+        "component": ("component",),
+        "layer": ("layer",),
+        "head": ("layer", "head"),
+        "neuron": ("layer", "neuron"),
+    }
+    table = {
+        "component": components,
+        "layer": [f"L{i}" for i in range(n_layers)],
+        "head": [f"H{i}" for i in range(n_heads)],
+        "neuron": [f"N{i}" for i in range(d_mlp)],
+        "batch": [f"prompt {i}" for i in range(batch)],
+    }
+    dims = ("batch", *shapes[by]) if reduce == "none" else shapes[by]
+    return dims, {d: table[d] for d in dims}
+
+
 def parse_answers(answers: object, batch: int, d_vocab: int, d_model: int) -> Answers:
     """``answers`` of :func:`~circuitwidgets.causal.logit_attribution` checked: one id or one per prompt, a pair
     ``(correct, wrong)``, or a float direction ``[d_model]`` (errors name the argument, expected and received)."""

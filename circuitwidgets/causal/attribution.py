@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from circuitwidgets.causal import nnsight_attribution, nnsight_backend
-from circuitwidgets.causal.answers import Answers, answer_logit, check_attribution, parse_answers
+from circuitwidgets.causal.answers import Answers, answer_logit, attribution_dims, check_attribution, parse_answers
 from circuitwidgets.causal.components import component_labels, components_at
 from circuitwidgets.causal.engine import check_pair, normalise, run_base
 from circuitwidgets.causal.labels import dim_labels, prompts_of
@@ -165,29 +165,17 @@ def logit_attribution(
         x = x.double()
         return (x.mean(0) if reduce == "mean" else x).cpu().numpy()
 
-    shapes = {
-        "component": ("component",),
-        "layer": ("layer",),
-        "head": ("layer", "head"),
-        "neuron": ("layer", "neuron"),
-    }
-    dims: tuple[str, ...] = shapes[by]
-    labels = {
-        "component": component_labels(model),
-        "layer": [f"L{i}" for i in range(model.cfg.n_layers)],
-        "head": [f"H{i}" for i in range(model.cfg.n_heads)],
-        "neuron": [f"N{i}" for i in range(model.cfg.d_mlp or 0)],
-    }
-    if reduce == "none":
-        dims = ("batch", *dims)
-        labels["batch"] = [f"prompt {i}" for i in range(batch)]
+    cfg = model.cfg
+    dims, labels = attribution_dims(
+        by, reduce, component_labels(model), (cfg.n_layers, cfg.n_heads, cfg.d_mlp or 0), batch
+    )
     convention = (
         "final norm's scale frozen from the run, centring applied"
         if centred
         else ("final norm's scale frozen from the run" if model.cfg.normalization != "none" else "model has no norms")
     )
     return Sweep(
-        reduced(values), dims, {d: labels[d] for d in dims}, "direct logit attribution", parsed.name, site=None,
+        reduced(values), dims, labels, "direct logit attribution", parsed.name, site=None,
         convention=convention, model=model.name, prompts=prompts_of(model, tokens=t),
         extra={
             "rest": {k: reduced(v) for k, v in rest.items()},

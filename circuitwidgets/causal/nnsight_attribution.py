@@ -21,7 +21,7 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from circuitwidgets.causal.answers import Answers, answer_logit, check_attribution, parse_answers
+from circuitwidgets.causal.answers import Answers, answer_logit, attribution_dims, check_attribution, parse_answers
 from circuitwidgets.causal.engine import normalise
 from circuitwidgets.causal.metrics import as_metric, scalar
 from circuitwidgets.causal.nnsight_norms import norm_eps, norm_scale, norm_weight
@@ -203,25 +203,10 @@ def logit_attribution(
         others = others.mean(1)
     table = {name: others[i].numpy() for i, name in enumerate(rest)}
     table["unembed bias"] = others[len(rest)].numpy()
-    shapes = {
-        "component": ("component",),
-        "layer": ("layer",),
-        "head": ("layer", "head"),
-        "neuron": ("layer", "neuron"),
-    }
-    dims: tuple[str, ...] = shapes[by]
-    labels = {
-        "component": component_labels(h),
-        "layer": [f"L{i}" for i in range(h.n_layers)],
-        "head": [f"H{i}" for i in range(h.n_heads)],
-        "neuron": [f"N{i}" for i in range(h.d_mlp)],
-    }
-    if reduce == "none":
-        dims = ("batch", *dims)
-        labels["batch"] = [f"prompt {i}" for i in range(batch)]
+    dims, labels = attribution_dims(by, reduce, component_labels(h), (h.n_layers, h.n_heads, h.d_mlp), batch)
     convention = "final norm's scale frozen from the run" + (", centring applied" if lay.norm == "layer" else "")
     return Sweep(
-        saved_values.detach().cpu().double().numpy(), dims, {d: labels[d] for d in dims}, "direct logit attribution",
+        saved_values.detach().cpu().double().numpy(), dims, labels, "direct logit attribution",
         parsed.name, site=None, convention=convention, model=h.name,
         prompts={"tokens": [h.to_str_tokens(row) for row in t]},
         extra={
