@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -11,17 +9,7 @@ import torch
 from circuitwidgets.activations.qk_patterns import TILE, QKPatterns
 from circuitwidgets.activations.value_paths import value_weighted
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
-from tests.test_tiles import CASES, N, _blocks, _dense, _qk
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Float32 products split across threads round differently from run to run (up to 7e-6 here, over the 1e-6
-    these comparisons allow; one run in three or six failed on two threads). One thread makes them reproducible."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from tests.test_tiles import CASES, N, _blocks, _dense, _one_thread, _qk  # noqa: F401 (_one_thread: its autouse fixture)
 
 
 def _norms() -> torch.Tensor:

@@ -31,13 +31,16 @@ SWEEP_MEMORY_BUDGET = 2**30
 
 def check_pair(model: CircuitModel, clean: object, corrupted: object) -> tuple[torch.Tensor, torch.Tensor]:
     """Both prompts' token ids ``[batch, pos]``, checked to match in shape (errors name the argument)."""
-    a = model._check_tokens(clean)  # type: ignore[arg-type]
-    b = model._check_tokens(corrupted)  # type: ignore[arg-type]
-    if a.shape != b.shape:
+    return same_shape(model._check_tokens(clean), model._check_tokens(corrupted))  # type: ignore[arg-type]
+
+
+def same_shape(clean: torch.Tensor, corrupted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checked token ids of both prompts, refused (naming ``corrupted``) unless their shapes match."""
+    if clean.shape != corrupted.shape:
         raise ShapeError(
-            f"corrupted: expected token ids of the clean prompts' shape {tuple(a.shape)}, got {tuple(b.shape)}"
+            f"corrupted: expected token ids of the clean prompts' shape {tuple(clean.shape)}, got {tuple(corrupted.shape)}"
         )
-    return a, b
+    return clean, corrupted
 
 
 def check_budget(memory_budget: object) -> int:

@@ -30,3 +30,15 @@ def convention(freeze_norms: bool, model: CircuitModel) -> str:
     if model.cfg.normalization == "none":
         return "model has no norms"
     return "norm scales frozen from the base run" if freeze_norms else "norms recomputed on each patched run"
+
+
+def path_dims(
+    sender: tuple[int, int] | None, n_layers: int, n_heads: int
+) -> tuple[tuple[str, ...], dict[str, list[str]]]:
+    """A path-patching result's dims and labels: receivers ``[layer, head]`` for one ``sender``, or
+    ``[sender_layer, sender_head, layer, head]`` for every sender (``sender`` ``None``)."""
+    layers, heads = [f"L{i}" for i in range(n_layers)], [f"H{i}" for i in range(n_heads)]
+    if sender is not None:
+        return ("layer", "head"), {"layer": layers, "head": heads}
+    dims = ("sender_layer", "sender_head", "layer", "head")
+    return dims, {"sender_layer": layers, "sender_head": heads, "layer": layers, "head": heads}

@@ -22,13 +22,12 @@ import numpy as np
 import torch
 
 from circuitwidgets.causal.answers import Answers, answer_logit, attribution_dims, check_attribution, parse_answers
-from circuitwidgets.causal.engine import normalise
+from circuitwidgets.causal.engine import normalise, same_shape
 from circuitwidgets.causal.metrics import as_metric, scalar
 from circuitwidgets.causal.nnsight_norms import norm_eps, norm_scale, norm_weight
 from circuitwidgets.causal.nnsight_sites import check_cells, shaped, with_grad
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import SITE_AXES
-from circuitwidgets.errors import ShapeError
 from circuitwidgets.sources.nnsight_handle import NNsightModel
 
 
@@ -227,11 +226,7 @@ def attribution_patch(
 
     from circuitwidgets.causal import nnsight_backend as nb
 
-    a, b = h.check_tokens(clean, "clean"), h.check_tokens(corrupted, "corrupted")
-    if a.shape != b.shape:
-        raise ShapeError(
-            f"corrupted: expected token ids of the clean prompts' shape {tuple(a.shape)}, got {tuple(b.shape)}"
-        )
+    a, b = same_shape(h.check_tokens(clean, "clean"), h.check_tokens(corrupted, "corrupted"))
     cells = check_cells(h, site, by, a.shape[1])
     m = as_metric(metric, h.d_vocab)
     batch = a.shape[0]

@@ -21,7 +21,7 @@ from typing import TypeGuard, cast
 import numpy as np
 import torch
 
-from circuitwidgets.causal.engine import check_budget, normalise
+from circuitwidgets.causal.engine import check_budget, normalise, same_shape
 from circuitwidgets.causal.metrics import Metric, as_metric, scalar
 from circuitwidgets.causal.nnsight_norms import PHASE, Scales, frozen_scales, normed, replay
 from circuitwidgets.causal.nnsight_sites import SITES, check_cells, read, write
@@ -178,11 +178,7 @@ def patch(
     *, freeze_norms: bool, memory_budget: int | None, chosen: dict[int, list[tuple[int, ...]]] | None = None,
 ) -> Sweep:  # fmt: skip
     """:func:`circuitwidgets.causal.patch` through nnsight (``chosen``: only these cells of each layer)."""
-    a, b = h.check_tokens(clean, "clean"), h.check_tokens(corrupted, "corrupted")
-    if a.shape != b.shape:
-        raise ShapeError(
-            f"corrupted: expected token ids of the clean prompts' shape {tuple(a.shape)}, got {tuple(b.shape)}"
-        )
+    a, b = same_shape(h.check_tokens(clean, "clean"), h.check_tokens(corrupted, "corrupted"))
     cells = check_cells(h, site, by, a.shape[1])
     m = as_metric(metric, h.d_vocab)
     values, base_value, clean_value = _run_sweep(

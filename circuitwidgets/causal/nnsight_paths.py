@@ -30,12 +30,13 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from circuitwidgets.causal.engine import check_budget, normalise
+from circuitwidgets.causal.engine import check_budget, normalise, same_shape
+from circuitwidgets.causal.labels import path_dims
 from circuitwidgets.causal.metrics import Metric, as_metric, scalar
 from circuitwidgets.causal.nnsight_backend import CONVENTION, _bytes_per_variant, _prompts, _reduce
 from circuitwidgets.causal.nnsight_sites import read, write
 from circuitwidgets.causal.result import Sweep
-from circuitwidgets.errors import ArgumentError, NotCoveredError, ShapeError
+from circuitwidgets.errors import ArgumentError, NotCoveredError
 from circuitwidgets.sources.nnsight_handle import NNsightModel
 
 #: One variant: (index of its sender in the chunk's senders, receiver layer, receiver head).
@@ -132,11 +133,7 @@ def path_patch(
 ) -> Sweep:  # fmt: skip
     """:func:`circuitwidgets.causal.path_patch` through nnsight (``sender`` and ``via`` already checked): values
     ``[layer, head]`` of receivers for one sender, or ``[sender_layer, sender_head, layer, head]`` for ``None``."""
-    a, b = h.check_tokens(clean, "clean"), h.check_tokens(corrupted, "corrupted")
-    if a.shape != b.shape:
-        raise ShapeError(
-            f"corrupted: expected token ids of the clean prompts' shape {tuple(a.shape)}, got {tuple(b.shape)}"
-        )
+    a, b = same_shape(h.check_tokens(clean, "clean"), h.check_tokens(corrupted, "corrupted"))
     _check_via(h, via, freeze_norms)
     m = as_metric(metric, h.d_vocab)
     budget = check_budget(memory_budget)
@@ -157,13 +154,7 @@ def path_patch(
             out[in_chunk[i][0], in_chunk[i][1], l2, h2] = value
     result = out[sender[0], sender[1]] if sender is not None else out
     result, c, k = normalise(result, m, clean_value, base_value)
-    layers, heads = [f"L{i}" for i in range(L)], [f"H{i}" for i in range(H)]
-    if sender is not None:
-        dims: tuple[str, ...] = ("layer", "head")
-        labels = {"layer": layers, "head": heads}
-    else:
-        dims = ("sender_layer", "sender_head", "layer", "head")
-        labels = {"sender_layer": layers, "sender_head": heads, "layer": layers, "head": heads}
+    dims, labels = path_dims(sender, L, H)
     return Sweep(
         result, dims, labels, "path patching", m.name, c, k, via,
         CONVENTION + f"; sender's write added to the receivers' {via} input only", h.name,

@@ -20,7 +20,7 @@ import torch
 from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_paths, nnsight_sites
 from circuitwidgets.causal.attribution import attribution_patch
 from circuitwidgets.causal.engine import BaseRun, check_budget, check_pair, normalise, run_base, sweep
-from circuitwidgets.causal.labels import convention, dim_labels, prompts_of
+from circuitwidgets.causal.labels import convention, dim_labels, path_dims, prompts_of
 from circuitwidgets.causal.metrics import as_metric
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import Cells, check_site
@@ -306,14 +306,7 @@ def path_patch(
         )  # fmt: skip
     values = out[sender[0], sender[1]] if sender is not None else out
     values, clean_value, corrupted_value = normalise(values, m, source.value, base.value)
-    layers = [f"L{i}" for i in range(L)]
-    heads = [f"H{i}" for i in range(H)]
-    if sender is not None:
-        dims: tuple[str, ...] = ("layer", "head")
-        labels = {"layer": layers, "head": heads}
-    else:
-        dims = ("sender_layer", "sender_head", "layer", "head")
-        labels = {"sender_layer": layers, "sender_head": heads, "layer": layers, "head": heads}
+    dims, labels = path_dims(sender, L, H)
     return Sweep(
         values, dims, labels, "path patching", m.name, clean_value, corrupted_value, via,
         convention(freeze_norms, model) + f"; sender's write added to the receivers' {via} input only",

@@ -309,18 +309,23 @@ def check_tokens(tokens: Any, name: str = "tokens") -> list[str]:
     return list(tokens)
 
 
+def float32_array(values: Any, name: str) -> NDArray[np.float32]:
+    """A user's per-position values (numpy, torch on any device, nested lists) as float32, or a typed error naming ``name``."""
+    if isinstance(values, torch.Tensor):
+        values = values.detach().to("cpu", torch.float32).numpy()
+    try:
+        return np.asarray(values, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise ArgumentTypeError(f"{name}: expected an array of numbers, got {type(values).__name__} ({exc})") from None
+
+
 def per_position(
     values: Any, name: str, heads: Heads | tuple[int, int, int], *, nan_ok: bool
 ) -> NDArray[np.float32] | None:
     """``[n_heads, n]`` or ``[n_layers, n_heads, n]`` → float32 ``[n_layers, n_heads, n]`` (``heads``: the patterns, or that shape)."""
     if values is None:
         return None
-    if isinstance(values, torch.Tensor):
-        values = values.detach().to("cpu", torch.float32).numpy()
-    try:
-        v = np.asarray(values, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise ArgumentTypeError(f"{name}: expected an array of numbers, got {type(values).__name__} ({exc})") from None
+    v = float32_array(values, name)
     if v.ndim == 2:
         v = v[None]
     expected = heads if isinstance(heads, tuple) else (heads.n_layers, heads.n_heads, heads.n)

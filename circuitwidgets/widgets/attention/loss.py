@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from numpy.typing import NDArray
 
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
+from circuitwidgets.errors import ArgumentError, NonFiniteError, ShapeError
+from circuitwidgets.widgets.attention.codec import float32_array
 from circuitwidgets.widgets.core.spec import trait_error
 
 __all__ = ["STRIPS", "check_loss", "check_loss_trait", "stack_losses", "strip_problem"]
@@ -37,12 +37,7 @@ def check_loss(values: Any, name: str, n: int) -> NDArray[np.float32] | None:
     """
     if values is None:
         return None
-    if isinstance(values, torch.Tensor):
-        values = values.detach().to("cpu", torch.float32).numpy()
-    try:
-        v = np.asarray(values, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise ArgumentTypeError(f"{name}: expected an array of numbers, got {type(values).__name__} ({exc})") from None
+    v = float32_array(values, name)
     if v.ndim == 2 and v.shape[0] == 1:
         v = v[0]
     if v.shape != (n,):
