@@ -34,6 +34,7 @@ _LAZY = {
     "PatchingMap": "circuitwidgets.widgets",
     "LogitLens": "circuitwidgets.widgets",
     "LogitAttribution": "circuitwidgets.widgets",
+    "Superposition": "circuitwidgets.widgets",
     "link": "circuitwidgets.widgets.core.link",
     "save_html": "circuitwidgets.export",
     "train_toy": "circuitwidgets.superposition",
