@@ -60,7 +60,7 @@ def reference_loop(
         optimiser.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         optimiser.step()
-    return W.detach(), float(loss) / instances
+    return W.detach(), float(loss.detach()) / instances
 
 
 def _row(name: str, seconds: float, extra: str = "") -> None:
