@@ -35,7 +35,7 @@ PHASES = ("not represented", "dedicated dimension", "superposition")
 
 @dataclass
 class PhaseDiagram:
-    """``phase [ratios, densities]`` (codes into :data:`PHASES`), the extra feature's ``norm`` and ``superposition``.
+    """``phase [ratios, densities]`` (codes into ``PHASES``: not represented, dedicated dimension, superposition), the extra feature's ``norm`` and ``superposition``.
 
     ``densities`` are feature probabilities ``1 − S``; ``ratios`` the extra
     feature's relative importance; ``W [ratios, densities, m, n]`` the kept models.

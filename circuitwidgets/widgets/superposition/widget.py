@@ -147,7 +147,7 @@ class Superposition(CircuitWidget):
         **kwargs: Any,
     ) -> None:
         """Train the slider grid (``probabilities`` × ``decays``; default 7 probabilities from 1 to 0.01) and,
-        unless ``phase=False`` or a :class:`~circuitwidgets.superposition.phase.PhaseDiagram` is given, the phase diagram.
+        unless ``phase=False`` or a :class:`~circuitwidgets.superposition.PhaseDiagram` is given, the phase diagram.
         """
         self._recipe = Recipe(n, m, steps=steps, lr=lr, snapshots=snapshots, seed=seed)
         grid_p = _fractions("probabilities", probabilities, np.logspace(0, -2, 7))
