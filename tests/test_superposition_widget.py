@@ -8,6 +8,7 @@ import pytest
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.superposition.measure import feature_norms
 from circuitwidgets.widgets import Superposition
+from circuitwidgets.widgets.core.link import LinkWarning
 
 SMALL = {"probabilities": [1.0, 0.1], "decays": [1.0, 0.9], "steps": 100, "snapshots": 4, "phase": False}
 
@@ -73,3 +74,19 @@ def test_a_new_request_supersedes_a_running_retrain_and_closing_stops_it() -> No
 def test_bad_grids_are_refused_naming_the_argument(kwargs: dict[str, object], words: str) -> None:
     with pytest.raises(ArgumentError, match=words):
         Superposition(**{**SMALL, **kwargs})  # type: ignore[arg-type]
+
+
+def test_linked_views_share_the_selected_feature(widget: Superposition) -> None:
+    import circuitwidgets as cw
+
+    other = Superposition(probabilities=[0.1], decays=[1.0], steps=20, snapshots=2, phase=False)
+    group = cw.link(widget, other)
+    assert group.names == ("selected_feature",)
+    widget.selected_feature = 2
+    assert other.selected_feature == 2
+    other.selected_feature = 0
+    assert widget.selected_feature == 0
+    group.unlink()
+    wide = Superposition(n=6, probabilities=[0.1], decays=[1.0], steps=20, snapshots=2, phase=False)
+    with pytest.warns(LinkWarning, match="features are not linked"):
+        assert cw.link(widget, wide).names == ()  # feature 5 of one is no feature of the other

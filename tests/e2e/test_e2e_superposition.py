@@ -40,7 +40,9 @@ def _slide(view: Locator, which: str, position: int, event: str) -> None:
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     diagram = phase_diagram([1.0, 0.1, 0.01], [0.3, 1.0, 3.0], steps=600)
     widget = Superposition(probabilities=[1.0, 0.1, 0.01], decays=[1.0, 0.9], steps=600, snapshots=8, phase=diagram)
-    path: Path = circuitwidgets.save_html(widget, tmp_path_factory.mktemp("sp") / "superposition.html")
+    other = Superposition(probabilities=[0.01], decays=[1.0], steps=100, snapshots=2, phase=False)
+    circuitwidgets.link(widget, other)  # by feature index
+    path: Path = circuitwidgets.save_html([widget, other], tmp_path_factory.mktemp("sp") / "superposition.html")
     return path
 
 
@@ -48,6 +50,8 @@ def test_the_exported_view_draws_scrubs_and_slides_over_its_grid_with_no_kernel(
     exported: Path, page: Page, page_log: PageLog
 ) -> None:
     view = open_offline(page, page_log, exported, ["superposition"])["superposition"]
+    linked = page.locator('[data-cw-view="superposition"]').nth(1)
+    assert_drawn(linked)
     assert view.locator(".cw-sp-chart").count() == 4  # geometry, WᵀW + norms, dimensionality, phases
     assert len(_arrows(view)) == 5 and view.locator(".cw-norm-bar").count() == 5
     assert view.locator(".cw-sticky").count() == 6 and view.locator(".cw-phase").count() == 9
@@ -69,6 +73,7 @@ def test_the_exported_view_draws_scrubs_and_slides_over_its_grid_with_no_kernel(
 
     view.locator('.cw-sp-gram [data-cw-feature="2"] .cw-norm-bar').click()
     wait_status(view, r"feature 2: ‖W‖")
+    wait_status(linked, r"feature 2: ‖W‖")  # the linked view follows the feature, with no kernel
     page_log.assert_offline_clean()  # no request left the page
 
 
