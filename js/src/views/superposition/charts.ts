@@ -157,8 +157,8 @@ export function dimensionalityChart(
 export function phaseChart(doc: Document, densities: Float32Array, ratios: Float32Array, phase: NDArray, norm: NDArray): SVGSVGElement {
   const cell = 26;
   const [left, top] = [58, 8];
-  const width = left + densities.length * cell + 10;
-  const height = top + ratios.length * cell + 46;
+  const width = Math.max(left + densities.length * cell + 10, left + 190);
+  const height = top + ratios.length * cell + 46 + PHASES.length * 15;
   const svg = frame(doc, width, height, "phase diagram of one extra feature");
   for (let r = 0; r < ratios.length; r++) {
     const yy = top + (ratios.length - 1 - r) * cell;
@@ -173,7 +173,13 @@ export function phaseChart(doc: Document, densities: Float32Array, ratios: Float
   densities.forEach((dn, q) => {
     if (q % 2 === 0) svg.append(svgEl(doc, "text", { x: left + q * cell + cell / 2, y: top + ratios.length * cell + 13, "text-anchor": "middle", ...AXIS_TEXT }, fmt(dn, dn < 0.1 ? 2 : 1)));
   });
-  svg.append(svgEl(doc, "text", { x: left + (densities.length * cell) / 2, y: height - 18, "text-anchor": "middle", ...AXIS_TEXT }, "feature probability 1 − S"));
-  svg.append(svgEl(doc, "text", { x: 10, y: top + (ratios.length * cell) / 2, transform: `rotate(-90 10 ${top + (ratios.length * cell) / 2})`, "text-anchor": "middle", ...AXIS_TEXT }, "relative importance"));
+  const axisY = top + ratios.length * cell + 30;
+  svg.append(svgEl(doc, "text", { x: left + (densities.length * cell) / 2, y: axisY, "text-anchor": "middle", ...AXIS_TEXT }, "feature probability 1 − S"));
+  PHASES.forEach((phase, k) => {
+    const yy = axisY + 10 + k * 15;
+    svg.append(svgEl(doc, "rect", { x: left, y: yy, width: 11, height: 11, fill: phase.colour, stroke: "#999", "stroke-width": 0.5 }));
+    svg.append(svgEl(doc, "text", { class: "cw-phase-legend", x: left + 16, y: yy + 9.5, ...AXIS_TEXT }, `extra feature: ${phase.name}`));
+  });
+  svg.append(svgEl(doc, "text", { x: 10, y: top + (ratios.length * cell) / 2, transform: `rotate(-90 10 ${top + (ratios.length * cell) / 2})`, "text-anchor": "middle", ...AXIS_TEXT }, ratios.length * cell >= 120 ? "relative importance" : "importance"));
   return svg;
 }
