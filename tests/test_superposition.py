@@ -204,3 +204,30 @@ def test_more_dimensions_than_features_is_accepted_and_stated() -> None:
     assert result.W.shape == (1, 3, 2)
     assert [w.category for w in caught] == [MoreDimensionsThanFeaturesWarning]
     assert "m=3 > n=2" in str(caught[0].message) and caught[0].filename == __file__
+
+
+@pytest.mark.parametrize("sets", ["correlated", "anticorrelated"])
+def test_feature_sets_keep_each_probability_and_tie_presence_within_a_set(sets: str) -> None:
+    batches = NegatedBatches(np.array([0.25, 0.1]), 6, 20_000, np.random.SeedSequence(1), threaded=False, sets=sets)
+    x = -next(iter(batches))[..., :-1].double()
+    present = (x > 0).double()
+    rate = present.mean(dim=1).numpy()
+    assert np.allclose(rate, [[0.25] * 6, [0.1] * 6], atol=0.012)
+    both = (present[..., 0] * present[..., 1]).mean(dim=1).numpy()  # features 0 and 1 share a set
+    across = (present[..., 1] * present[..., 2]).mean(dim=1).numpy()  # 1 and 2 do not: independent
+    assert np.allclose(both, [0.25, 0.1] if sets == "correlated" else [0, 0], atol=0.012)
+    assert np.allclose(across, [0.25**2, 0.1**2], atol=0.006)
+    assert abs(float(x[x > 0].mean()) - 0.5) < 0.01
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"feature_sets": "paired"}, "feature_sets: expected one of independent, correlated, anticorrelated"),
+        ({"feature_sets": "correlated", "set_size": 3}, "set_size: expected at least 2 and a divisor of n = 4, got 3"),
+        ({"feature_sets": "anticorrelated", "sparsity": 0.2}, r"need 1 − S ≤ 1/2 .*got 1 − S = 0.8"),
+    ],
+)
+def test_bad_feature_sets_are_refused(kwargs: dict[str, object], words: str) -> None:
+    with pytest.raises(ArgumentError, match=words):
+        train_toy(4, 2, steps=1, **kwargs)  # type: ignore[arg-type]

@@ -74,3 +74,29 @@ def test_phase_diagram_of_one_extra_feature() -> None:
     assert diagram.phase_at(1.0, 10.0) == "dedicated dimension"
     assert diagram.phase_at(0.02, 1.0) == "superposition"
     assert diagram.phase.shape == (3, 2) and diagram.W.shape == (3, 2, 1, 2)
+
+
+def _pair_angles(W: np.ndarray) -> np.ndarray:
+    """Angle (degrees) between features 0 and 1, and between 2 and 3, of each model ``[instances, 2, 4]``."""
+    degrees = np.degrees(np.arctan2(W[:, 1], W[:, 0]))
+    return np.abs((degrees[:, [0, 2]] - degrees[:, [1, 3]] + 180) % 360 - 180)
+
+
+@pytest.mark.slow
+def test_correlated_features_are_orthogonal_and_anticorrelated_ones_antipodal() -> None:
+    """4 features in 2 dimensions, in two sets of 2; three seeds (instances) each."""
+    common = {"instances": 3, "steps": 5_000, "lr": 3e-3, "seed": 0}
+    correlated = train_toy(4, 2, sparsity=0.9, feature_sets="correlated", **common)  # type: ignore[arg-type]
+    assert np.allclose(_pair_angles(correlated.W), 90, atol=5)  # a local orthogonal basis per set
+    anti = train_toy(4, 2, sparsity=0.6, feature_sets="anticorrelated", **common)  # type: ignore[arg-type]
+    assert np.allclose(_pair_angles(anti.W), 180, atol=5)  # never together: no interference when antipodal
+    assert represented(correlated.W).all() and represented(anti.W).all()
+
+
+@pytest.mark.slow
+def test_denser_correlated_features_collapse_onto_their_common_direction() -> None:
+    dense = train_toy(4, 2, sparsity=0.6, feature_sets="correlated", instances=3, steps=5_000, lr=3e-3, seed=0)
+    angle, norms = _pair_angles(dense.W), feature_norms(dense.W).reshape(3, 2, 2)
+    collapsed = angle < 5
+    assert collapsed.any()
+    assert np.allclose(norms[collapsed], 2**-0.5, atol=0.03)  # one direction for the pair, each at 1/√2

@@ -112,3 +112,22 @@ def instance_count(instances: object, sparsity: object, importance: object) -> i
         if len(shape) == rank and shape[0] > 0:
             return int(shape[0])
     return 1
+
+
+#: How features are drawn together (:func:`~circuitwidgets.superposition.train_toy`'s ``feature_sets``).
+FEATURE_SETS = ("independent", "correlated", "anticorrelated")
+
+
+def feature_sets(value: object, set_size: object, n: int, probability: np.ndarray) -> tuple[str, int]:
+    """``(feature_sets, set_size)`` checked against ``n`` and the feature probabilities."""
+    if value not in FEATURE_SETS:
+        raise ArgumentError(f"feature_sets: expected one of {', '.join(FEATURE_SETS)}, got {value!r:.80}")
+    size = positive_int("set_size", set_size)
+    if value != "independent" and (size < 2 or n % size):
+        raise ArgumentError(f"set_size: expected at least 2 and a divisor of n = {n}, got {size}")
+    if value == "anticorrelated" and float(probability.max()) * size > 1 + 1e-12:
+        raise ArgumentError(
+            f"sparsity: anticorrelated sets of {size} need 1 − S ≤ 1/{size} (at most one feature present), "
+            f"got 1 − S = {float(probability.max()):g}"
+        )
+    return str(value), size

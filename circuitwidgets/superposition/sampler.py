@@ -38,16 +38,29 @@ class NegatedBatches:
     """
 
     def __init__(
-        self, probability: np.ndarray, n: int, batch: int, seed: np.random.SeedSequence, *, threaded: bool = True
+        self,
+        probability: np.ndarray,
+        n: int,
+        batch: int,
+        seed: np.random.SeedSequence,
+        *,
+        threaded: bool = True,
+        sets: str = "independent",
+        set_size: int = 2,
     ) -> None:
         self.instances = int(probability.shape[0])
         self.n, self.batch = n, batch
+        self.sets, self.set_size = sets, set_size
         p = torch.as_tensor(probability, dtype=torch.float32).view(-1, 1, 1)
+        self._p = p
         self._scale, self._offset = -1.0 / p, 1.0 / p  # −u/p = f·(−1/p) + 1/p for f = 1 + u
         self._bits = np.random.PCG64(seed)
         # Small batches are drawn several steps at a time, so the per-call overhead is paid once per chunk.
         self.chunk = max(1, _CHUNK_ENTRIES // (self.instances * batch * (n + 1)))
-        self._words = (self.chunk * self.instances * batch * (n + 1) + 1) // 2
+        entries = self.chunk * self.instances * batch * (n + 1)
+        # (correlated or anticorrelated sets draw one more uniform per set: whether, or which of it, is present)
+        self._set_entries = 0 if sets == "independent" else self.chunk * self.instances * batch * (n // set_size)
+        self._words = (entries + self._set_entries + 1) // 2
         self._threaded = threaded
         self._free: queue.Queue[torch.Tensor] = queue.Queue()
         self._ready: queue.Queue[torch.Tensor | BaseException] = queue.Queue(maxsize=2)
@@ -57,14 +70,38 @@ class NegatedBatches:
             self._free.put(torch.empty(self.chunk, self.instances, batch, n + 1))
 
     def _fill(self, out: torch.Tensor) -> torch.Tensor:
-        raw = self._bits.random_raw(self._words)
-        bits = torch.from_numpy(raw.view(np.int32)[: out.numel()]).view(out.shape)
+        raw = self._bits.random_raw(self._words).view(np.int32)
+        bits = torch.from_numpy(raw[: out.numel()]).view(out.shape)
         bits.bitwise_and_(_MANTISSA).bitwise_or_(_ONE)
         uniform = bits.view(torch.float32)  # 1 + u, u uniform in [0, 1) on a 2^-23 grid
-        torch.addcmul(self._offset, uniform, self._scale, out=out)  # −u/p
-        functional.threshold(out, -1.0, 0.0, inplace=True)  # absent (u ≥ p, so −u/p ≤ −1) → 0
+        if self.sets == "independent":
+            torch.addcmul(self._offset, uniform, self._scale, out=out)  # −u/p
+            functional.threshold(out, -1.0, 0.0, inplace=True)  # absent (u ≥ p, so −u/p ≤ −1) → 0
+        else:
+            self._fill_sets(out, uniform, raw[out.numel() : out.numel() + self._set_entries])
         out[..., self.n] = 1.0
         return out
+
+    def _fill_sets(self, out: torch.Tensor, uniform: torch.Tensor, raw: np.ndarray) -> None:
+        """Features in sets of ``set_size``: present all together (correlated) or at most one (anticorrelated).
+
+        Each feature is present with probability ``p`` either way; a present
+        feature's value is ``u`` (its entry's uniform), and one more uniform per
+        set decides presence: ``s < p`` for the whole set, or feature ``⌊s / p⌋``
+        of the set (none when ``s ≥ k·p``).
+        """
+        k = self.set_size
+        shape = (*out.shape[:-1], self.n // k)
+        bits = torch.from_numpy(raw).view(shape)
+        bits.bitwise_and_(_MANTISSA).bitwise_or_(_ONE)
+        chooser = bits.view(torch.float32) - 1.0
+        if self.sets == "correlated":
+            present = (chooser < self._p).repeat_interleave(k, dim=-1)
+        else:
+            which = torch.floor(chooser / self._p)
+            present = (which.unsqueeze(-1) == torch.arange(k, dtype=which.dtype)).flatten(-2)
+        values = uniform[..., : self.n] - 1.0
+        out[..., : self.n] = torch.where(present, -values, torch.zeros(()))
 
     def _produce(self) -> None:
         try:

@@ -100,6 +100,8 @@ def train_toy(
     stop: threading.Event | None = None,
     on_snapshot: Callable[[int, int], None] | None = None,
     threaded: bool | None = None,
+    feature_sets: str = "independent",
+    set_size: int = 2,
 ) -> ToyResult:
     """Train ``instances`` toy models ``ReLU(WᵀW x + b)`` with ``n`` features and ``m`` hidden dimensions.
 
@@ -114,7 +116,11 @@ def train_toy(
     (the result says ``stopped``); ``on_snapshot(step, steps)`` is called at each
     snapshot (progress). ``threaded`` draws batches on a second thread (by
     default when a batch has more than 2^17 entries; the result is the same
-    either way). Bad arguments raise typed errors naming them.
+    either way). ``feature_sets`` groups features ``0..k−1``, ``k..2k−1``, … (``k =
+    set_size``) into sets whose features are present all together
+    (``"correlated"``) or at most one at a time (``"anticorrelated"``, which
+    needs ``k · (1 − S) ≤ 1``); each feature keeps probability ``1 − S``. Bad
+    arguments raise typed errors naming them.
     """
     n, m = _args.shape_of_model(n, m)
     instances = _args.instance_count(instances, sparsity, importance)
@@ -134,7 +140,10 @@ def train_toy(
     params = pack(torch.tensor(W, dtype=torch.float32), torch.zeros(instances, n))
     if threaded is None:
         threaded = instances * batch * (n + 1) > 2**17
-    batches = NegatedBatches(1.0 - sparsity_, n, batch, data_seed, threaded=bool(threaded))
+    sets, set_size = _args.feature_sets(feature_sets, set_size, n, 1.0 - sparsity_)
+    batches = NegatedBatches(
+        1.0 - sparsity_, n, batch, data_seed, threaded=bool(threaded), sets=sets, set_size=set_size
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     started = time.perf_counter()
@@ -159,7 +168,7 @@ def train_toy(
         snapshot_loss=np.stack(kept_loss),
         seconds=time.perf_counter() - started,
         stopped=taken < steps,
-        settings={"n": n, "m": m, "steps": steps, "batch": batch, "lr": lr, "seed": seed},
+        settings={"n": n, "m": m, "steps": steps, "batch": batch, "lr": lr, "seed": seed, "feature_sets": sets},
     )
 
 
