@@ -31,8 +31,9 @@ FLOORS: list[tuple[str, ...]] = [
     ("model",),
     # loaders of weights into a model; argument checks shared by the engines
     ("sources", "_checks"),
-    # what is computed on a run's activations (detectors, value norms, long-context attention)
-    ("activations",),
+    # what is computed on a run's activations (detectors, value norms, long-context attention);
+    # toy models of superposition (their own tiny engine: it imports errors only)
+    ("activations", "superposition"),
     # the weight-space engine (the paper); re-exports the run-side functions by name
     ("circuits",),
     # interventions on a run; training the shipped toy models (uses the engine's scores)

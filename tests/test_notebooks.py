@@ -29,7 +29,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
-NAMES = ("01_zero_and_one_layer", "02_two_layer_induction", "03_bring_your_own_model", "04_causal_induction")
+NAMES = (
+    "01_zero_and_one_layer",
+    "02_two_layer_induction",
+    "03_bring_your_own_model",
+    "04_causal_induction",
+    "05_superposition",
+)
 KERNEL = "circuitwidgets-notebooks"
 CELL_TIMEOUT_S = 300
 
@@ -343,3 +349,41 @@ def test_on_the_gelu_model_the_key_path_runs_through_the_first_mlp(nb04: nbforma
     direct = number(r"-> keys, strongest receiver \S+: ([+-][\d.]+)", out)
     via_mlp = number(r"answer's earlier position: ([+-][\d.]+)", out)
     assert direct < 0.1 < 0.5 < via_mlp, out
+
+
+# ----------------------------------------------------------------------------- 05: superposition
+
+
+@pytest.fixture(scope="module")
+def nb05(executed: Callable[[str], nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    return executed("05_superposition")
+
+
+def test_five_features_in_two_dimensions_go_from_two_to_antipodal_pairs_to_a_pentagon(
+    nb05: nbformat.NotebookNode,
+) -> None:
+    out = printed(nb05, "intro")
+    rows = {
+        m.group(1): (int(m.group(2)), ast.literal_eval(m.group(3)))
+        for m in re.finditer(r"1 - S = ([\d.]+): (\d) represented, gaps (\[.*?\]) degrees", out)
+    }
+    assert rows["1.000"][0] == 2 and sorted(rows["1.000"][1]) == [90, 270], out
+    assert rows["0.300"][0] == 4 and all(abs(g - 90) <= 4 for g in rows["0.300"][1]), out
+    for sparse in ("0.030", "0.010"):
+        assert rows[sparse][0] == 5 and all(abs(g - 72) <= 3 for g in rows[sparse][1]), out
+
+
+def test_feature_dimensionality_sticks_to_the_papers_fractions(nb05: nbformat.NotebookNode) -> None:
+    out = printed(nb05, "dimensionality")
+    assert "1 - S = 1.000: ['dedicated dimension']" in out and "1 - S = 0.300: ['antipodal pair']" in out, out
+    assert "1 - S = 0.030: ['pentagon']" in out and "1 - S = 0.010: ['pentagon']" in out, out
+    assert all(float(d) < 0.04 for d in re.findall(r"largest distance to a fraction ([\d.]+)", out)), out
+
+
+def test_the_extra_feature_is_dropped_given_a_dimension_or_superposed_as_the_paper_says(
+    nb05: nbformat.NotebookNode,
+) -> None:
+    out = printed(nb05, "phases")
+    assert "1 - S = 1.0, r = 0.1: not represented" in out, out
+    assert "1 - S = 1.0, r = 10.0: dedicated dimension" in out, out
+    assert "1 - S = 0.01, r = 1.0: superposition" in out, out

@@ -13,6 +13,7 @@ from circuitwidgets.widgets.logit_attribution import LogitAttribution
 from circuitwidgets.widgets.logit_lens import LogitLens
 from circuitwidgets.widgets.patching_map import PatchingMap
 from circuitwidgets.widgets.skip_trigrams import SkipTrigramTable
+from circuitwidgets.widgets.superposition import Superposition
 from circuitwidgets.widgets.term_importance import TermImportance
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "LogitLens",
     "PatchingMap",
     "SkipTrigramTable",
+    "Superposition",
     "TermImportance",
     "TrainingHistory",
 ]

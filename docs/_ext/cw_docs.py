@@ -207,6 +207,7 @@ API_PAGES = {
     "circuitwidgets.circuits": "The engine: circuits of the paper as numbers",
     "circuitwidgets.causal": "Causal techniques: patching, ablation, attribution, the logit lens",
     "circuitwidgets.widgets": "The widgets",
+    "circuitwidgets.superposition": "Toy models of superposition: training, measurements, phases",
 }
 
 #: Names the public API returns or raises, documented on their own page (``supporting.rst``).

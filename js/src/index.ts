@@ -19,6 +19,7 @@ import { renderLogitAttribution } from "./views/logitattribution";
 import { renderLogitLens } from "./views/logitlens";
 import { renderPatchingMap } from "./views/patchingmap";
 import { renderSkipTrigrams } from "./views/skiptrigrams";
+import { renderSuperposition } from "./views/superposition";
 import { renderTermImportance } from "./views/termimportance";
 
 type ViewRender = (props: RenderProps<any>) => void | (() => void);
@@ -36,6 +37,7 @@ export const VIEWS: Readonly<Record<string, ViewRender>> = {
   logitlens: renderLogitLens,
   patchingmap: renderPatchingMap,
   skiptrigrams: renderSkipTrigrams,
+  superposition: renderSuperposition,
   termimportance: renderTermImportance,
 };
 
