@@ -105,7 +105,7 @@ def edge_attribution(
     nodes, edges = comps.tables(scores)
     prompt, tokens = prompt_of(model, s.clean)
     extra = {
-        "model": model.name, "n_prompts": n, "steps": steps if "ig" in method else None,
+        "model": model.name, "n_layers": model.cfg.n_layers, "n_heads": model.cfg.n_heads, "n_prompts": n, "steps": steps if "ig" in method else None,
         "clean_value": clean_value, "corrupted_value": corrupted_value, "graph": "components",
     }  # fmt: skip
     return Graph(nodes, edges, {}, prompt, tokens, CONVENTION, method, whole.name, extra)

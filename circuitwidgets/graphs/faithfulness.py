@@ -36,10 +36,12 @@ MIB_FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 @dataclass
 class Curve:
-    """Faithfulness over circuit sizes: the ``fractions`` asked for, the ``edges`` each circuit kept, ``values``
+    """Faithfulness over circuit sizes: the ``fractions`` asked for, the ``sizes`` (strongest edges taken,
+    ``int(fraction · edges)``), the ``edges`` each circuit kept once dangling ones are dropped, ``values``
     (faithfulness), the metric of the whole model (``clean``) and of the empty circuit (``empty``), ``cpr``, ``cmd``."""
 
     fractions: list[float]
+    sizes: list[int]
     edges: list[int]
     values: list[float]
     clean: float
@@ -51,7 +53,7 @@ class Curve:
     def to_json(self) -> dict[str, object]:
         """The curve as plain JSON (a graph's ``extra["curve"]``, the view's trait)."""
         return {
-            "fractions": self.fractions, "edges": self.edges, "values": self.values, "clean": self.clean,
+            "fractions": self.fractions, "sizes": self.sizes, "edges": self.edges, "values": self.values, "clean": self.clean,
             "empty": self.empty, "cpr": self.cpr, "cmd": self.cmd, "ablation": self.ablation,
         }  # fmt: skip
 
@@ -122,12 +124,13 @@ def faithfulness_curve(
     fr = _fractions(fractions)
     s = setup(model, clean, corrupted, metric, memory_budget)
     total = len(graph.edges)
-    circuits = [prune(graph, edges=int(f * total)) for f in fr]
+    sizes = [int(f * total) for f in fr]
+    circuits = [prune(graph, edges=k) for k in sizes]
     values, full, empty = _values(s, circuits, ablation)
     v = [float(x) for x in values]
     cpr = float(sum((fr[i + 1] - fr[i]) * (v[i] + v[i + 1]) / 2 for i in range(len(fr) - 1)))
     cmd = float(sum((fr[i + 1] - fr[i]) * (abs(1 - v[i]) + abs(1 - v[i + 1])) / 2 for i in range(len(fr) - 1)))
-    return Curve(list(fr), [len(c.edges) for c in circuits], v, full, empty, cpr, cmd, ablation)
+    return Curve(list(fr), sizes, [len(c.edges) for c in circuits], v, full, empty, cpr, cmd, ablation)
 
 
 def _fractions(fractions: object) -> list[float]:

@@ -168,7 +168,7 @@ def edge_patch(
     nodes, table = comps.tables(weights)
     keep = np.flatnonzero(~np.isnan(table.weight))
     prompt, tokens = prompt_of(model, s.clean)
-    extra = {"model": model.name, "n_prompts": int(s.clean.shape[0]), "clean_value": float(values[0]),
+    extra = {"model": model.name, "n_layers": model.cfg.n_layers, "n_heads": model.cfg.n_heads, "n_prompts": int(s.clean.shape[0]), "clean_value": float(values[0]),
              "ablation": ablation, "graph": "components"}  # fmt: skip
     return Graph(nodes, table.take(keep), {}, prompt, tokens, CONVENTION.replace("weight ≈", "weight ="), "exact",
                  s.whole.name, extra)  # fmt: skip
