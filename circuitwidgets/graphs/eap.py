@@ -40,7 +40,7 @@ from circuitwidgets.graphs.runs import (
     metric_values,
     prompt_of,
     setup,
-    writes,
+    writes_and_value,
 )
 from circuitwidgets.model import CircuitModel
 
@@ -85,15 +85,17 @@ def edge_attribution(
     clean_value = corrupted_value = 0.0
     for start, stop, m in chunks(s, variants * bytes_per_sequence(model, s.clean.shape[1], comps)):
         a, b = s.clean[start:stop], s.corrupted[start:stop]
-        acts_clean, acts_corrupted = writes(s, a), writes(s, b)
+        (acts_clean, value_clean), (acts_corrupted, value_corrupted) = (
+            writes_and_value(s, a, m),
+            writes_and_value(s, b, m),
+        )
         share = (stop - start) / n
-        with torch.no_grad():
-            clean_value += share * float(metric_values(m, logits_of(s, m, a), 1, stop - start)[0])
-            corrupted_value += share * float(metric_values(m, logits_of(s, m, b), 1, stop - start)[0])
+        clean_value += share * value_clean
+        corrupted_value += share * value_corrupted
         grads = _gradients(s, m, method, steps, a, b, acts_clean, acts_corrupted)
-        diff = (acts_corrupted - acts_clean).double()
+        diff = acts_corrupted - acts_clean  # (in the model's dtype: a float64 model gets float64 scores)
         for group, grad in zip(comps.groups(), grads, strict=True):
-            block = torch.einsum("bpud,bprd->ur", diff[:, :, : group.upstream], grad.double())
+            block = torch.einsum("bpud,bprd->ur", diff[:, :, : group.upstream], grad).double()
             scores[: group.upstream, group.first : group.first + group.size] += share * block.cpu().numpy()
     whole = s.whole
     if whole.normalise:

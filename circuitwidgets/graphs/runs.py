@@ -87,6 +87,11 @@ def chunks(s: Setup, per_prompt_bytes: int) -> list[tuple[int, int, Metric]]:
 
 def writes(s: Setup, tokens: torch.Tensor) -> torch.Tensor:
     """Every sender's write ``[batch, pos, senders, d_model]`` on ``tokens`` (no gradient)."""
+    return writes_and_value(s, tokens, None)[0]
+
+
+def writes_and_value(s: Setup, tokens: torch.Tensor, m: Metric | None) -> tuple[torch.Tensor, float]:
+    """Every sender's write on ``tokens`` and, from the same pass, the metric ``m`` (NaN without one)."""
     out: list[torch.Tensor] = []
 
     def keep(_: int, value: torch.Tensor) -> torch.Tensor:
@@ -94,8 +99,12 @@ def writes(s: Setup, tokens: torch.Tensor) -> torch.Tensor:
         return value
 
     with torch.no_grad():
-        split_run(s.model, s.comps, tokens, edit_output=keep)
-    return torch.cat(out, dim=2)
+        if m is None:
+            split_run(s.model, s.comps, tokens, edit_output=keep)
+            return torch.cat(out, dim=2), float("nan")
+        logits = logits_of(s, m, tokens, edit_output=keep)
+        value = float(metric_values(m, logits, 1, tokens.shape[0])[0])
+    return torch.cat(out, dim=2), value
 
 
 def metric_values(m: Metric, logits: torch.Tensor, n: int, batch: int) -> torch.Tensor:
@@ -127,4 +136,13 @@ def bytes_per_sequence(model: CircuitModel, n_pos: int, comps: Components) -> in
     return per_pos * n_pos * model.W_E.element_size()
 
 
-__all__: Sequence[str] = ("Setup", "chunks", "logits_of", "metric_values", "setup", "sliced", "writes")
+__all__: Sequence[str] = (
+    "Setup",
+    "chunks",
+    "logits_of",
+    "metric_values",
+    "setup",
+    "sliced",
+    "writes",
+    "writes_and_value",
+)
