@@ -75,7 +75,7 @@ def forward_backward(model: cw.CircuitModel, tokens: torch.Tensor, chunk: int = 
         with torch.enable_grad():  # (the logits at the last position, two ids: what the metric reads)
             record = Recorder({}, set(), {("embed", None): add})
             logits = model.run_from(part, 0, None, record, positions=[part.shape[1] - 1], columns=torch.tensor([0, 1]))
-            logits.sum().backward()  # type: ignore[no-untyped-call]
+            logits.sum().backward()
 
 
 def forward(model: cw.CircuitModel, tokens: torch.Tensor, chunk: int = 500) -> None:
