@@ -222,7 +222,7 @@ class Graph:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Graph:
         """Read a graph written by :meth:`save` (safetensors only: nothing is unpickled; a truncated or
-        inconsistent file is an :class:`ArgumentError` naming it)."""
+        inconsistent file is an :class:`~circuitwidgets.errors.ArgumentError` naming it)."""
         from safetensors import SafetensorError
         from safetensors.numpy import load as load_bytes
 

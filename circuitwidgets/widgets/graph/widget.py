@@ -4,7 +4,7 @@ One view for both kinds of graph: component graphs from edge attribution
 (embeddings, heads with their q/k/v inputs as ports, MLPs, logits, by layer ×
 head) and attribution graphs (nodes per position, by layer × position). A
 size slider keeps the strongest edges (``size``, a trait a cell can read and
-set; :attr:`circuit` is that pruned graph); beside it, the faithfulness curve
+set; ``circuit`` is that pruned graph); beside it, the faithfulness curve
 over circuit sizes, with the chosen size marked. A click on a node selects it
 (``selected_node``); a head (or one of its inputs) also selects the head
 (``selected_layer`` / ``selected_head``), which :func:`circuitwidgets.link`
