@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from circuitwidgets.causal.metrics import Metric
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.graphs.components import Components, Group
 from circuitwidgets.graphs.graph import Graph
@@ -85,14 +86,10 @@ def edge_attribution(
     clean_value = corrupted_value = 0.0
     for start, stop, m in chunks(s, variants * bytes_per_sequence(model, s.clean.shape[1], comps)):
         a, b = s.clean[start:stop], s.corrupted[start:stop]
-        (acts_clean, value_clean), (acts_corrupted, value_corrupted) = (
-            writes_and_value(s, a, m),
-            writes_and_value(s, b, m),
-        )
+        grads, acts_clean, acts_corrupted, values = _runs(s, m, method, steps, a, b)
         share = (stop - start) / n
-        clean_value += share * value_clean
-        corrupted_value += share * value_corrupted
-        grads = _gradients(s, m, method, steps, a, b, acts_clean, acts_corrupted)
+        clean_value += share * values[0]
+        corrupted_value += share * values[1]
         diff = acts_corrupted - acts_clean  # (in the model's dtype: a float64 model gets float64 scores)
         for group, grad in zip(comps.groups(), grads, strict=True):
             block = torch.einsum("bpud,bprd->ur", diff[:, :, : group.upstream], grad).double()
@@ -124,44 +121,80 @@ def _n_variants(method: str, steps: int, comps: Components) -> int:
     return steps * (1 + comps.n_layers * (1 + int(comps.has_mlp)))
 
 
+def _runs(
+    s: Setup, m: Metric, method: str, steps: int, a: torch.Tensor, b: torch.Tensor
+) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, tuple[float, float]]:
+    """The gradients of :func:`_gradients`, both prompts' writes and metric values (clean, corrupted).
+
+    ``eap`` and ``clean-corrupted`` run the clean (and corrupted) prompts themselves in the
+    gradient pass, so their writes and values are recorded there (one or two forward
+    passes fewer); the integrated-gradients methods record them first, to interpolate.
+    """
+    if method in ("eap-ig-inputs", "eap-ig-activations"):
+        (acts_clean, clean_value), (acts_corrupted, corrupted_value) = (
+            writes_and_value(s, a, m),
+            writes_and_value(s, b, m),
+        )
+        grads, _, _ = _gradients(s, m, method, steps, a, b, acts_clean, acts_corrupted)
+        return grads, acts_clean, acts_corrupted, (clean_value, corrupted_value)
+    grads, recorded, values = _gradients(s, m, method, steps, a, b, None, None)
+    n = a.shape[0]
+    if method == "eap":
+        acts_corrupted, corrupted_value = writes_and_value(s, b, m)
+        return grads, recorded, acts_corrupted, (values[0], corrupted_value)
+    return grads, recorded[:n], recorded[n:], (values[0], values[1])
+
+
 def _gradients(
     s: Setup,
-    m: object,
+    m: Metric,
     method: str,
     steps: int,
     a: torch.Tensor,
     b: torch.Tensor,
-    acts_clean: torch.Tensor,
-    acts_corrupted: torch.Tensor,
-) -> list[torch.Tensor]:
-    """Per receiver group, ``Σ_variants ∂metric/∂input / variants`` ``[batch, pos, group size, d_model]``."""
+    acts_clean: torch.Tensor | None,
+    acts_corrupted: torch.Tensor | None,
+) -> tuple[list[torch.Tensor], torch.Tensor, list[float]]:
+    """Per receiver group, ``Σ_variants ∂metric/∂input / variants`` ``[batch, pos, group size, d_model]``; the
+    writes of every variant (when no interpolation is given, else empty) and each variant's metric."""
     comps = s.comps
     n = a.shape[0]
     v = _n_variants(method, steps, comps)
     tokens = torch.cat([a, b]) if method == "clean-corrupted" else a.repeat(v, 1)
     leaves: list[torch.Tensor] = []
+    recorded: list[torch.Tensor] = []
 
     def add_leaf(group: Group, x: torch.Tensor, _: Callable[[], torch.Tensor]) -> torch.Tensor:
         leaf = torch.zeros_like(x, requires_grad=True)
         leaves.append(leaf)
         return x + leaf
 
-    edit_output = _interpolation(method, steps, comps, acts_clean, acts_corrupted, n)
+    def record(_: int, value: torch.Tensor) -> torch.Tensor:
+        recorded.append(value.detach())
+        return value
+
+    edit_output = (
+        _interpolation(method, steps, comps, acts_clean, acts_corrupted, n)
+        if acts_clean is not None and acts_corrupted is not None
+        else record
+    )
     with torch.enable_grad():
-        logits = logits_of(s, m, tokens, edit_input=add_leaf, edit_output=edit_output)  # type: ignore[arg-type]
-        metric_values(m, logits, v, n).sum().backward()  # type: ignore[arg-type,no-untyped-call]
+        logits = logits_of(s, m, tokens, edit_input=add_leaf, edit_output=edit_output)
+        values = metric_values(m, logits, v, n)
+        values.sum().backward()  # type: ignore[no-untyped-call]
     out = []
     for leaf in leaves:
         grad = leaf.grad
         assert grad is not None
         out.append(grad.view(v, n, *grad.shape[1:]).sum(0) / v)
-    return out
+    writes = torch.cat(recorded, dim=2) if recorded else torch.zeros(0)
+    return out, writes, [float(x) for x in values.detach()]
 
 
 def _interpolation(
     method: str, steps: int, comps: Components, clean: torch.Tensor, corrupted: torch.Tensor, n: int
 ) -> Callable[[int, torch.Tensor], torch.Tensor] | None:
-    """The output edit of the integrated-gradients methods (``None`` for the others).
+    """The output edit of the integrated-gradients methods (``None`` for the others: ``record`` is used).
 
     Variants are stacked variant-major; variant ``i`` of ``eap-ig-inputs`` sets the input to
     ``corrupted + i/steps (clean − corrupted)``; variant ``g · steps + k − 1`` of ``eap-ig-activations``
