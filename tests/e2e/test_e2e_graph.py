@@ -54,10 +54,9 @@ def test_the_graph_draws_prunes_and_selects_a_head_in_the_linked_view(
     screenshot(graph, "graph-120-edges")
     # a click on a head selects it here and in the linked attention view
     graph.locator('[data-cw-kind="head"][data-cw-node]').nth(13).click()  # the second layer's H1 (rows: L0 heads, …)
-    status = wait_status(graph, r"selected; hover")
-    layer_head = status.split(" selected")[0]
-    assert layer_head.startswith("L")
-    layer, head = layer_head[1:].split("H")
+    graph.locator(".cw-title").hover()  # (the pointer off the node: the status says what is selected)
+    status = wait_status(graph, r"^L\d+H\d+ selected; hover")
+    layer, head = status.split(" selected")[0][1:].split("H")
     wait_status(attention, rf"^Layer {layer}, head {head} ")
     assert graph.locator("[data-cw-selected]").count() == 1
     page_log.assert_offline_clean()

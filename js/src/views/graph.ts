@@ -277,7 +277,9 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       const target = event.target as Element | null;
       const g = target?.closest?.("[data-cw-node]");
       const edge = target?.closest?.("[data-cw-edge]");
-      const title = (g ?? edge)?.querySelector?.("title")?.textContent ?? null;
+      const text = (g ?? edge)?.querySelector?.("title")?.textContent ?? null;
+      const node = g ? Number(g.getAttribute("data-cw-node")) : -1;
+      const title = text !== null && node >= 0 && node === num(m.get("selected_node")) ? `${text} (selected)` : text;
       if (title === hovered) return;
       hovered = title;
       status();
