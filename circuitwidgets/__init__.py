@@ -36,6 +36,12 @@ _LAZY = {
     "LogitAttribution": "circuitwidgets.widgets",
     "Superposition": "circuitwidgets.widgets",
     "link": "circuitwidgets.widgets.core.link",
+    "Graph": "circuitwidgets.graphs",
+    "edge_attribution": "circuitwidgets.graphs",
+    "edge_patch": "circuitwidgets.graphs",
+    "faithfulness": "circuitwidgets.graphs",
+    "faithfulness_curve": "circuitwidgets.graphs",
+    "AttributionGraph": "circuitwidgets.widgets",
     "save_html": "circuitwidgets.export",
     "train_toy": "circuitwidgets.superposition",
 }
@@ -46,7 +52,7 @@ __all__ = sorted([*_LAZY, "__version__"])
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in ("circuits", "causal", "widgets", "errors", "export", "superposition"):
+    if name in ("circuits", "causal", "graphs", "widgets", "errors", "export", "superposition"):
         return importlib.import_module(f"circuitwidgets.{name}")
     raise AttributeError(f"module 'circuitwidgets' has no attribute {name!r}")
 
