@@ -20,7 +20,13 @@ import torch
 from torch import nn
 
 from circuitwidgets._checks import check_choice, check_int
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
+from circuitwidgets.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    IncompleteCheckpointError,
+    NonFiniteError,
+    ShapeError,
+)
 from circuitwidgets.features.activation import ACTIVATIONS, apply_activation
 from circuitwidgets.features.sites import SITE_WIDTHS, read_sites, site_width
 from circuitwidgets.model import CircuitModel
@@ -287,7 +293,14 @@ class Dictionary(nn.Module):
     def from_tensors(
         cls, config: Mapping[str, Any], tensors: Mapping[str, torch.Tensor], source: str = ""
     ) -> Dictionary:
-        """Inverse of :meth:`config` and :meth:`tensors`."""
+        """Inverse of :meth:`config` and :meth:`tensors` (``source``, e.g. a file, is named in errors)."""
+        where = f"{source}: " if source else ""
+        missing = [n for n in ("W_enc", "b_enc", "W_dec", "b_dec") if n not in tensors]
+        if missing:
+            raise IncompleteCheckpointError(f"{where}tensors: expected W_enc, b_enc, W_dec, b_dec, missing {missing}")
+        absent = [n for n in ("kind", "activation", "layer") if n not in config]
+        if absent:
+            raise ArgumentError(f"{where}config: expected kind, activation and layer, missing {absent}")
         return cls(
             config["kind"],
             config["activation"],
