@@ -2,7 +2,7 @@
 
 The public surface is small: a canonical model (:class:`CircuitModel`) and its
 loaders, the engine in :mod:`circuitwidgets.circuits` (weights) and :mod:`circuitwidgets.causal`
-(interventions on a run), the widgets, and
+(interventions on a run), sparse dictionaries in :mod:`circuitwidgets.features`, the widgets, and
 :func:`save_html`. Heavy modules load on first use.
 """
 
@@ -44,7 +44,7 @@ __all__ = sorted([*_LAZY, "__version__"])
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in ("circuits", "causal", "widgets", "errors", "export"):
+    if name in ("circuits", "causal", "features", "widgets", "errors", "export"):
         return importlib.import_module(f"circuitwidgets.{name}")
     raise AttributeError(f"module 'circuitwidgets' has no attribute {name!r}")
 
