@@ -1,7 +1,8 @@
 """Sparse dictionaries (SAEs, transcoders, skip-transcoders): features, not just neurons (DESIGN.md §3d).
 
 - :class:`Dictionary`: ``encode``, ``decode``, ``inputs(model, tokens)``, ``features(model, tokens)``;
-- :func:`train_dictionary`: train one on activations streamed from a model run over the corpus;
+- :func:`train_dictionary` / :func:`train_dictionaries`: train on activations streamed from runs of a
+  model over the corpus (several dictionaries from one pass);
 - :func:`evaluate`: SAELens's evaluation numbers (L0, explained variance, CE loss recovered, ...);
 - :func:`load_pretrained`: the shipped dictionaries of a shipped model, by name (``"L0.tc"``, ...);
 - :func:`save_saelens` / :func:`load_saelens`, :func:`save_circuit_tracer` / :func:`load_circuit_tracer`: files.
@@ -19,9 +20,13 @@ _LAZY = {
     "KINDS": "circuitwidgets.features.dictionary",
     "ACTIVATIONS": "circuitwidgets.features.activation",
     "train_dictionary": "circuitwidgets.features.train",
+    "train_dictionaries": "circuitwidgets.features.train",
+    "DictionarySpec": "circuitwidgets.features.train",
     "DictionaryTrainConfig": "circuitwidgets.features.train",
     "evaluate": "circuitwidgets.features.evaluate",
     "load_pretrained": "circuitwidgets.features.pretrained",
+    "list_pretrained_dictionaries": "circuitwidgets.features.pretrained",
+    "dictionary_card": "circuitwidgets.features.pretrained",
     "save": "circuitwidgets.features.files",
     "load": "circuitwidgets.features.files",
     "save_saelens": "circuitwidgets.features.saelens_format",
