@@ -139,7 +139,8 @@ def main() -> None:
         try:
             results["SAELens TopKTrainingSAE (sparse)"] = _run(args.saelens_python, _SAELENS_SIDE, *common, 1)
         except RuntimeError as exc:  # its sparse path uses sparse kernels that CPU torch may lack
-            last = str(exc).strip().splitlines()[-1][:160]
+            lines = str(exc).strip().splitlines()
+            last = next((line for line in lines if "Error" in line), lines[-1])[:160]
             print(f"SAELens with use_sparse_activations=True did not run: {last}")
     ours = results["circuitwidgets (sparse TopK step)"]["rows_per_s"]
     print(f"{args.rows // 2:,} rows of gelu-2l resid_post (collected in {collect_s:.0f} s), width {args.width}, "

@@ -11,6 +11,7 @@ from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.evaluate import evaluate
 
 
+@torch.no_grad()
 def _reference(d: Dictionary, model, tokens: torch.Tensor, bos: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """The metrics from their definitions: one clean cache, explicit hooks, torch's own losses."""
     _, cache = model.run_with_cache(tokens, names=["resid_mid", "mlp_out", "resid_post", "scale_mlp"])

@@ -36,6 +36,7 @@ def report() -> dict[str, object]:
     return result
 
 
+@pytest.mark.slow
 def test_files_load_both_ways_with_the_same_maps(report: dict[str, object]) -> None:
     files = report["files"]
     assert isinstance(files, dict) and len(files) == 20
@@ -43,6 +44,7 @@ def test_files_load_both_ways_with_the_same_maps(report: dict[str, object]) -> N
         assert difference < 1e-12, name
 
 
+@pytest.mark.slow
 def test_every_evaluation_number_agrees_with_saelens(report: dict[str, object]) -> None:
     evals = report["evals"]
     assert isinstance(evals, dict) and len(evals) == 14
