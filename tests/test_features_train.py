@@ -96,3 +96,10 @@ def test_trainer_learns_and_resumes(tmp_path: Path) -> None:
     assert fvu[-1] < fvu[0]
     d = resumed["L1.tc"]
     assert d.kind == "transcoder" and d.threshold is not None and d.d_sae == 24
+
+
+def test_cli_refuses_a_bad_dictionary_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    from circuitwidgets.cli import main
+
+    assert main(["train-dictionary", "-o", "unused", "--dict", "transcoder", "--tokens", "10"]) == 2
+    assert "--dict: expected KIND[:SITE]@LAYER" in capsys.readouterr().err
