@@ -2,7 +2,7 @@
 
 The public surface is small: a canonical model (:class:`CircuitModel`) and its
 loaders, the engine in :mod:`circuitwidgets.circuits` (weights) and :mod:`circuitwidgets.causal`
-(interventions on a run), the widgets, and
+(interventions on a run), sparse dictionaries in ``circuitwidgets.features``, the widgets, and
 :func:`save_html`. Heavy modules load on first use.
 """
 
@@ -52,7 +52,7 @@ __all__ = sorted([*_LAZY, "__version__"])
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in ("circuits", "causal", "graphs", "widgets", "errors", "export", "superposition"):
+    if name in ("circuits", "causal", "features", "graphs", "widgets", "errors", "export", "superposition"):
         return importlib.import_module(f"circuitwidgets.{name}")
     raise AttributeError(f"module 'circuitwidgets' has no attribute {name!r}")
 

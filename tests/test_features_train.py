@@ -1,0 +1,105 @@
+"""The sparse training step against the dense definition, and the trainer end to end (resumable) on a small model."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from _features import mlp_model
+
+from circuitwidgets.features.dictionary import Dictionary
+from circuitwidgets.features.objective import TrainingDictionary, sparse_step
+from circuitwidgets.features.train import DictionarySpec, DictionaryTrainConfig, train_dictionaries
+
+
+def _dense_loss(
+    d: Dictionary, x: torch.Tensor, y: torch.Tensor, dead: torch.Tensor | None, k_aux: int, n_aux: int
+) -> torch.Tensor:
+    """The step's loss written densely from the definitions (encode, decode, aux on the first n_aux rows)."""
+    assert d.k is not None
+    pre = x @ d.W_enc + d.b_enc
+    if d.activation == "topk":
+        idx = torch.topk(pre.detach(), d.k, dim=-1).indices
+        mask = torch.zeros_like(pre).scatter(-1, idx, 1.0)
+    else:
+        flat = pre.detach().relu().reshape(-1)
+        mask = torch.zeros_like(flat).scatter(-1, torch.topk(flat, d.k * x.shape[0]).indices, 1.0).reshape(pre.shape)
+    f = (pre * mask).relu()
+    recon = f @ d.W_dec + d.b_dec + (x @ d.W_skip if d.W_skip is not None else 0)
+    var = (y - y.mean(0)).pow(2).sum(-1).mean()
+    loss = (recon - y).pow(2).sum(-1).mean() / var
+    if dead is not None:
+        kk = min(k_aux, int(dead.sum()))
+        masked = pre.detach()[:n_aux].masked_fill(~dead, float("-inf"))
+        amask = torch.zeros_like(masked).scatter(-1, torch.topk(masked, kk, dim=-1).indices, 1.0)
+        guess = (pre[:n_aux] * amask) @ d.W_dec
+        e = (y[:n_aux] - recon[:n_aux]).detach()
+        loss = loss + (guess - e).pow(2).sum(-1).mean() / (e - e.mean(0)).pow(2).sum(-1).mean() / 32
+    return loss
+
+
+@pytest.mark.parametrize("activation", ["topk", "batchtopk"])
+@pytest.mark.parametrize("kind", ["sae", "skip-transcoder"])
+def test_sparse_step_gradients_equal_dense(kind: str, activation: str) -> None:
+    g = torch.Generator().manual_seed(0)
+    base = Dictionary.random(
+        kind, activation, 6, 20, layer=0, in_site="resid_post" if kind == "sae" else None, k=3, dtype=torch.float64
+    )
+    with torch.no_grad():
+        base.b_enc.normal_(0, 0.3, generator=g)
+        if base.W_skip is not None:
+            base.W_skip.normal_(0, 0.3, generator=g)
+    x = torch.randn(10, 6, generator=g, dtype=torch.float64)
+    y = torch.randn(10, 6, generator=g, dtype=torch.float64)
+    dead = torch.zeros(20, dtype=torch.bool)
+    dead[::3] = True
+    td = TrainingDictionary(base)
+    result = sparse_step(td, x, y, dead, k_aux=4, aux_coefficient=1 / 32, aux_rows=7)
+    result.loss.backward()  # type: ignore[no-untyped-call]
+    dense = _dense_loss(base, x, y, dead, 4, 7)
+    dense.backward()  # type: ignore[no-untyped-call]
+    torch.testing.assert_close(result.loss.detach(), dense.detach())
+    assert base.W_enc.grad is not None and td.W_enc_t.grad is not None
+    torch.testing.assert_close(td.W_enc_t.grad.t(), base.W_enc.grad)
+    for name in ("b_enc", "W_dec", "b_dec") + (("W_skip",) if kind != "sae" else ()):
+        torch.testing.assert_close(getattr(td, name).grad, getattr(base, name).grad, msg=name)
+
+
+def test_trainer_learns_and_resumes(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = mlp_model(dtype=torch.float32)
+    corpus = np.random.default_rng(0).integers(0, 40, size=4000).astype(np.uint16)
+    specs = [DictionarySpec("transcoder", 1, width=24, k=4), DictionarySpec("sae", 0, "resid_post", width=24, k=4)]
+    cfg = DictionaryTrainConfig(tokens=64 * 40, batch_size=64, n_ctx=16, buffer_rows=512, windows_per_run=4, lr=3e-3,
+                                checkpoint_every=10, log_every=10, threads=1, dead_tokens=200)  # fmt: skip
+    log = io.StringIO()
+    first = train_dictionaries(
+        model,
+        specs,
+        tmp_path / "a",
+        DictionaryTrainConfig(**{**cfg.__dict__, "tokens": 64 * 20}),
+        corpus=corpus,
+        log=log,
+    )
+    assert set(first) == {"L1.tc", "L0.resid_post"}
+    state = json.loads((tmp_path / "a" / "state.json").read_text())
+    assert state["step"] == 20 and state["window"] > 0
+    resumed = train_dictionaries(model, specs, tmp_path / "a", cfg, corpus=corpus, log=log)
+    assert "from step 20" in log.getvalue()
+    records = [json.loads(line) for line in (tmp_path / "a" / "log.jsonl").read_text().splitlines()]
+    assert records[-1]["step"] == 40
+    fvu = [r["dictionaries"]["L0.resid_post"]["fvu"] for r in records]
+    assert fvu[-1] < fvu[0]
+    d = resumed["L1.tc"]
+    assert d.kind == "transcoder" and d.threshold is not None and d.d_sae == 24
+
+
+def test_cli_refuses_a_bad_dictionary_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    from circuitwidgets.cli import main
+
+    assert main(["train-dictionary", "-o", "unused", "--dict", "transcoder", "--tokens", "10"]) == 2
+    assert "--dict: expected KIND[:SITE]@LAYER" in capsys.readouterr().err
