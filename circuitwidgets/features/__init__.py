@@ -4,6 +4,8 @@
 - :func:`train_dictionary`: train one on activations streamed from a model run over the corpus;
 - :func:`evaluate`: SAELens's evaluation numbers (L0, explained variance, CE loss recovered, ...);
 - :func:`load_pretrained`: the shipped dictionaries of a shipped model, by name (``"L0.tc"``, ...);
+- :func:`max_activating` over :func:`neurons`, :func:`head_outputs` or :func:`dictionary_features`:
+  top contexts, a random sample and a histogram for every unit of a layer, in one streaming pass;
 - :func:`save_saelens` / :func:`load_saelens`, :func:`save_circuit_tracer` / :func:`load_circuit_tracer`: files.
 
 Heavy modules load on first use.
@@ -28,6 +30,13 @@ _LAZY = {
     "load_saelens": "circuitwidgets.features.saelens_format",
     "save_circuit_tracer": "circuitwidgets.features.circuit_tracer_format",
     "load_circuit_tracer": "circuitwidgets.features.circuit_tracer_format",
+    # reading units (neurons, heads, features) over a corpus: max-activating examples, logit effects, virtual weights
+    "Units": "circuitwidgets.features.units",
+    "neurons": "circuitwidgets.features.units",
+    "head_outputs": "circuitwidgets.features.units",
+    "dictionary_features": "circuitwidgets.features.units",
+    "Examples": "circuitwidgets.features.examples",
+    "max_activating": "circuitwidgets.features.examples",
 }
 
 __all__ = sorted(_LAZY)
