@@ -59,10 +59,8 @@ def corpus() -> torch.Tensor:
 def slow_activations(model: CircuitModel, tokens: torch.Tensor, kind: str, layer: int) -> torch.Tensor:
     """``[n_tokens, n_units]`` from one cached run: mlp_post, or each head's ‖z_h W_O^h‖ from the cached result."""
     _, cache = model.run_with_cache(tokens)
-    if kind == "neuron":
-        acts = cache["mlp_post", layer]
-    else:
-        acts = cache["result", layer].norm(dim=-1)  # [batch, pos, head, d_model] -> [batch, pos, head]
+    # heads: [batch, pos, head, d_model] -> [batch, pos, head]
+    acts = cache["mlp_post", layer] if kind == "neuron" else cache["result", layer].norm(dim=-1)
     return acts.flatten(0, 1)
 
 

@@ -19,6 +19,7 @@ windows, however long the corpus. Progress is printed as plain lines.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -97,7 +98,7 @@ class Examples:
 
     def window_tokens(self, index: np.ndarray) -> np.ndarray:
         """Token ids ``[..., before + 1 + after]`` of the windows around entries ``index`` (-1 beyond a row or for -1)."""
-        n_rows, n_ctx = self.tokens.shape
+        n_ctx = self.tokens.shape[1]
         index = np.asarray(index, dtype=np.int64)
         row, pos = np.divmod(np.maximum(index, 0), n_ctx)
         offsets = np.arange(-self.before, self.after + 1)
@@ -115,10 +116,11 @@ class Examples:
             return np.full(self.sample_value.shape[1], np.nan)
         cumulative = np.concatenate([[0.0], np.cumsum(counts)]) / total
         at = np.searchsorted(self.hist_edges, self.sample_value[unit], side="right") - 1
-        return cumulative[np.clip(at, 0, len(counts))]
+        out: np.ndarray = cumulative[np.clip(at, 0, len(counts))]
+        return out
 
 
-class _Stop(Exception):
+class _StopError(Exception):
     """Raised by the reading hook: the rest of the forward pass is not needed."""
 
 
@@ -131,21 +133,19 @@ def unit_activations(model: CircuitModel, units: Units, tokens: torch.Tensor) ->
 
     def grab(value: torch.Tensor) -> None:
         seen["value"] = mlp_input(model.cfg, seen["resid_mid"], value) if units.site == "mlp_in" else value
-        raise _Stop
+        raise _StopError
 
     hooks: dict[tuple[str, int | None], Hook] = {(units.site, units.layer): grab}
     if units.site == "mlp_in":  # (the MLP's normalised input: resid_mid, then its scale, in the same pass)
         hooks = {("resid_mid", units.layer): keep, ("scale_mlp", units.layer): grab}
-    try:
+    with contextlib.suppress(_StopError):
         model.run_with_cache(tokens, cache=False, hooks=hooks)
-    except _Stop:
-        pass
     return units.read(seen["value"])
 
 
 def _windows(acts: torch.Tensor, token: torch.Tensor, unit: torch.Tensor, before: int, after: int) -> torch.Tensor:
     """``[n, before + 1 + after]`` activations of ``unit`` around flat batch positions ``token`` (NaN beyond the row)."""
-    batch, n_pos, _ = acts.shape
+    n_pos = acts.shape[1]
     row, pos = token // n_pos, token % n_pos
     at = pos[:, None] + torch.arange(-before, after + 1)
     inside = (at >= 0) & (at < n_pos)
@@ -292,5 +292,5 @@ def _reporter(progress: object) -> Callable[[str], None]:
     if progress is False or progress is None:
         return lambda line: None
     if callable(progress):
-        return progress  # type: ignore[no-any-return]
+        return progress
     raise ArgumentTypeError(f"progress: expected a bool or a function of one line, got {type(progress).__name__}")
