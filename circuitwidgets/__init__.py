@@ -34,6 +34,8 @@ _LAZY = {
     "PatchingMap": "circuitwidgets.widgets",
     "LogitLens": "circuitwidgets.widgets",
     "LogitAttribution": "circuitwidgets.widgets",
+    "FeatureDashboard": "circuitwidgets.widgets",
+    "PromptFeatures": "circuitwidgets.widgets",
     "link": "circuitwidgets.widgets.core.link",
     "save_html": "circuitwidgets.export",
 }
@@ -44,7 +46,7 @@ __all__ = sorted([*_LAZY, "__version__"])
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in ("circuits", "causal", "widgets", "errors", "export"):
+    if name in ("circuits", "causal", "features", "widgets", "errors", "export"):
         return importlib.import_module(f"circuitwidgets.{name}")
     raise AttributeError(f"module 'circuitwidgets' has no attribute {name!r}")
 

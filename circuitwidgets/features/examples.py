@@ -223,8 +223,16 @@ def max_activating(
             active += torch.bincount(u, minlength=n)
             if samples:
                 key = torch.rand(u.numel(), generator=generator, dtype=dtype)
-                enter = key > sample.threshold()[u]
-                tok, u, key, value = tok[enter], u[enter], key[enter], value[enter]
+                if u.numel() > 8 * samples * n:  # dense units: only the batch's own best keys per unit can enter
+                    keys = torch.full_like(flat, -1.0)
+                    keys[tok, u] = key
+                    best = keys.topk(min(samples, flat.shape[0]), dim=0)
+                    r, u = (best.values > torch.maximum(sample.threshold(), torch.zeros(()))[None]).nonzero(as_tuple=True)
+                    tok, key = best.indices[r, u], best.values[r, u]
+                    value = flat[tok, u]
+                else:
+                    enter = key > sample.threshold()[u]
+                    tok, u, key, value = tok[enter], u[enter], key[enter], value[enter]
                 sample.merge(u, key, tok + offset, value, _windows(acts, tok, u, before, after))
             now = time.perf_counter()
             if now - last > 5 or first + batch_size >= n_rows:

@@ -7,6 +7,7 @@ from circuitwidgets.widgets.composition import CompositionMap
 from circuitwidgets.widgets.composition_vs_patching import CompositionVsPatching
 from circuitwidgets.widgets.eigen import EigenScatter
 from circuitwidgets.widgets.explorer import CircuitExplorer
+from circuitwidgets.widgets.features import FeatureDashboard, PromptFeatures
 from circuitwidgets.widgets.head_scores import HeadScores
 from circuitwidgets.widgets.history import TrainingHistory
 from circuitwidgets.widgets.logit_attribution import LogitAttribution
@@ -21,10 +22,12 @@ __all__ = [
     "CompositionMap",
     "CompositionVsPatching",
     "EigenScatter",
+    "FeatureDashboard",
     "HeadScores",
     "LogitAttribution",
     "LogitLens",
     "PatchingMap",
+    "PromptFeatures",
     "SkipTrigramTable",
     "TermImportance",
     "TrainingHistory",

@@ -13,6 +13,8 @@ import { renderComposition } from "./views/composition";
 import { renderCompVsPatching } from "./views/compvspatching";
 import { renderEigen } from "./views/eigen";
 import { renderExplorer } from "./views/explorer";
+import { renderFeatureDashboard } from "./views/features/dashboard";
+import { renderPromptFeatures } from "./views/features/prompt";
 import { renderHeadScores } from "./views/headscores";
 import { renderHistory } from "./views/history";
 import { renderLogitAttribution } from "./views/logitattribution";
@@ -30,11 +32,13 @@ export const VIEWS: Readonly<Record<string, ViewRender>> = {
   compvspatching: renderCompVsPatching,
   eigen: renderEigen,
   explorer: renderExplorer,
+  featuredashboard: renderFeatureDashboard,
   headscores: renderHeadScores,
   history: renderHistory,
   logitattribution: renderLogitAttribution,
   logitlens: renderLogitLens,
   patchingmap: renderPatchingMap,
+  promptfeatures: renderPromptFeatures,
   skiptrigrams: renderSkipTrigrams,
   termimportance: renderTermImportance,
 };

@@ -9,6 +9,10 @@ linked in the browser, with no kernel). What is linked:
   as one selection (:class:`HeadLink`: a change of either copies both at once);
 - ``selected_prompt``, between widgets showing batches of as many prompts
   (:class:`~circuitwidgets.AttentionPatterns` over several prompts);
+- ``selected_feature`` (a unit of a layer: a dictionary's feature, a neuron),
+  between widgets showing the same ``site`` (``L1.tc``, ``L1 neurons``): a
+  feature clicked in a :class:`~circuitwidgets.PromptFeatures` opens in the
+  :class:`~circuitwidgets.FeatureDashboard`;
 - ``selected_dest`` and ``selected_src`` (token positions), between widgets that
   have them and show the same number of tokens (in every prompt of a batch, or
   batches whose prompts have the same lengths, prompt by prompt); otherwise
@@ -37,7 +41,17 @@ import traitlets
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.widgets.core.base import CircuitWidget
 
-__all__ = ["HEAD_TRAITS", "POSITION_TRAITS", "PROMPT_TRAITS", "HeadLink", "Link", "LinkWarning", "link", "link_of"]
+__all__ = [
+    "FEATURE_TRAITS",
+    "HEAD_TRAITS",
+    "POSITION_TRAITS",
+    "PROMPT_TRAITS",
+    "HeadLink",
+    "Link",
+    "LinkWarning",
+    "link",
+    "link_of",
+]
 
 #: Head selection, linked whenever both widgets have it.
 HEAD_TRAITS = ("selected_layer", "selected_head")
@@ -45,11 +59,14 @@ HEAD_TRAITS = ("selected_layer", "selected_head")
 #: Prompt selection, linked between widgets showing batches of as many prompts.
 PROMPT_TRAITS = ("selected_prompt",)
 
+#: Feature (unit) selection, linked between widgets showing units of the same ``site``.
+FEATURE_TRAITS = ("selected_feature",)
+
 #: Token-position selection, linked between widgets showing as many tokens.
 POSITION_TRAITS = ("selected_dest", "selected_src")
 
 #: Everything linked, in the order it is synchronised (the prompt before positions in it).
-_LINKED = (*HEAD_TRAITS, *PROMPT_TRAITS, *POSITION_TRAITS)
+_LINKED = (*HEAD_TRAITS, *PROMPT_TRAITS, *FEATURE_TRAITS, *POSITION_TRAITS)
 
 #: Sizes that must agree for widgets to be linked (read when a widget has them).
 _SHAPE = ("n_layers", "n_heads")
@@ -178,6 +195,8 @@ class Link:
                 holders = [w for w in holders if (_size(w, "n_prompts") or 1) > 1]
                 if len({_size(w, "n_prompts") for w in holders}) > 1:
                     continue  # (batches of different sizes: prompt 3 of one is not prompt 3 of the other)
+            if name in FEATURE_TRAITS and len({getattr(w, "site", "") for w in holders}) > 1:
+                continue  # (units of different layers or dictionaries: feature 3 of one is not feature 3 of another)
             if name in POSITION_TRAITS and len(holders) > 1 and not _positions_agree(holders):
                 # (different texts: a position of one is not a position of the other)
                 note = (
