@@ -16,7 +16,9 @@ from circuitwidgets.features.objective import TrainingDictionary, sparse_step
 from circuitwidgets.features.train import DictionarySpec, DictionaryTrainConfig, train_dictionaries
 
 
-def _dense_loss(d: Dictionary, x: torch.Tensor, y: torch.Tensor, dead: torch.Tensor | None, k_aux: int, n_aux: int) -> torch.Tensor:
+def _dense_loss(
+    d: Dictionary, x: torch.Tensor, y: torch.Tensor, dead: torch.Tensor | None, k_aux: int, n_aux: int
+) -> torch.Tensor:
     """The step's loss written densely from the definitions (encode, decode, aux on the first n_aux rows)."""
     assert d.k is not None
     pre = x @ d.W_enc + d.b_enc
@@ -43,7 +45,9 @@ def _dense_loss(d: Dictionary, x: torch.Tensor, y: torch.Tensor, dead: torch.Ten
 @pytest.mark.parametrize("kind", ["sae", "skip-transcoder"])
 def test_sparse_step_gradients_equal_dense(kind: str, activation: str) -> None:
     g = torch.Generator().manual_seed(0)
-    base = Dictionary.random(kind, activation, 6, 20, layer=0, in_site="resid_post" if kind == "sae" else None, k=3, dtype=torch.float64)
+    base = Dictionary.random(
+        kind, activation, 6, 20, layer=0, in_site="resid_post" if kind == "sae" else None, k=3, dtype=torch.float64
+    )
     with torch.no_grad():
         base.b_enc.normal_(0, 0.3, generator=g)
         if base.W_skip is not None:
@@ -72,7 +76,14 @@ def test_trainer_learns_and_resumes(tmp_path: Path) -> None:
     cfg = DictionaryTrainConfig(tokens=64 * 40, batch_size=64, n_ctx=16, buffer_rows=512, windows_per_run=4, lr=3e-3,
                                 checkpoint_every=10, log_every=10, threads=1, dead_tokens=200)  # fmt: skip
     log = io.StringIO()
-    first = train_dictionaries(model, specs, tmp_path / "a", DictionaryTrainConfig(**{**cfg.__dict__, "tokens": 64 * 20}), corpus=corpus, log=log)
+    first = train_dictionaries(
+        model,
+        specs,
+        tmp_path / "a",
+        DictionaryTrainConfig(**{**cfg.__dict__, "tokens": 64 * 20}),
+        corpus=corpus,
+        log=log,
+    )
     assert set(first) == {"L1.tc", "L0.resid_post"}
     state = json.loads((tmp_path / "a" / "state.json").read_text())
     assert state["step"] == 20 and state["window"] > 0

@@ -99,6 +99,6 @@ export function columnWindow(scrollLeft: number, viewWidth: number, width: numbe
 export function short(v: number): string {
   if (!Number.isFinite(v)) return "–";
   const a = Math.abs(v);
-  if (a !== 0 && (a < 1e-3 || a >= 1e4)) return v.toExponential(1);
+  if (a !== 0 && (a < 1e-2 || a >= 1e4)) return v.toExponential(1);
   return a >= 100 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : v.toFixed(2);
 }

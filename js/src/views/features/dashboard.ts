@@ -54,8 +54,9 @@ const strings = (v: unknown): string[] => (Array.isArray(v) ? v.map((s) => Strin
 const int = (v: unknown, fallback = 0): number => (typeof v === "number" && Number.isInteger(v) ? v : fallback);
 
 /** One example as a line of token spans shaded by the unit's activation; the example's own token outlined. */
-function exampleLine(doc: Document, ex: Example, label: string): HTMLDivElement {
+function exampleLine(doc: Document, ex: Example, label: string, row: number): HTMLDivElement {
   const line = el(doc, "div", "cw-fd-example");
+  line.dataset.cwRow = String(row);
   const value = el(doc, "span", "cw-fd-value");
   value.textContent = label;
   const text = el(doc, "span", "cw-fd-text");
@@ -205,7 +206,7 @@ export function renderFeatureDashboard({ model, el: root }: RenderProps<FeatureD
     h1.textContent = `${unitName(u)}: top activations`;
     const h2 = el(doc, "div", "cw-fd-heading");
     h2.textContent = "random sample of its active tokens (quantile among them)";
-    left.replaceChildren(h1, ...top.map((ex) => exampleLine(doc, ex, short(ex.value))), h2, ...sample.map((ex) => exampleLine(doc, ex, `${short(ex.value)} · q${Math.round(ex.quantile * 100)}`)));
+    left.replaceChildren(h1, ...top.map((ex, i) => exampleLine(doc, ex, short(ex.value), i)), h2, ...sample.map((ex, i) => exampleLine(doc, ex, `${short(ex.value)} · q${Math.round(ex.quantile * 100)}`, nTop + i)));
     if (top.length === 0) left.append(Object.assign(el(doc, "div", "cw-note"), { textContent: "never active on the corpus read" }));
     const density = x.density.data[u] as number;
     const stats = el(doc, "div", "cw-fd-stats");

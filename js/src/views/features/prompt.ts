@@ -74,9 +74,11 @@ export function renderPromptFeatures({ model, el: root }: RenderProps<PromptFeat
     const feature = int(m.get("selected_feature"));
     const { start, end } = columnWindow(scroller.scrollLeft, scroller.clientWidth, COLUMN, n);
     track.style.width = `${n * COLUMN}px`;
+    track.style.height = `${(k + 1) * 24 + 8}px`;
     const columns: HTMLElement[] = [];
     for (let p = start; p < end; p++) {
       const col = el(doc, "div", p === dest ? "cw-pf-col cw-pf-selected" : "cw-pf-col");
+      col.dataset.cwRow = String(p);
       col.style.left = `${p * COLUMN}px`;
       col.style.width = `${COLUMN - 4}px`;
       const tok = el(doc, "button", "cw-pf-token cw-token");
