@@ -51,7 +51,18 @@ bundle: $(BUNDLE)
 demo: setup
 	$(BIN)/circuitwidgets report -o report.html
 
-test: setup
+# sae-lens, for tests/test_features_saelens.py (dictionaries and evaluation numbers against SAELens
+# itself), in its own environment: sae-lens pins transformer-lens < 4, which clashes with ours (4.x),
+# so it is not an extra of the package. torch first and pinned, as for $(VENV).
+SAELENS_VENV := .venv-saelens
+$(SAELENS_VENV)/.installed:
+	$(PYTHON) -m venv $(SAELENS_VENV)
+	$(SAELENS_VENV)/bin/pip install "$(TORCH_SPEC)"
+	$(SAELENS_VENV)/bin/pip install "sae-lens==6.54.12"
+	$(SAELENS_VENV)/bin/python -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '2.13.0')"
+	touch $@
+
+test: setup $(SAELENS_VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

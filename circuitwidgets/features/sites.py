@@ -80,16 +80,21 @@ def read_sites(model: CircuitModel, tokens: torch.Tensor, layer: int, sites: Seq
 
 
 def splice_hooks(
-    cfg: ModelConfig, layer: int, in_site: str, out_site: str, replace: Callable[[torch.Tensor], torch.Tensor]
+    cfg: ModelConfig,
+    layer: int,
+    in_site: str,
+    out_site: str,
+    replace: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> dict[tuple[str, int | None], Hook]:
-    """Hooks that write ``replace(input)`` at ``(out_site, layer)``, ``input`` being what ``in_site`` holds in the same pass.
+    """Hooks that write ``replace(input, current)`` at ``(out_site, layer)``: ``input`` is what ``in_site`` holds in
+    the same pass, ``current`` what ``out_site`` would hold.
 
     An SAE (``in_site == out_site``) replaces the site's activation by its
     reconstruction; a transcoder (``mlp_in`` → ``mlp_out``) replaces the MLP's
     output by its prediction from the MLP's input, read earlier in the same pass.
     """
     if in_site == out_site:
-        return {(out_site, layer): replace}
+        return {(out_site, layer): lambda value: replace(value, value)}
     if in_site != "mlp_in":
         raise ArgumentError(
             f"in_site: a dictionary reading one site and writing another must read 'mlp_in', got {in_site!r}"
@@ -103,7 +108,7 @@ def splice_hooks(
         return hook
 
     def write(value: torch.Tensor) -> torch.Tensor:
-        return replace(mlp_input(cfg, seen["resid_mid"], seen["scale_mlp"]))
+        return replace(mlp_input(cfg, seen["resid_mid"], seen["scale_mlp"]), value)
 
     return {("resid_mid", layer): keep("resid_mid"), ("scale_mlp", layer): keep("scale_mlp"), (out_site, layer): write}
 
