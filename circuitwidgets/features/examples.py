@@ -5,7 +5,7 @@
 the units read, and keeps per unit (neuron, head output or dictionary feature:
 :mod:`circuitwidgets.features.units`):
 
-- the ``k`` tokens where it is largest, each with the unit's activations over a
+- the ``k`` tokens where it is largest (among those where it is positive), each with the unit's activations over a
   context window around it (``before`` tokens before, ``after`` after);
 - a uniform random sample of ``samples`` of the tokens where it is positive
   (with their windows): sorted by activation they show its typical, not only
@@ -53,8 +53,8 @@ class Examples:
     before, after
         The context window: ``before`` tokens before the entry, ``after`` after.
     top_value, top_index, top_context
-        ``[n_units, k]`` largest activations, best first (NaN and -1 where a unit
-        had fewer tokens), their token indices, and ``[n_units, k, before + 1 +
+        ``[n_units, k]`` largest positive activations, best first (NaN and -1
+        where a unit was positive on fewer tokens), their token indices, and ``[n_units, k, before + 1 +
         after]`` the unit's activations over each window (float16, NaN beyond a row).
     sample_value, sample_index, sample_context
         The same for a uniform random sample of the tokens where the unit is
@@ -211,16 +211,20 @@ def max_activating(
             acts = acts if acts.dtype == torch.float64 else acts.float()  # (float64 models keep their precision)
             flat = acts.reshape(-1, n)
             offset = first * n_ctx
-            # top k: only the batch's own k best per unit can enter, and only above the table's k-th
-            best = flat.topk(min(k, flat.shape[0]), dim=0)
-            r, u = (best.values > top.threshold()[None]).nonzero(as_tuple=True)
-            tok = best.indices[r, u]
-            top.merge(u, best.values[r, u], tok + offset, best.values[r, u], _windows(acts, tok, u, before, after))
-            # the positive entries: histogram, counts, and the random sample's keys (uniform, one per entry)
+            # the positive entries: histogram, counts, and (sparse units) the top k's candidates
             tok, u = (flat > 0).nonzero(as_tuple=True)
             value = flat[tok, u]
             histogram_update(counts, u, value)
             active += torch.bincount(u, minlength=n)
+            if u.numel() <= flat.numel() // 8:  # sparse: only positive entries above the table's k-th can enter
+                enter = value > top.threshold()[u]
+                t_tok, t_u, t_value = tok[enter], u[enter], value[enter]
+            else:  # dense: only the batch's own k best per unit can enter, and only above the table's k-th
+                best = flat.topk(min(k, flat.shape[0]), dim=0)
+                floor = top.threshold().clamp_min(0)  # (only positive activations count)
+                r, t_u = (best.values > floor[None]).nonzero(as_tuple=True)
+                t_tok, t_value = best.indices[r, t_u], best.values[r, t_u]
+            top.merge(t_u, t_value, t_tok + offset, t_value, _windows(acts, t_tok, t_u, before, after))
             if samples:
                 key = torch.rand(u.numel(), generator=generator, dtype=dtype)
                 if u.numel() > 8 * samples * n:  # dense units: only the batch's own best keys per unit can enter

@@ -8,7 +8,7 @@ in the browser, with no kernel). Per unit:
   the unit's activation over each window quantised to uint8 against the unit's
   largest activation (the exact centre activations are float32 beside them);
 - its histogram (uint32 counts on shared log-spaced edges) and density;
-- its promoted and suppressed tokens (:func:`~circuitwidgets.features.logit_effects`)
+- its promoted and suppressed tokens (``circuitwidgets.features.logit_effects``)
   and nearby units by decoder cosine, where the unit has an output direction.
 """
 

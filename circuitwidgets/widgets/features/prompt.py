@@ -39,8 +39,8 @@ class PromptFeatures(CircuitWidget):
     model
         The model to run.
     units
-        A :class:`~circuitwidgets.features.Dictionary` (its features) or
-        :class:`~circuitwidgets.features.Units` (``features.neurons(model, 1)``).
+        A ``circuitwidgets.features.Dictionary`` (its features) or
+        ``circuitwidgets.features.Units`` (``features.neurons(model, 1)``).
     prompt
         A text or token ids (one prompt).
     k

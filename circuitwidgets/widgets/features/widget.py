@@ -38,11 +38,11 @@ class FeatureDashboard(CircuitWidget):
     Parameters
     ----------
     examples
-        A :func:`circuitwidgets.features.max_activating` result.
+        A ``circuitwidgets.features.max_activating`` result.
     model
         The model the examples were read from (its tokenizer and unembedding).
     dictionary
-        The :class:`~circuitwidgets.features.Dictionary` when the units are its
+        The ``circuitwidgets.features.Dictionary`` when the units are its
         features (its decoder gives their logit effects and neighbours).
     n_logits, n_nearby
         Promoted / suppressed tokens and nearby units kept per unit.
@@ -133,7 +133,7 @@ class FeatureDashboard(CircuitWidget):
         progress: bool = True,
         **kwargs: Any,
     ) -> FeatureDashboard:
-        """Run :func:`~circuitwidgets.features.max_activating` over ``tokens`` ``[n_rows, n_ctx]`` and show it."""
+        """Run ``circuitwidgets.features.max_activating`` over ``tokens`` ``[n_rows, n_ctx]`` and show it."""
         dictionary = units if isinstance(units, Dictionary) else None
         read = dictionary_features(model, units) if isinstance(units, Dictionary) else units
         examples = max_activating(model, tokens, read, k=k, samples=samples, batch_size=batch_size, progress=progress)
