@@ -11,7 +11,7 @@ from test_features_examples import mlp_model
 from circuitwidgets import causal
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.features.dictionary import Dictionary
-from circuitwidgets.features.logit_effects import (
+from circuitwidgets.features.effects import (
     direct_logit_effects,
     logit_effects,
     output_directions,

@@ -16,7 +16,7 @@ import circuitwidgets as cw
 from circuitwidgets import features
 from circuitwidgets.errors import ArgumentTypeError
 from circuitwidgets.features.dictionary import Dictionary
-from circuitwidgets.features.logit_effects import logit_effects, output_directions
+from circuitwidgets.features.effects import logit_effects, output_directions
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.tokenizer import VocabTokenizer
 from circuitwidgets.widgets.features.data import typical_scale

@@ -23,7 +23,7 @@ import torch
 
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.features.dictionary import Dictionary
-from circuitwidgets.features.logit_effects import check_dictionary, output_directions
+from circuitwidgets.features.effects import check_dictionary, output_directions
 from circuitwidgets.model import CircuitModel
 
 __all__ = ["encoder_directions", "feature_to_feature", "head_to_feature", "stream_point"]

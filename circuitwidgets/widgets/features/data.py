@@ -8,7 +8,7 @@ in the browser, with no kernel). Per unit:
   the unit's activation over each window quantised to uint8 against the unit's
   largest activation (the exact centre activations are float32 beside them);
 - its histogram (uint32 counts on shared log-spaced edges) and density;
-- its promoted and suppressed tokens (``circuitwidgets.features.logit_effects``)
+- its promoted and suppressed tokens (``circuitwidgets.features.effects``)
   and nearby units by decoder cosine, where the unit has an output direction.
 """
 
@@ -22,7 +22,7 @@ import torch
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.examples import Examples
-from circuitwidgets.features.logit_effects import logit_effects, output_directions, top_tokens
+from circuitwidgets.features.effects import logit_effects, output_directions, top_tokens
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets.core.arrays import quantise_unit
 
