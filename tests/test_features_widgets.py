@@ -58,7 +58,9 @@ def dashboard(model: CircuitModel, corpus: torch.Tensor, dictionary: Dictionary)
 def test_the_dashboard_holds_every_feature_compactly_and_as_the_engine_found_it(
     model: CircuitModel, corpus: torch.Tensor, dictionary: Dictionary, dashboard: cw.FeatureDashboard
 ) -> None:
-    ex = features.max_activating(model, corpus, features.dictionary_features(model, dictionary), k=4, samples=3, progress=False)
+    ex = features.max_activating(
+        model, corpus, features.dictionary_features(model, dictionary), k=4, samples=3, progress=False
+    )
     assert dashboard.n_units == 20 and dashboard.n_examples == 7 and dashboard.site == "L1.tc"
     assert dashboard.ctx_tokens.dtype == np.uint16 and dashboard.ctx_shade.dtype == np.uint8
     np.testing.assert_allclose(dashboard.ex_value[:, :4], ex.top_value.astype(np.float32))
@@ -74,7 +76,9 @@ def test_the_dashboard_holds_every_feature_compactly_and_as_the_engine_found_it(
     # promoted tokens: the engine's logit effects at the corpus's mean final-norm scale
     effects = logit_effects(model, output_directions(model, dictionary), typical_scale(model, corpus))
     best = effects[5].topk(10)
-    assert dashboard.promoted(5) == [(VOCAB[int(i)], pytest.approx(float(v), rel=1e-5)) for i, v in zip(best.indices, best.values, strict=True)]
+    assert dashboard.promoted(5) == [
+        (VOCAB[int(i)], pytest.approx(float(v), rel=1e-5)) for i, v in zip(best.indices, best.values, strict=True)
+    ]
     # nearby: decoder cosine
     W = dictionary.W_dec.detach()
     cos = (W @ W.T) / (W.norm(dim=1)[:, None] * W.norm(dim=1)[None])
@@ -82,7 +86,9 @@ def test_the_dashboard_holds_every_feature_compactly_and_as_the_engine_found_it(
     assert int(dashboard.nearby[2, 0]) == int(cos[2].argmax())
 
 
-def test_search_by_token_finds_the_units_whose_top_token_or_promoted_token_matches(dashboard: cw.FeatureDashboard) -> None:
+def test_search_by_token_finds_the_units_whose_top_token_or_promoted_token_matches(
+    dashboard: cw.FeatureDashboard,
+) -> None:
     centre = dashboard.vocab[int(dashboard.ctx_tokens[4, 0, dashboard.centre])]
     assert 4 in dashboard.search(centre)
     assert dashboard.search("no such token") == []

@@ -231,7 +231,9 @@ def max_activating(
                     keys = torch.full_like(flat, -1.0)
                     keys[tok, u] = key
                     best = keys.topk(min(samples, flat.shape[0]), dim=0)
-                    r, u = (best.values > torch.maximum(sample.threshold(), torch.zeros(()))[None]).nonzero(as_tuple=True)
+                    r, u = (best.values > torch.maximum(sample.threshold(), torch.zeros(()))[None]).nonzero(
+                        as_tuple=True
+                    )
                     tok, key = best.indices[r, u], best.values[r, u]
                     value = flat[tok, u]
                 else:

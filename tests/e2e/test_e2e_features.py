@@ -39,7 +39,9 @@ def page_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
         model = cw.load_pretrained("gelu-2l")
         units = features.neurons(model, 1)
-        dashboard = cw.FeatureDashboard.from_model(model, units, _held_out_rows(model, 48, 64), k=8, samples=4, progress=False)
+        dashboard = cw.FeatureDashboard.from_model(
+            model, units, _held_out_rows(model, 48, 64), k=8, samples=4, progress=False
+        )
         prompt = cw.PromptFeatures(model, units, PROMPT, k=5)
         attention = cw.AttentionPatterns(model, model.to_tokens(PROMPT)[0])
         cw.link(dashboard, prompt, attention)
@@ -92,7 +94,9 @@ def test_a_page_with_every_feature_of_a_shipped_width_dictionary_is_small_and_op
     try:
         model = cw.load_pretrained("gelu-2l")
         d = Dictionary.random("transcoder", "topk", 256, 4096, layer=1, k=32, seed=0)
-        dashboard = cw.FeatureDashboard.from_model(model, d, _held_out_rows(model, 128, 128), k=16, samples=8, progress=False)
+        dashboard = cw.FeatureDashboard.from_model(
+            model, d, _held_out_rows(model, 128, 128), k=16, samples=8, progress=False
+        )
     finally:
         torch.set_num_threads(threads)
     path = save_html([dashboard], tmp_path / "every-feature.html")

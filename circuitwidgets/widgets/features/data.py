@@ -21,8 +21,8 @@ import torch
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.features.dictionary import Dictionary
-from circuitwidgets.features.examples import Examples
 from circuitwidgets.features.effects import logit_effects, output_directions, top_tokens
+from circuitwidgets.features.examples import Examples
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets.core.arrays import quantise_unit
 
