@@ -9,7 +9,7 @@ import torch
 from test_features_examples import mlp_model
 
 from circuitwidgets import causal
-from circuitwidgets.errors import ArgumentError
+from circuitwidgets.errors import ArgumentError, ShapeError
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.effects import (
     direct_logit_effects,
@@ -123,3 +123,21 @@ def test_a_later_writer_is_refused(model: CircuitModel) -> None:
     sae = Dictionary.random("sae", "relu", 12, 4, layer=0, in_site="resid_pre", dtype=torch.float64)
     with pytest.raises(ArgumentError, match="before any attention layer"):
         head_to_feature(model, sae)
+
+
+def test_bad_arguments_of_the_effects_are_named(model: CircuitModel) -> None:
+    tokens = torch.zeros(1, 3, dtype=torch.long)
+    acts = torch.zeros(1, 3, 24, dtype=torch.float64)
+    with pytest.raises(ShapeError, match=r"directions: expected \[24, 12\]"):
+        direct_logit_effects(model, tokens, acts, torch.zeros(24, 5), [1])
+    with pytest.raises(ShapeError, match=r"activations: expected \[1, 3, n_units\]"):
+        direct_logit_effects(model, tokens, acts[:, :2], output_directions(model, 0), [1])
+    with pytest.raises(ArgumentError, match=r"answers: expected token ids in \[0, 40\)"):
+        direct_logit_effects(model, tokens, acts, output_directions(model, 0), [40])
+    with pytest.raises(ShapeError, match=r"directions: expected a \[n_units, 12\] tensor"):
+        logit_effects(model, torch.zeros(3, 7))
+    post = Dictionary.random("sae", "relu", 24, 4, layer=0, in_site="mlp_post", dtype=torch.float64)
+    with pytest.raises(ArgumentError, match="a residual-stream write"):
+        output_directions(model, post)
+    with pytest.raises(ArgumentError, match=r"units \(a layer\): expected an int in \[0, 2\)"):
+        output_directions(model, 2)
