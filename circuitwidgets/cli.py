@@ -1,4 +1,4 @@
-"""Command line: ``circuitwidgets train`` and ``circuitwidgets report``.
+"""Command line: ``circuitwidgets train``, ``circuitwidgets train-dictionary`` and ``circuitwidgets report``.
 
 Building the parser imports nothing heavy: each subcommand imports what it
 needs (torch, the training code, the report) only when it runs, so ``--help``
@@ -12,11 +12,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from circuitwidgets.features import command as features_command
+
 _DESCRIPTION = """\
 Widgets for "A Mathematical Framework for Transformer Circuits", from the shell.
 
   circuitwidgets report -o report.html   explain the shipped two-layer model in one offline HTML page
   circuitwidgets train -o runs/my-run    train an attention-only model on the Python standard library
+  circuitwidgets train-dictionary --dict transcoder@0 -o runs/tc0
+                                         train a sparse dictionary (SAE, transcoder) on a model's activations
 
 Run "circuitwidgets COMMAND --help" for a command's options.
 """
@@ -153,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(sub)
+    features_command.add_parser(sub)
     _add_report(sub)
     return parser
 
@@ -170,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _run_train(args)
+        if args.command == "train-dictionary":
+            return features_command.run(args)
         if args.command == "report":
             return _run_report(args)
     except CircuitWidgetsError as exc:

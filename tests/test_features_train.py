@@ -37,7 +37,8 @@ def _dense_loss(
         masked = pre.detach()[:n_aux].masked_fill(~dead, float("-inf"))
         amask = torch.zeros_like(masked).scatter(-1, torch.topk(masked, kk, dim=-1).indices, 1.0)
         guess = (pre[:n_aux] * amask) @ d.W_dec
-        loss = loss + (guess - (y[:n_aux] - recon[:n_aux]).detach()).pow(2).sum(-1).mean() / var / 32
+        e = (y[:n_aux] - recon[:n_aux]).detach()
+        loss = loss + (guess - e).pow(2).sum(-1).mean() / (e - e.mean(0)).pow(2).sum(-1).mean() / 32
     return loss
 
 

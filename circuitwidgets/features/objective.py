@@ -16,7 +16,8 @@ fraction of variance unexplained, comparable across sites):
   autoencoders"): the residual ``e = y − ŷ`` (no gradient) is predicted by the
   ``k_aux`` largest pre-activations among dead features, taken **before** the ReLU
   (after it, a dead feature's value is 0 and nothing flows back), decoded without
-  ``b_dec``; its normalised error times ``aux_coefficient`` is added.
+  ``b_dec``; its error normalised by the residual's own variance (as their code does),
+  times ``aux_coefficient``, is added.
 """
 
 from __future__ import annotations
@@ -115,11 +116,12 @@ class StepResult:
 
 def sparse_step(
     d: TrainingDictionary, x: torch.Tensor, y: torch.Tensor, dead: torch.Tensor | None, k_aux: int,
-    aux_coefficient: float, aux_rows: int = 512,
+    aux_coefficient: float, aux_rows: int | None = None,
 ) -> StepResult:  # fmt: skip
     """Loss (with its graph) and measurements of ``d`` on inputs ``x`` and targets ``y`` ``[batch, ·]``.
 
-    The auxiliary loss uses the batch's first ``aux_rows`` rows (rows are shuffled, so it is a random sample).
+    The auxiliary loss uses the batch's first ``aux_rows`` rows (default all; rows are shuffled, so a few
+    are a random sample).
     """
     spec = d.template
     assert spec.k is not None
@@ -136,14 +138,15 @@ def sparse_step(
     loss = fvu
     aux = torch.zeros(())
     if dead is not None and bool(dead.any()) and aux_coefficient > 0:
-        n = min(aux_rows, batch)
+        n = batch if aux_rows is None else min(aux_rows, batch)
         kk = min(k_aux, int(dead.sum()))
         top = torch.topk(pre[:n].masked_fill(~dead, float("-inf")), kk, dim=-1)
         arow = torch.arange(n, device=x.device).repeat_interleave(kk)
         afeat = top.indices.reshape(-1)
         guess_values = _Selected.apply(top.values.reshape(-1), d.W_enc_t, d.b_enc, x, arow, afeat)  # type: ignore[no-untyped-call]
         residual = (y[:n] - recon[:n]).detach()
-        aux = (_decode(d.W_dec, arow, afeat, guess_values, n) - residual).pow(2).sum(-1).mean() / variance
+        scale = (residual - residual.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)
+        aux = (_decode(d.W_dec, arow, afeat, guess_values, n) - residual).pow(2).sum(-1).mean() / scale
         loss = loss + aux_coefficient * aux
     active = values.detach() > 0
     fired = torch.zeros(spec.d_sae, dtype=torch.bool, device=x.device)
