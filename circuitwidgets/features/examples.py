@@ -143,6 +143,15 @@ def unit_activations(model: CircuitModel, units: Units, tokens: torch.Tensor) ->
     return units.read(seen["value"])
 
 
+def _column_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(values, rows)`` ``[k, n_units]`` of each column's ``k`` largest entries of ``x`` ``[rows, n_units]``.
+
+    (Taken along contiguous rows of the transpose: about twice as fast on a CPU as ``topk`` along dim 0.)
+    """
+    best = x.T.contiguous().topk(min(k, x.shape[0]), dim=1)
+    return best.values.T, best.indices.T
+
+
 def _windows(acts: torch.Tensor, token: torch.Tensor, unit: torch.Tensor, before: int, after: int) -> torch.Tensor:
     """``[n, before + 1 + after]`` activations of ``unit`` around flat batch positions ``token`` (NaN beyond the row)."""
     n_pos = acts.shape[1]
@@ -220,23 +229,20 @@ def max_activating(
                 enter = value > top.threshold()[u]
                 t_tok, t_u, t_value = tok[enter], u[enter], value[enter]
             else:  # dense: only the batch's own k best per unit can enter, and only above the table's k-th
-                best = flat.topk(min(k, flat.shape[0]), dim=0)
+                best, where = _column_topk(flat, k)
                 floor = top.threshold().clamp_min(0)  # (only positive activations count)
-                r, t_u = (best.values > floor[None]).nonzero(as_tuple=True)
-                t_tok, t_value = best.indices[r, t_u], best.values[r, t_u]
+                r, t_u = (best > floor[None]).nonzero(as_tuple=True)
+                t_tok, t_value = where[r, t_u], best[r, t_u]
             top.merge(t_u, t_value, t_tok + offset, t_value, _windows(acts, t_tok, t_u, before, after))
             if samples:
-                key = torch.rand(u.numel(), generator=generator, dtype=dtype)
-                if u.numel() > 8 * samples * n:  # dense units: only the batch's own best keys per unit can enter
-                    keys = torch.full_like(flat, -1.0)
-                    keys[tok, u] = key
-                    best = keys.topk(min(samples, flat.shape[0]), dim=0)
-                    r, u = (best.values > torch.maximum(sample.threshold(), torch.zeros(()))[None]).nonzero(
-                        as_tuple=True
-                    )
-                    tok, key = best.indices[r, u], best.values[r, u]
+                if u.numel() > 8 * samples * n:  # dense units: one key per token, only each unit's best keys can enter
+                    keys = torch.rand(flat.shape, generator=generator, dtype=dtype).masked_fill_(flat <= 0, -1.0)
+                    best, where = _column_topk(keys, samples)
+                    r, u = (best > sample.threshold().clamp_min(0)[None]).nonzero(as_tuple=True)
+                    tok, key = where[r, u], best[r, u]
                     value = flat[tok, u]
-                else:
+                else:  # sparse units: one key per positive entry
+                    key = torch.rand(u.numel(), generator=generator, dtype=dtype)
                     enter = key > sample.threshold()[u]
                     tok, u, key, value = tok[enter], u[enter], key[enter], value[enter]
                 sample.merge(u, key, tok + offset, value, _windows(acts, tok, u, before, after))
