@@ -126,3 +126,14 @@ def test_bad_selections_and_arguments_are_named(model: CircuitModel, dashboard: 
     ex = features.max_activating(model, torch.zeros(2, 3, dtype=torch.long), features.neurons(model, 0), progress=False)
     with pytest.raises(ArgumentTypeError, match="model"):
         cw.FeatureDashboard(ex, None)
+
+
+def test_a_dashboard_of_heads_has_contexts_and_no_single_output_direction(
+    model: CircuitModel, corpus: torch.Tensor
+) -> None:
+    heads = cw.FeatureDashboard.from_model(
+        model, features.head_outputs(model, 1), corpus, k=3, samples=2, progress=False
+    )
+    assert heads.site == "L1 heads" and heads.kind == "head" and heads.label(2) == "L1H2"
+    assert heads.logit_up.shape == (3, 0) and heads.nearby.shape == (3, 0)  # (a head writes a subspace)
+    assert len(heads.top_contexts(0)) == 3
