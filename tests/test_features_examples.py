@@ -183,3 +183,15 @@ def test_dictionary_features_are_its_encodings_of_what_it_reads(
     np.testing.assert_allclose(ex.top_value, np.where(best > 0, best, np.nan), rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(ex.n_active, (slow > 0).sum(0))
     assert ex.labels[5] == d.label(5)
+
+
+def test_a_sampled_quantile_interpolates_inside_its_histogram_bin(model: CircuitModel, corpus: torch.Tensor) -> None:
+    ex = features.max_activating(model, corpus, features.neurons(model, 1), k=2, samples=8, progress=False)
+    unit = 3
+    acts = slow_activations(model, corpus, "neuron", 1)[:, unit].numpy()
+    positive = np.sort(acts[acts > 0])
+    for value, q in zip(ex.sample_value[unit], ex.quantiles(unit), strict=True):
+        if np.isnan(value):
+            continue
+        exact = np.searchsorted(positive, value) / len(positive)  # (the fraction of positive activations below it)
+        assert abs(q - exact) <= 1.5 * ex.hist_counts[unit].max() / len(positive)  # (within about one bin's mass)

@@ -109,14 +109,23 @@ class Examples:
         return np.where(inside, ids, -1).astype(np.int64)
 
     def quantiles(self, unit: int) -> np.ndarray:
-        """Each sampled entry's quantile among ``unit``'s positive activations (from the histogram's bins, 0 to 1)."""
+        """Each sampled entry's quantile among ``unit``'s positive activations, from the histogram (0 to 1).
+
+        The fraction of counts in the bins below the entry's, plus its bin's count
+        times its position inside the bin (linear in the log of the activation).
+        """
         counts = self.hist_counts[unit].astype(np.float64)
         total = counts.sum()
+        values = self.sample_value[unit].astype(np.float64)
         if total == 0:
-            return np.full(self.sample_value.shape[1], np.nan)
-        cumulative = np.concatenate([[0.0], np.cumsum(counts)]) / total
-        at = np.searchsorted(self.hist_edges, self.sample_value[unit], side="right") - 1
-        out: np.ndarray = cumulative[np.clip(at, 0, len(counts))]
+            return np.full(values.shape, np.nan)
+        below = np.concatenate([[0.0], np.cumsum(counts)])
+        log_edges = np.log10(self.hist_edges.astype(np.float64))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            logs = np.log10(values)
+        at = np.clip(np.searchsorted(log_edges, logs, side="right") - 1, 0, len(counts) - 1)
+        inside = np.clip((logs - log_edges[at]) / (log_edges[at + 1] - log_edges[at]), 0.0, 1.0)
+        out: np.ndarray = np.where(np.isnan(values), np.nan, (below[at] + counts[at] * inside) / total)
         return out
 
 
