@@ -2,7 +2,7 @@
 
 The public surface is small: a canonical model (:class:`CircuitModel`) and its
 loaders, the engine in :mod:`circuitwidgets.circuits` (weights) and :mod:`circuitwidgets.causal`
-(interventions on a run), the widgets, and
+(interventions on a run), sparse dictionaries in :mod:`circuitwidgets.features`, the widgets, and
 :func:`save_html`. Heavy modules load on first use.
 """
 

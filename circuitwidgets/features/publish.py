@@ -26,7 +26,7 @@ from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.evaluate import evaluate
 from circuitwidgets.features.files import load, read_safetensors, save
 from circuitwidgets.features.pretrained import dictionaries_dir
-from circuitwidgets.features.stream import corpus_tokens
+from circuitwidgets.features.stream import held_out_tokens
 from circuitwidgets.model import CircuitModel
 
 #: Metrics written to cards (``evaluate``'s scalars).
@@ -36,9 +36,9 @@ CARD_METRICS = (
 )  # fmt: skip
 
 
-def held_out_windows(model: CircuitModel, count: int, n_ctx: int = 128, cache_dir: Path | None = None) -> torch.Tensor:
+def held_out_windows(model: CircuitModel, count: int, n_ctx: int = 128) -> torch.Tensor:
     """The first ``count`` windows ``[count, n_ctx]`` of the corpus's held-out files (never trained on)."""
-    val = corpus_tokens(model, cache_dir)[1]
+    val = held_out_tokens(model)
     n = min(count, val.size // n_ctx)
     return torch.from_numpy(val[: n * n_ctx].astype(np.int64).reshape(n, n_ctx))
 
@@ -63,14 +63,14 @@ def _measure(d: Dictionary, model: CircuitModel, tokens: torch.Tensor) -> dict[s
 
 def publish(
     run_dir: Path, model: CircuitModel, command: str, dest: Path | None = None, windows: int = 256,
-    ci_windows: int = 8, n_ctx: int = 128, cache_dir: Path | None = None,
+    ci_windows: int = 8, n_ctx: int = 128,
 ) -> dict[str, Any]:  # fmt: skip
     """Write the run's dictionaries (float16) and their card into ``dest`` (default: the package's folder)."""
     dest = dest or dictionaries_dir(model.name)
     dest.mkdir(parents=True, exist_ok=True)
     state = json.loads((run_dir / "state.json").read_text())
     train_cfg = json.loads((run_dir / "train_config.json").read_text())
-    tokens = held_out_windows(model, windows, n_ctx, cache_dir)
+    tokens = held_out_windows(model, windows, n_ctx)
     entries: dict[str, Any] = {}
     for spec in train_cfg["specs"]:
         name = _name(spec)
@@ -104,7 +104,13 @@ def publish(
             "torch": torch.__version__,
             "python": platform.python_version(),
         },
-        "evaluation": {"held_out_windows": int(tokens.shape[0]), "n_ctx": n_ctx, "ci_windows": ci_windows},
+        "evaluation": {
+            "held_out_windows": int(tokens.shape[0]),
+            "n_ctx": n_ctx,
+            "ci_windows": ci_windows,
+            # the CI slice itself: another Python's standard library would give other held-out tokens
+            "ci_tokens": tokens[:ci_windows].tolist(),
+        },
         "dictionaries": entries,
     }
     (dest / "card.json").write_text(json.dumps(card, indent=1) + "\n")
@@ -154,10 +160,9 @@ def main() -> None:
     parser.add_argument("--model", default="gelu-2l")
     parser.add_argument("--command", required=True, help="the command that reproduces the run (for the card)")
     parser.add_argument("--windows", type=int, default=256)
-    parser.add_argument("--cache", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    card = publish(args.run_dir, load_pretrained(args.model), args.command, windows=args.windows, cache_dir=args.cache)
+    card = publish(args.run_dir, load_pretrained(args.model), args.command, windows=args.windows)
     print(_readme(card))
 
 

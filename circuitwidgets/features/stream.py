@@ -96,6 +96,19 @@ def corpus_tokens(model: CircuitModel, cache_dir: Path | None = None) -> tuple[n
     return train, val
 
 
+def held_out_tokens(model: CircuitModel) -> np.ndarray:
+    """The held-out split of :func:`corpus_tokens` alone (encoding only those files: a few seconds)."""
+    from circuitwidgets.training.corpus import load_stdlib_corpus
+
+    bos = model.tokenizer.bos_token_id
+    dtype = np.uint16 if model.cfg.d_vocab <= 2**16 else np.int64
+    pieces = [
+        np.asarray(([bos] if bos is not None else []) + model.tokenizer.encode(t), dtype=dtype)
+        for t in load_stdlib_corpus().val
+    ]
+    return np.concatenate(pieces)
+
+
 def windows(tokens: np.ndarray, n_ctx: int, seed: int, start: int, count: int) -> torch.Tensor:
     """Windows ``start .. start + count`` of the stream's visiting order, ``[count, n_ctx]`` int64.
 
