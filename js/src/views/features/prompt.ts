@@ -93,6 +93,7 @@ export function renderPromptFeatures({ model, el: root }: RenderProps<PromptFeat
         const chip = el(doc, "button", id === feature ? "cw-pf-chip cw-pf-on" : "cw-pf-chip");
         chip.dataset.cwUnit = String(id);
         chip.textContent = `${prefix}${id} ${short(values.data[p * k + j] as number)}`;
+        chip.title = `${chip.textContent} at position ${p}`; // (the chip may be too narrow for a long name)
         col.append(chip);
       }
       columns.push(col);
