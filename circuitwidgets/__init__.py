@@ -35,6 +35,8 @@ _LAZY = {
     "LogitLens": "circuitwidgets.widgets",
     "LogitAttribution": "circuitwidgets.widgets",
     "Superposition": "circuitwidgets.widgets",
+    "FeatureDashboard": "circuitwidgets.widgets",
+    "PromptFeatures": "circuitwidgets.widgets",
     "link": "circuitwidgets.widgets.core.link",
     "Graph": "circuitwidgets.graphs",
     "edge_attribution": "circuitwidgets.graphs",

@@ -5,6 +5,10 @@
   model over the corpus (several dictionaries from one pass);
 - :func:`evaluate`: SAELens's evaluation numbers (L0, explained variance, CE loss recovered, ...);
 - :func:`load_pretrained`: the shipped dictionaries of a shipped model, by name (``"L0.tc"``, ...);
+- :func:`max_activating` over :func:`neurons`, :func:`head_outputs` or :func:`dictionary_features`:
+  top contexts, a random sample and a histogram for every unit of a layer, in one streaming pass;
+- :func:`logit_effects`, :func:`direct_logit_effects` (a unit's write through the final norm and ``W_U``),
+  :func:`feature_to_feature`, :func:`head_to_feature` (virtual weights with features as endpoints);
 - :func:`save_saelens` / :func:`load_saelens`, :func:`save_circuit_tracer` / :func:`load_circuit_tracer`: files.
 
 Heavy modules load on first use.
@@ -33,6 +37,19 @@ _LAZY = {
     "load_saelens": "circuitwidgets.features.saelens_format",
     "save_circuit_tracer": "circuitwidgets.features.circuit_tracer_format",
     "load_circuit_tracer": "circuitwidgets.features.circuit_tracer_format",
+    # reading units (neurons, heads, features) over a corpus: max-activating examples, logit effects, virtual weights
+    "Units": "circuitwidgets.features.units",
+    "neurons": "circuitwidgets.features.units",
+    "head_outputs": "circuitwidgets.features.units",
+    "dictionary_features": "circuitwidgets.features.units",
+    "Examples": "circuitwidgets.features.examples",
+    "max_activating": "circuitwidgets.features.examples",
+    "output_directions": "circuitwidgets.features.effects",
+    "logit_effects": "circuitwidgets.features.effects",
+    "direct_logit_effects": "circuitwidgets.features.effects",
+    "top_tokens": "circuitwidgets.features.effects",
+    "feature_to_feature": "circuitwidgets.features.virtual_weights",
+    "head_to_feature": "circuitwidgets.features.virtual_weights",
 }
 
 __all__ = sorted(_LAZY)

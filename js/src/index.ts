@@ -14,6 +14,8 @@ import { renderCompVsPatching } from "./views/compvspatching";
 import { renderEigen } from "./views/eigen";
 import { renderExplorer } from "./views/explorer";
 import { renderGraph } from "./views/graph";
+import { renderFeatureDashboard } from "./views/features/dashboard";
+import { renderPromptFeatures } from "./views/features/prompt";
 import { renderHeadScores } from "./views/headscores";
 import { renderHistory } from "./views/history";
 import { renderLogitAttribution } from "./views/logitattribution";
@@ -33,11 +35,13 @@ export const VIEWS: Readonly<Record<string, ViewRender>> = {
   eigen: renderEigen,
   explorer: renderExplorer,
   graph: renderGraph,
+  featuredashboard: renderFeatureDashboard,
   headscores: renderHeadScores,
   history: renderHistory,
   logitattribution: renderLogitAttribution,
   logitlens: renderLogitLens,
   patchingmap: renderPatchingMap,
+  promptfeatures: renderPromptFeatures,
   skiptrigrams: renderSkipTrigrams,
   superposition: renderSuperposition,
   termimportance: renderTermImportance,

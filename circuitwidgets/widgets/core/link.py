@@ -9,8 +9,12 @@ linked in the browser, with no kernel). What is linked:
   as one selection (:class:`HeadLink`: a change of either copies both at once);
 - ``selected_prompt``, between widgets showing batches of as many prompts
   (:class:`~circuitwidgets.AttentionPatterns` over several prompts);
-- ``selected_feature``, between widgets with as many features (toy models of
-  superposition: :class:`~circuitwidgets.Superposition`);
+- ``selected_feature`` (a unit: a dictionary's feature, a neuron, a toy model's
+  feature), between widgets showing the same ``site`` (``L1.tc``, ``L1 neurons``)
+  and as many features: a feature clicked in a
+  :class:`~circuitwidgets.PromptFeatures` opens in the
+  :class:`~circuitwidgets.FeatureDashboard`, and
+  :class:`~circuitwidgets.Superposition` views of one toy model move together;
 - ``selected_dest`` and ``selected_src`` (token positions), between widgets that
   have them and show the same number of tokens (in every prompt of a batch, or
   batches whose prompts have the same lengths, prompt by prompt); otherwise
@@ -57,14 +61,14 @@ HEAD_TRAITS = ("selected_layer", "selected_head")
 #: Prompt selection, linked between widgets showing batches of as many prompts.
 PROMPT_TRAITS = ("selected_prompt",)
 
+#: Feature (unit) selection, linked between widgets showing units of the same ``site`` and as many features.
+FEATURE_TRAITS = ("selected_feature",)
+
 #: Token-position selection, linked between widgets showing as many tokens.
 POSITION_TRAITS = ("selected_dest", "selected_src")
 
-#: Feature selection (toy models of superposition), linked between widgets with as many features.
-FEATURE_TRAITS = ("selected_feature",)
-
 #: Everything linked, in the order it is synchronised (the prompt before positions in it).
-_LINKED = (*HEAD_TRAITS, *PROMPT_TRAITS, *POSITION_TRAITS, *FEATURE_TRAITS)
+_LINKED = (*HEAD_TRAITS, *PROMPT_TRAITS, *FEATURE_TRAITS, *POSITION_TRAITS)
 
 #: Sizes that must agree for widgets to be linked (read when a widget has them).
 _SHAPE = ("n_layers", "n_heads")
@@ -193,6 +197,8 @@ class Link:
                 holders = [w for w in holders if (_size(w, "n_prompts") or 1) > 1]
                 if len({_size(w, "n_prompts") for w in holders}) > 1:
                     continue  # (batches of different sizes: prompt 3 of one is not prompt 3 of the other)
+            if name in FEATURE_TRAITS and len({getattr(w, "site", "") for w in holders}) > 1:
+                continue  # (units of different layers or dictionaries: feature 3 of one is not feature 3 of another)
             if name in FEATURE_TRAITS and len({_size(w, "n_features") for w in holders}) > 1:
                 note = "features are not linked: the views have different numbers of features"
                 if note not in notes:

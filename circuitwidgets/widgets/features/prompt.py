@@ -1,0 +1,125 @@
+"""PromptFeatures: a prompt's tokens and, per token, the units (features, neurons) active there, strongest first.
+
+Each token of the prompt is a column holding its ``k`` strongest active units
+as chips (the unit's name and activation); a click on a chip selects that unit
+(``selected_feature``, linked to a :class:`FeatureDashboard` of the same site
+by :func:`circuitwidgets.link`), a click on a token selects its position
+(``selected_dest``, linked to an attention view's). Long prompts draw only the
+columns in view (virtualised like the attention view's token strip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import traitlets
+
+from circuitwidgets._checks import check_int
+from circuitwidgets.errors import ArgumentTypeError
+from circuitwidgets.features.dictionary import Dictionary
+from circuitwidgets.features.examples import unit_activations
+from circuitwidgets.features.units import Units, dictionary_features
+from circuitwidgets.model import CircuitModel
+from circuitwidgets.widgets.core.arrays import NDArrayTrait
+from circuitwidgets.widgets.core.base import CircuitWidget
+from circuitwidgets.widgets.core.spec import Size, view_data, view_setting
+from circuitwidgets.widgets.core.traits import SelectionIndex
+from circuitwidgets.widgets.features.data import prompt_data
+
+__all__ = ["PromptFeatures"]
+
+
+class PromptFeatures(CircuitWidget):
+    """The active units at each token of one prompt.
+
+    Parameters
+    ----------
+    model
+        The model to run.
+    units
+        A ``circuitwidgets.features.Dictionary`` (its features) or
+        ``circuitwidgets.features.Units`` (``features.neurons(model, 1)``).
+    prompt
+        A text or token ids (one prompt).
+    k
+        Units kept per token (the strongest active ones).
+    **kwargs
+        Initial traits (``selected_feature``, ``selected_dest``).
+    """
+
+    _view = traitlets.Unicode("promptfeatures").tag(sync=True)
+    _prefix = "promptfeatures"
+    _links_heads = False
+
+    model_name = view_data(traitlets.Unicode(""))
+    """Name of the model (caption)."""
+    site = view_data(traitlets.Unicode(""))
+    """What the units are (``L1.tc``, ``L1 neurons``): views of the same site link their ``selected_feature``."""
+    unit_prefix = view_data(traitlets.Unicode(""))
+    """Unit ``i`` is called ``unit_prefix + str(i)``."""
+    n_units_total = view_data(traitlets.Int(0))
+    """How many units the layer has (the bound of ``selected_feature``)."""
+    tokens = view_data(traitlets.List(traitlets.Unicode()))
+    """The prompt's tokens (untrusted text, shown as text)."""
+    active = view_data(NDArrayTrait(dtype="int32", dims=("n_tokens", "k")))
+    """int32 ``[n_tokens, k]``: each token's strongest active units, strongest first (-1 where fewer are active)."""
+    active_value = view_data(NDArrayTrait(dtype="float32", dims=("n_tokens", "k")))
+    """float32: their activations."""
+
+    selected_feature = view_setting(SelectionIndex("n_units_total", optional=True))
+    """The unit selected (-1 for none); linked with a dashboard of the same site."""
+    selected_dest = view_setting(SelectionIndex("n_tokens", optional=True))
+    """The token position selected (-1 for none); linked with an attention view's destination."""
+
+    n_tokens = Size("n_tokens")
+    k = Size("k")
+
+    def __init__(
+        self,
+        model: CircuitModel | None = None,
+        units: Units | Dictionary | None = None,
+        prompt: str | Sequence[int] | torch.Tensor | None = None,
+        *,
+        k: int = 8,
+        **kwargs: Any,
+    ) -> None:
+        if model is not None:
+            kwargs = {**prompt_traits(model, units, prompt, k), **kwargs}
+        super().__init__(**kwargs)
+
+    def features_at(self, pos: int) -> list[tuple[str, float]]:
+        """``(unit name, activation)`` of the active units at token ``pos``, strongest first."""
+        pos = check_int("pos", pos, 0, self.n_tokens)
+        return [
+            (f"{self.unit_prefix}{int(i)}", float(v))
+            for i, v in zip(self.active[pos], self.active_value[pos], strict=True)
+            if int(i) >= 0
+        ]
+
+
+def prompt_traits(
+    model: CircuitModel, units: Units | Dictionary | None, prompt: str | Sequence[int] | torch.Tensor | None, k: int
+) -> dict[str, Any]:
+    """Trait values of a :class:`PromptFeatures` (runs the model once, to the site the units read)."""
+    if not isinstance(model, CircuitModel):
+        raise ArgumentTypeError(f"model: expected a CircuitModel, got {type(model).__name__}")
+    read = dictionary_features(model, units) if isinstance(units, Dictionary) else units
+    if not isinstance(read, Units):
+        raise ArgumentTypeError(f"units: expected a features.Dictionary or features.Units, got {type(units).__name__}")
+    if prompt is None:
+        raise ArgumentTypeError("prompt: expected a text or token ids, got None")
+    tokens = model._check_tokens(prompt)
+    if tokens.shape[0] != 1:
+        raise ArgumentTypeError(f"prompt: expected one prompt, got {tokens.shape[0]}")
+    k = check_int("k", k, 1)
+    with torch.no_grad():
+        acts = unit_activations(model, read, tokens)
+    site = read.prefix.rstrip("/") if read.kind == "feature" else f"L{read.layer} {read.kind}s"
+    return {
+        **prompt_data(model, tokens, acts, k),
+        "site": site,
+        "unit_prefix": read.prefix,
+        "n_units_total": read.n_units,
+    }
