@@ -1,0 +1,188 @@
+"""The local replacement model of one prompt: transcoders in place of MLPs, attention and norms frozen.
+
+One run of the model records what the replacement model freezes (attention
+patterns, every norm's per-token scale) and what it is made of (each
+transcoder's input and active features, and the error node: the MLP's output
+minus the transcoder's prediction). With those frozen, everything between the
+nodes (features, errors, token embeddings) and the targets (feature
+pre-activations, centred logits) is linear, and :class:`LinearReplacement`
+runs it as the model's own forward pass with hooks, so that a backward pass
+from a target gives its direct effect from every node at once (circuit-tracer's
+definition; Ameisen et al., 2025).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from circuitwidgets.graphs.transcoders import TranscoderLike, transcoder_input
+from circuitwidgets.model import ActivationCache, CircuitModel
+from circuitwidgets.model.cache import Hook, Recorder
+
+#: What the base run keeps.
+FROZEN_NAMES = ("pattern", "scale", "scale_mlp", "scale_final", "resid_mid", "mlp_out")
+
+
+@dataclass
+class FrozenRun:
+    """One prompt's run: what the replacement model freezes, and its nodes.
+
+    ``active`` ``[n, 3]`` (layer, pos, feature) sorted, with ``values`` ``[n]``
+    their activations; ``errors`` ``[n_layers, pos, d_model]``; ``skip_free``
+    ``[n_layers, pos, d_model]``: each MLP output minus its skip path (what the
+    replacement model holds constant: the decoded features, the decoder bias and
+    the error). With ``zero_bos`` the first position's features and error are
+    not nodes (as circuit-tracer): their writes stay as constants.
+    """
+
+    tokens: torch.Tensor
+    last_logits: torch.Tensor
+    cache: ActivationCache
+    inputs: list[torch.Tensor]
+    active: torch.Tensor
+    values: torch.Tensor
+    errors: torch.Tensor
+    skip_free: torch.Tensor
+    zero_bos: bool
+
+    @property
+    def n_pos(self) -> int:
+        """Positions of the prompt."""
+        return int(self.tokens.shape[1])
+
+
+def _skip(tc: TranscoderLike, x: torch.Tensor) -> torch.Tensor:
+    """The transcoder's linear skip path ``x W_skip`` (zeros without one)."""
+    if tc.W_skip is None:
+        return torch.zeros(*x.shape[:-1], tc.W_dec.shape[-1], dtype=x.dtype, device=x.device)
+    return x @ tc.W_skip.to(x.dtype)
+
+
+def run_frozen(model: CircuitModel, transcoders: Sequence[TranscoderLike], tokens: torch.Tensor) -> FrozenRun:
+    """Run ``tokens`` ``[1, pos]`` and collect the replacement model's frozen values and nodes."""
+    logits, cache = model.run_with_cache(tokens, names=list(FROZEN_NAMES))
+    cfg = model.cfg
+    zero_bos = cfg_bos(model) == int(tokens[0, 0])
+    inputs, active, values, errors, skip_free = [], [], [], [], []
+    with torch.no_grad():
+        for layer, tc in enumerate(transcoders):
+            x = transcoder_input(cfg, tc.in_site, cache["resid_mid", layer], cache["scale_mlp", layer])[0]
+            x = x.to(tc.W_enc.dtype)
+            f = tc.encode(x)
+            recon = f @ tc.W_dec + tc.b_dec + _skip(tc, x)
+            mlp_out = cache["mlp_out", layer][0].to(recon.dtype)
+            error = mlp_out - recon
+            if zero_bos:
+                f = f.clone()
+                f[0] = 0
+                error[0] = 0
+            where = torch.nonzero(f > 0)
+            active.append(torch.cat([torch.full_like(where[:, :1], layer), where], dim=1))
+            values.append(f[where[:, 0], where[:, 1]])
+            inputs.append(x)
+            errors.append(error)
+            skip_free.append(mlp_out - _skip(tc, x))
+    return FrozenRun(
+        tokens, logits[0, -1], cache, inputs, torch.cat(active), torch.cat(values), torch.stack(errors),
+        torch.stack(skip_free), zero_bos,
+    )  # fmt: skip
+
+
+def cfg_bos(model: CircuitModel) -> int | None:
+    """The model's beginning-of-sequence token id (its tokenizer's, else its config's), or ``None``."""
+    bos = model.tokenizer.bos_token_id
+    return bos if bos is not None else model.cfg.bos_token_id
+
+
+def final_input(model: CircuitModel, resid_final: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The unembedding's input (the final norm with its scale ``scale`` frozen; its weight is folded into ``W_U``)."""
+    if model.cfg.normalization == "ln_pre":
+        return (resid_final - resid_final.mean(-1, keepdim=True)) / scale
+    if model.cfg.normalization == "none":
+        return resid_final
+    return resid_final / scale
+
+
+def frozen_hooks(model: CircuitModel, run: FrozenRun, last_only: bool = False) -> dict[tuple[str, int | None], Hook]:
+    """Hooks replaying the run's attention patterns and norm scales (the parts of the replacement model held fixed).
+
+    ``last_only``: the pass computes the logits of the last position only (its final norm's scale is that one's).
+    """
+    hooks: dict[tuple[str, int | None], Hook] = {}
+    keys: list[tuple[str, int | None]] = [("scale_final", None)]
+    for layer in range(model.cfg.n_layers):
+        keys += [("scale", layer), ("scale_mlp", layer), ("pattern", layer)]
+    for key in keys:
+        frozen = run.cache[key[0]] if key[1] is None else run.cache[key[0], key[1]]
+        if key == ("scale_final", None) and last_only:
+            frozen = frozen[:, -1:]
+
+        def replay(value: torch.Tensor, frozen: torch.Tensor = frozen) -> torch.Tensor:
+            return frozen.detach().to(value.dtype)
+
+        hooks[key] = replay
+    return hooks
+
+
+class LinearReplacement:
+    """The replacement model's linear map from nodes to targets, as one recorded forward pass.
+
+    The pass adds a zero leaf at the token embeddings and at each MLP's output
+    (where feature and error nodes write), replaces each MLP's output by its skip
+    path plus the run's constant remainder, and keeps each transcoder's input and
+    the unembedding's input at the last position. :meth:`backward` then gives,
+    for a batch of targets (cotangents at those inputs), the gradient at every
+    node site: a node's direct effect is its vector dotted with the gradient.
+    """
+
+    def __init__(self, model: CircuitModel, transcoders: Sequence[TranscoderLike], run: FrozenRun) -> None:
+        cfg = model.cfg
+        dtype, device = model.dtype, model.device
+        shape = (1, run.n_pos, cfg.d_model)
+        self.embed_delta = torch.zeros(shape, dtype=dtype, device=device, requires_grad=True)
+        self.deltas = [torch.zeros(shape, dtype=dtype, device=device, requires_grad=True) for _ in transcoders]
+        self.reads: list[torch.Tensor] = []
+        hooks = frozen_hooks(model, run, last_only=True)
+        hooks[("embed", None)] = lambda v: v + self.embed_delta
+        for layer, tc in enumerate(transcoders):
+            hooks[("resid_mid", layer)] = self._reader(model, tc, run.cache["scale_mlp", layer])
+            hooks[("mlp_out", layer)] = self._writer(tc, run.skip_free[layer], layer)
+        finals: list[torch.Tensor] = []
+        hooks[("resid_final", None)] = lambda v: finals.append(v) or None  # type: ignore[func-returns-value]
+        with torch.enable_grad():
+            model.run_from(
+                run.tokens, 0, None, Recorder({}, set(), hooks), positions=[run.n_pos - 1], columns=run.tokens[0, :1]
+            )
+            self.final = final_input(model, finals[0][:, -1], run.cache["scale_final"][:, -1].detach())
+
+    def _reader(self, model: CircuitModel, tc: TranscoderLike, scale: torch.Tensor) -> Hook:
+        def read(value: torch.Tensor) -> None:
+            self.reads.append(transcoder_input(model.cfg, tc.in_site, value, scale.detach()).to(tc.W_enc.dtype))
+
+        return read
+
+    def _writer(self, tc: TranscoderLike, rest: torch.Tensor, layer: int) -> Hook:
+        def write(value: torch.Tensor) -> torch.Tensor:
+            x = self.reads[layer]
+            return (_skip(tc, x) + rest.detach()[None]).to(value.dtype) + self.deltas[layer]
+
+        return write
+
+    def backward(
+        self, layer_cotangents: list[torch.Tensor], final_cotangent: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Gradients ``([B, pos, d_model] at the embeddings, per layer [B, pos, d_model] at the MLP outputs)``.
+
+        ``layer_cotangents[l]`` ``[B, 1, pos, d_in]`` weights layer ``l``'s transcoder
+        input, ``final_cotangent`` ``[B, 1, d_model]`` the unembedding's input at the
+        last position; row ``b`` of every output is the gradient of target ``b``.
+        """
+        outputs = [*self.reads, self.final]
+        grads = torch.autograd.grad(
+            outputs, [self.embed_delta, *self.deltas], [*layer_cotangents, final_cotangent],
+            retain_graph=True, is_grads_batched=True, allow_unused=True, materialize_grads=True,
+        )  # fmt: skip
+        return grads[0][:, 0], [g[:, 0] for g in grads[1:]]
