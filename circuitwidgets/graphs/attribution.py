@@ -212,5 +212,5 @@ def attribution_matrix(
     return DenseAttribution(
         adjacency, active[selected], run.values.cpu()[selected].to(store), L, t[0].tolist(),
         model.to_str_tokens(t[0]), logit_idx.cpu(), logit_p.cpu().to(store), n_active,
-        {"model": model.name, "seconds": time.perf_counter() - start, "zero_bos": run.zero_bos},
+        {"model": model.name, "seconds": time.perf_counter() - start},
     )  # fmt: skip

@@ -34,8 +34,9 @@ class FrozenRun:
     their activations; ``errors`` ``[n_layers, pos, d_model]``; ``skip_free``
     ``[n_layers, pos, d_model]``: each MLP output minus its skip path (what the
     replacement model holds constant: the decoded features, the decoder bias and
-    the error). With ``zero_bos`` the first position's features and error are
-    not nodes (as circuit-tracer): their writes stay as constants.
+    the error). The first position's features and error are not nodes
+    (circuit-tracer 0.5 zeroes them: that position is the attention sink, usually
+    BOS); their writes stay as constants.
     """
 
     tokens: torch.Tensor
@@ -46,7 +47,6 @@ class FrozenRun:
     values: torch.Tensor
     errors: torch.Tensor
     skip_free: torch.Tensor
-    zero_bos: bool
 
     @property
     def n_pos(self) -> int:
@@ -65,7 +65,6 @@ def run_frozen(model: CircuitModel, transcoders: Sequence[TranscoderLike], token
     """Run ``tokens`` ``[1, pos]`` and collect the replacement model's frozen values and nodes."""
     logits, cache = model.run_with_cache(tokens, names=list(FROZEN_NAMES))
     cfg = model.cfg
-    zero_bos = cfg_bos(model) == int(tokens[0, 0])
     inputs, active, values, errors, skip_free = [], [], [], [], []
     with torch.no_grad():
         for layer, tc in enumerate(transcoders):
@@ -75,11 +74,10 @@ def run_frozen(model: CircuitModel, transcoders: Sequence[TranscoderLike], token
             recon = f @ tc.W_dec + tc.b_dec + _skip(tc, x)
             mlp_out = cache["mlp_out", layer][0].to(recon.dtype)
             error = mlp_out - recon
-            if zero_bos:
-                f = f.clone()
-                f[0] = 0
-                error[0] = 0
-            where = torch.nonzero(f > 0)
+            f = f.clone()
+            f[0] = 0
+            error[0] = 0
+            where = torch.nonzero(f)
             active.append(torch.cat([torch.full_like(where[:, :1], layer), where], dim=1))
             values.append(f[where[:, 0], where[:, 1]])
             inputs.append(x)
@@ -87,14 +85,8 @@ def run_frozen(model: CircuitModel, transcoders: Sequence[TranscoderLike], token
             skip_free.append(mlp_out - _skip(tc, x))
     return FrozenRun(
         tokens, logits[0, -1], cache, inputs, torch.cat(active), torch.cat(values), torch.stack(errors),
-        torch.stack(skip_free), zero_bos,
+        torch.stack(skip_free),
     )  # fmt: skip
-
-
-def cfg_bos(model: CircuitModel) -> int | None:
-    """The model's beginning-of-sequence token id (its tokenizer's, else its config's), or ``None``."""
-    bos = model.tokenizer.bos_token_id
-    return bos if bos is not None else model.cfg.bos_token_id
 
 
 def final_input(model: CircuitModel, resid_final: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
