@@ -35,6 +35,7 @@ _LAZY = {
     "LogitLens": "circuitwidgets.widgets",
     "LogitAttribution": "circuitwidgets.widgets",
     "link": "circuitwidgets.widgets.core.link",
+    "Graph": "circuitwidgets.graphs",
     "save_html": "circuitwidgets.export",
 }
 
@@ -44,7 +45,7 @@ __all__ = sorted([*_LAZY, "__version__"])
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in ("circuits", "causal", "widgets", "errors", "export"):
+    if name in ("circuits", "causal", "graphs", "widgets", "errors", "export"):
         return importlib.import_module(f"circuitwidgets.{name}")
     raise AttributeError(f"module 'circuitwidgets' has no attribute {name!r}")
 

@@ -37,7 +37,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("circuits",),
     # interventions on a run; training the shipped toy models (uses the engine's scores)
     ("causal", "training"),
-    # graphs of a model's computation: attribution graphs, edge attribution, their result
+    # graphs of a model's computation: edge attribution and attribution graphs (use the causal engine)
     ("graphs",),
     # the widgets: shared machinery (widgets.core) and one module or folder per view
     ("widgets",),
