@@ -35,8 +35,9 @@ FLOORS: list[tuple[str, ...]] = [
     ("activations",),
     # the weight-space engine (the paper); re-exports the run-side functions by name
     ("circuits",),
-    # interventions on a run; training the shipped toy models (uses the engine's scores)
-    ("causal", "training"),
+    # interventions on a run; training the shipped toy models (uses the engine's scores); sparse dictionaries
+    # (features: splice into runs, train on activations streamed over the training corpus)
+    ("causal", "training", "features"),
     # graphs of a model's computation: edge attribution and attribution graphs (use the causal engine)
     ("graphs",),
     # the widgets: shared machinery (widgets.core) and one module or folder per view
