@@ -27,6 +27,7 @@ import torch
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.graphs.dense import DenseAttribution
+from circuitwidgets.graphs.graph import Graph
 from circuitwidgets.graphs.influence import partial_influences
 from circuitwidgets.graphs.replacement import FrozenRun, LinearReplacement, run_frozen
 from circuitwidgets.graphs.transcoders import TranscoderLike, check_architecture, check_transcoders
@@ -214,3 +215,36 @@ def attribution_matrix(
         model.to_str_tokens(t[0]), logit_idx.cpu(), logit_p.cpu().to(store), n_active,
         {"model": model.name, "seconds": time.perf_counter() - start},
     )  # fmt: skip
+
+
+def attribution_graph(
+    model: CircuitModel,
+    transcoders: object,
+    tokens: torch.Tensor | Sequence[int] | str,
+    *,
+    max_logits: int = 10,
+    logit_prob: float = 0.95,
+    max_feature_nodes: int | None = MAX_FEATURE_NODES,
+    batch: int = BATCH,
+    node_threshold: float = 0.8,
+    edge_threshold: float = 0.98,
+    progress: bool = False,
+) -> Graph:
+    """The attribution graph of one prompt's next-token prediction (circuit tracing), pruned, as a :class:`Graph`.
+
+    Built as :func:`attribution_matrix` (same arguments), scored on the whole
+    graph (``scores``: ``replacement``, ``completeness``), then pruned to the nodes
+    holding ``node_threshold`` of the influence on the logits and the edges
+    holding ``edge_threshold`` (circuit-tracer's defaults, 0.8 and 0.98).
+    """
+    from circuitwidgets.graphs.convert import to_graph
+    from circuitwidgets.graphs.influence import check_threshold
+
+    check_threshold("node_threshold", node_threshold)
+    check_threshold("edge_threshold", edge_threshold)
+    dense = attribution_matrix(
+        model, transcoders, tokens, max_logits=max_logits, logit_prob=logit_prob,
+        max_feature_nodes=max_feature_nodes, batch=batch, progress=progress,
+    )  # fmt: skip
+    logit_strs = [model.tokenizer.token_str(int(t)) for t in dense.logit_tokens]
+    return to_graph(dense, logit_strs, node_threshold, edge_threshold)
