@@ -24,7 +24,7 @@ BUNDLE := circuitwidgets/static/index.js
 
 .PHONY: setup demo test docs bundle clean
 
-setup: $(VENV)/.installed $(CHROMIUM) $(BUNDLE)
+setup: $(VENV)/.installed $(CTRACER)/.installed $(CHROMIUM) $(BUNDLE)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,15 @@ js/node_modules/.package-lock.json: js/package.json js/package-lock.json
 $(VENV)/.installed: $(BIN)/python pyproject.toml js/node_modules/.package-lock.json
 	$(BIN)/pip install "$(TORCH_SPEC)"
 	$(BIN)/pip install -e ".[$(EXTRAS)]"
+	touch $@
+
+# circuit-tracer 0.5 in an environment of its own (it pins TransformerLens 3 and transformers 4, which ours
+# excludes): tests/test_graphs_circuit_tracer.py runs it as a subprocess to cross-check attribution graphs.
+CTRACER := .venv-peers/ctracer
+$(CTRACER)/.installed:
+	$(PYTHON) -m venv $(CTRACER)
+	$(CTRACER)/bin/pip install "$(TORCH_SPEC)"
+	$(CTRACER)/bin/pip install "circuit-tracer==0.5.0"
 	touch $@
 
 $(CHROMIUM):

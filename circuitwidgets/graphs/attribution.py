@@ -78,10 +78,11 @@ class _Rows:
             for s, e in zip(_starts(layers, len(transcoders)), _starts(layers, len(transcoders))[1:], strict=False)
         ]
         dtype = model.dtype
-        self.writes = [
-            (run.values[s:e, None] * tc.W_dec[run.active[s:e, 2]]).to(dtype)
-            for tc, (s, e) in zip(transcoders, self.spans, strict=True)
-        ]
+        with torch.no_grad():  # transcoders may be modules with trainable parameters: no graph through them
+            self.writes = [
+                (run.values[s:e, None] * tc.W_dec[run.active[s:e, 2]]).to(dtype)
+                for tc, (s, e) in zip(transcoders, self.spans, strict=True)
+            ]
         self.embeds = model.W_E[run.tokens[0]]
         n_pos = run.n_pos
         self.n_sources = len(run.values) + (len(transcoders) + 1) * n_pos
@@ -89,6 +90,14 @@ class _Rows:
     def compute(self, targets: torch.Tensor, final: torch.Tensor | None = None) -> torch.Tensor:
         """Rows ``[B, n_sources]`` for feature targets (indices into ``run.active``) or, with ``final`` ``[B, d_model]``,
         for logit targets."""
+        with torch.no_grad():
+            cots = self._cotangents(targets, final)
+        g_embed, g_layers = self.linear.backward(*cots)
+        with torch.no_grad():
+            return self._contract(g_embed, g_layers)
+
+    def _cotangents(self, targets: torch.Tensor, final: torch.Tensor | None) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Per layer ``[B, 1, pos, d_in]`` (a feature target's encoder column at its position) and ``[B, 1, d_model]``."""
         run, model = self.run, self.model
         B = len(targets) if final is None else final.shape[0]
         dtype = model.dtype
@@ -104,7 +113,11 @@ class _Rows:
         final_cot = torch.zeros(B, 1, model.cfg.d_model, dtype=dtype, device=model.device)
         if final is not None:
             final_cot[:, 0] = final.to(dtype)
-        g_embed, g_layers = self.linear.backward(layer_cots, final_cot)
+        return layer_cots, final_cot
+
+    def _contract(self, g_embed: torch.Tensor, g_layers: list[torch.Tensor]) -> torch.Tensor:
+        """Rows ``[B, n_sources]``: each node's write dotted with the gradient where it writes."""
+        run = self.run
         parts = []
         for (s, e), write, grad in zip(self.spans, self.writes, g_layers, strict=True):
             parts.append(_dots(grad, run.active[s:e, 1], write))
