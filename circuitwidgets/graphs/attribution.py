@@ -60,7 +60,12 @@ def salient_logits(
     """
     probs = torch.softmax(logits, dim=-1)
     top_p, top_idx = torch.topk(probs, min(max_logits, probs.shape[-1]))
-    cutoff = int(torch.searchsorted(torch.cumsum(top_p, 0), torch.tensor(logit_prob, dtype=top_p.dtype))) + 1
+    cutoff = (
+        int(
+            torch.searchsorted(torch.cumsum(top_p, 0), torch.tensor(logit_prob, dtype=top_p.dtype, device=top_p.device))
+        )
+        + 1
+    )
     top_p, top_idx = top_p[:cutoff], top_idx[:cutoff]
     centred = W_U[:, top_idx] - W_U.mean(dim=-1, keepdim=True)
     return top_idx, top_p, centred.T
@@ -69,9 +74,9 @@ def salient_logits(
 class _Rows:
     """Computes adjacency rows (one per target) from batched backward passes of the replacement model."""
 
-    def __init__(self, model: CircuitModel, transcoders: Sequence[TranscoderLike], run: FrozenRun) -> None:
+    def __init__(self, model: CircuitModel, transcoders: Sequence[TranscoderLike], run: FrozenRun, batch: int) -> None:
         self.model, self.transcoders, self.run = model, transcoders, run
-        self.linear = LinearReplacement(model, transcoders, run)
+        self.linear = LinearReplacement(model, transcoders, run, batch)
         layers = run.active[:, 0]
         self.spans = [
             (int(s), int(e))
@@ -82,6 +87,10 @@ class _Rows:
             self.writes = [
                 (run.values[s:e, None] * tc.W_dec[run.active[s:e, 2]]).to(dtype)
                 for tc, (s, e) in zip(transcoders, self.spans, strict=True)
+            ]
+            self.padded = [
+                _by_position(run.active[s:e, 1], w, run.n_pos)
+                for (s, e), w in zip(self.spans, self.writes, strict=True)
             ]
         self.embeds = model.W_E[run.tokens[0]]
         n_pos = run.n_pos
@@ -97,30 +106,30 @@ class _Rows:
             return self._contract(g_embed, g_layers)
 
     def _cotangents(self, targets: torch.Tensor, final: torch.Tensor | None) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """Per layer ``[B, 1, pos, d_in]`` (a feature target's encoder column at its position) and ``[B, 1, d_model]``."""
+        """Per layer ``[B, pos, d_in]`` (a feature target's encoder column at its position) and ``[B, d_model]``."""
         run, model = self.run, self.model
         B = len(targets) if final is None else final.shape[0]
         dtype = model.dtype
         layer_cots = []
         for layer, tc in enumerate(self.transcoders):
-            cot = torch.zeros(B, 1, run.n_pos, tc.W_enc.shape[0], dtype=tc.W_enc.dtype, device=model.device)
+            cot = torch.zeros(B, run.n_pos, tc.W_enc.shape[0], dtype=tc.W_enc.dtype, device=model.device)
             if final is None:
                 here = torch.nonzero(run.active[targets, 0] == layer)[:, 0]
                 if len(here):
                     chosen = run.active[targets[here]]
-                    cot[here, 0, chosen[:, 1]] = tc.W_enc[:, chosen[:, 2]].T
+                    cot[here, chosen[:, 1]] = tc.W_enc[:, chosen[:, 2]].T
             layer_cots.append(cot)
-        final_cot = torch.zeros(B, 1, model.cfg.d_model, dtype=dtype, device=model.device)
+        final_cot = torch.zeros(B, model.cfg.d_model, dtype=dtype, device=model.device)
         if final is not None:
-            final_cot[:, 0] = final.to(dtype)
+            final_cot[:] = final.to(dtype)
         return layer_cots, final_cot
 
     def _contract(self, g_embed: torch.Tensor, g_layers: list[torch.Tensor]) -> torch.Tensor:
         """Rows ``[B, n_sources]``: each node's write dotted with the gradient where it writes."""
         run = self.run
         parts = []
-        for (s, e), write, grad in zip(self.spans, self.writes, g_layers, strict=True):
-            parts.append(_dots(grad, run.active[s:e, 1], write))
+        for (s, e), write, padded, grad in zip(self.spans, self.writes, self.padded, g_layers, strict=True):
+            parts.append(_dots(grad, run.active[s:e, 1], write) if padded is None else _padded_dots(grad, *padded))
         for grad, error in zip(g_layers, run.errors, strict=True):
             parts.append(torch.einsum("bpd,pd->bp", grad, error.to(grad.dtype)))
         parts.append(torch.einsum("bpd,pd->bp", g_embed, self.embeds.to(g_embed.dtype)))
@@ -130,6 +139,28 @@ class _Rows:
 def _starts(layers: torch.Tensor, n_layers: int) -> list[int]:
     """Index of each layer's first active feature in a layer-sorted list, and the list's length last."""
     return torch.searchsorted(layers.contiguous(), torch.arange(n_layers + 1, device=layers.device)).tolist()
+
+
+def _by_position(pos: torch.Tensor, write: torch.Tensor, n_pos: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The writes laid out ``[pos, k_max, d_model]`` (zero padded) and each feature's flat index in that layout,
+    or ``None`` when padding would more than double the work (features crowded at a few positions)."""
+    counts = torch.bincount(pos, minlength=n_pos)
+    k_max = int(counts.max()) if len(pos) else 0
+    if len(pos) == 0 or n_pos * k_max > 2 * len(pos) + n_pos:
+        return None
+    slot = (
+        torch.arange(len(pos), device=pos.device) - (torch.cumsum(counts, 0) - counts)[pos]
+    )  # rank within its position
+    flat = pos * k_max + slot
+    padded = torch.zeros(n_pos * k_max, write.shape[-1], dtype=write.dtype, device=write.device)
+    padded[flat] = write
+    return padded.view(n_pos, k_max, -1), flat
+
+
+def _padded_dots(grad: torch.Tensor, padded: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+    """``[B, n]`` as :func:`_dots`, one batched product per position: ``grad[:, p] · padded[p]ᵀ``."""
+    out = torch.bmm(grad.transpose(0, 1), padded.transpose(1, 2))  # [pos, B, k_max]
+    return out.transpose(0, 1).reshape(grad.shape[0], -1)[:, flat]
 
 
 def _dots(grad: torch.Tensor, pos: torch.Tensor, write: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
@@ -178,7 +209,7 @@ def attribution_matrix(
         raise ShapeError(f"tokens: expected one prompt ([pos] or [1, pos]), got {t.shape[0]} prompts")
     start = time.perf_counter()
     run = run_frozen(model, checked, t)
-    rows = _Rows(model, checked, run)
+    rows = _Rows(model, checked, run, min(batch, max(len(run.values), max_logits)))
     logit_idx, logit_p, logit_vecs = salient_logits(run.last_logits, model.W_U, max_logits, float(logit_prob))
     n_active, n_pos, L = len(run.values), run.n_pos, model.cfg.n_layers
     n_logits = len(logit_idx)

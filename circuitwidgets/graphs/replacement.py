@@ -119,36 +119,100 @@ def frozen_hooks(model: CircuitModel, run: FrozenRun, last_only: bool = False) -
     return hooks
 
 
-class LinearReplacement:
-    """The replacement model's linear map from nodes to targets, as one recorded forward pass.
+def _replay(frozen: torch.Tensor) -> Hook:
+    """A hook giving ``frozen`` (one copy's norm scales) for every copy of the pass."""
 
-    The pass adds a zero leaf at the token embeddings and at each MLP's output
-    (where feature and error nodes write), replaces each MLP's output by its skip
-    path plus the run's constant remainder, and keeps each transcoder's input and
-    the unembedding's input at the last position. :meth:`backward` then gives,
-    for a batch of targets (cotangents at those inputs), the gradient at every
-    node site: a node's direct effect is its vector dotted with the gradient.
+    def replay(value: torch.Tensor) -> torch.Tensor:
+        return frozen.to(value.dtype).expand_as(value)
+
+    return replay
+
+
+def normalised(model: CircuitModel, resid: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """A sublayer's input with its norm's per-token ``scale`` frozen (LayerNorm's centring kept: it is linear)."""
+    kind = model.cfg.normalization
+    if kind == "ln_pre":
+        return (resid - resid.mean(-1, keepdim=True)) / scale
+    if kind == "rms_pre":
+        return resid / scale
+    return resid
+
+
+class LinearReplacement:
+    """The replacement model's linear map from nodes to targets, as one recorded forward pass of ``batch`` copies.
+
+    The model's forward pass on ``batch`` copies of the prompt, with hooks: a zero
+    leaf added at the token embeddings and at each MLP's output (where feature and
+    error nodes write), each MLP's output replaced by its transcoder's skip path
+    plus the run's constant remainder, norm scales replayed, and each attention
+    output replaced by its value path through the run's frozen pattern
+    (``Σ_h P_h (x W_V,h + b_V,h) W_O,h + b_O``, computed from the layer's input
+    with one pattern for all copies, so no copy holds a ``pos²`` tensor). Each
+    transcoder's input and the unembedding's input at the last position are kept.
+    :meth:`backward` then gives, for one target per copy (cotangents at those
+    inputs), the gradient at every node site: a node's direct effect is its
+    vector dotted with the gradient there. One pass serves every batch of targets.
     """
 
-    def __init__(self, model: CircuitModel, transcoders: Sequence[TranscoderLike], run: FrozenRun) -> None:
+    def __init__(self, model: CircuitModel, transcoders: Sequence[TranscoderLike], run: FrozenRun, batch: int) -> None:
         cfg = model.cfg
         dtype, device = model.dtype, model.device
-        shape = (1, run.n_pos, cfg.d_model)
+        self.batch = batch
+        shape = (batch, run.n_pos, cfg.d_model)
         self.embed_delta = torch.zeros(shape, dtype=dtype, device=device, requires_grad=True)
         self.deltas = [torch.zeros(shape, dtype=dtype, device=device, requires_grad=True) for _ in transcoders]
         self.reads: list[torch.Tensor] = []
-        hooks = frozen_hooks(model, run, last_only=True)
+        self._attn_out: dict[int, torch.Tensor] = {}
+        hooks: dict[tuple[str, int | None], Hook] = {}
+        for key in [
+            ("scale_final", None),
+            *[(n, layer) for layer in range(cfg.n_layers) for n in ("scale", "scale_mlp")],
+        ]:
+            frozen = run.cache[key[0]] if key[1] is None else run.cache[key[0], key[1]]
+            if key[0] == "scale_final":
+                frozen = frozen[:, -1:]
+            hooks[key] = _replay(frozen.detach())
         hooks[("embed", None)] = lambda v: v + self.embed_delta
         for layer, tc in enumerate(transcoders):
+            hooks[("resid_pre", layer)] = self._value_path(model, run, layer)
+            hooks[("attn_out", layer)] = self._attention_output(layer)
             hooks[("resid_mid", layer)] = self._reader(model, tc, run.cache["scale_mlp", layer])
             hooks[("mlp_out", layer)] = self._writer(tc, run.skip_free[layer], layer)
         finals: list[torch.Tensor] = []
         hooks[("resid_final", None)] = lambda v: finals.append(v) or None  # type: ignore[func-returns-value]
+        tokens = run.tokens.expand(batch, -1)
         with torch.enable_grad():
             model.run_from(
-                run.tokens, 0, None, Recorder({}, set(), hooks), positions=[run.n_pos - 1], columns=run.tokens[0, :1]
+                tokens, 0, None, Recorder({}, set(), hooks), positions=[run.n_pos - 1], columns=run.tokens[0, :1]
             )
             self.final = final_input(model, finals[0][:, -1], run.cache["scale_final"][:, -1].detach())
+
+    def _value_path(self, model: CircuitModel, run: FrozenRun, layer: int) -> Hook:
+        cfg = model.cfg
+        pattern = run.cache["pattern", layer][0].detach()  # [heads, dest, src]
+        scale = run.cache["scale", layer].detach()
+        W_V, W_O = model.weight("W_V"), model.weight("W_O")
+        b_V, b_O = model.weight("b_V"), model.weight("b_O")
+        assert W_V is not None and W_O is not None
+
+        def compute(resid: torch.Tensor) -> None:
+            x = normalised(model, resid, scale.to(resid.dtype))
+            v = torch.einsum("bpd,gde->bpge", x, W_V[layer].to(x.dtype))
+            if b_V is not None:
+                v = v + b_V[layer].to(x.dtype)
+            if cfg.group_size > 1:
+                v = v.repeat_interleave(cfg.group_size, dim=2)
+            z = torch.einsum("hqk,bkhe->bqhe", pattern.to(v.dtype), v)
+            out = z.flatten(-2) @ W_O[layer].reshape(-1, cfg.d_model).to(z.dtype)
+            self._attn_out[layer] = out + b_O[layer].to(out.dtype) if b_O is not None else out
+
+        return compute
+
+    def _attention_output(self, layer: int) -> Hook:
+        def take(value: torch.Tensor) -> torch.Tensor:
+            return self._attn_out.pop(layer).to(value.dtype)
+
+        return take
 
     def _reader(self, model: CircuitModel, tc: TranscoderLike, scale: torch.Tensor) -> Hook:
         def read(value: torch.Tensor) -> None:
@@ -159,7 +223,7 @@ class LinearReplacement:
     def _writer(self, tc: TranscoderLike, rest: torch.Tensor, layer: int) -> Hook:
         def write(value: torch.Tensor) -> torch.Tensor:
             x = self.reads[layer]
-            return (_skip(tc, x) + rest.detach()[None]).to(value.dtype) + self.deltas[layer]
+            return (_skip(tc, x) + rest.detach()).to(value.dtype) + self.deltas[layer]
 
         return write
 
@@ -168,13 +232,20 @@ class LinearReplacement:
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Gradients ``([B, pos, d_model] at the embeddings, per layer [B, pos, d_model] at the MLP outputs)``.
 
-        ``layer_cotangents[l]`` ``[B, 1, pos, d_in]`` weights layer ``l``'s transcoder
-        input, ``final_cotangent`` ``[B, 1, d_model]`` the unembedding's input at the
-        last position; row ``b`` of every output is the gradient of target ``b``.
+        ``layer_cotangents[l]`` ``[B, pos, d_in]`` weights layer ``l``'s transcoder
+        input, ``final_cotangent`` ``[B, d_model]`` the unembedding's input at the
+        last position; row ``b`` of every output is the gradient of target ``b``
+        (``B`` at most the pass's ``batch``; the other copies get zero cotangents).
         """
-        outputs = [*self.reads, self.final]
+        n = final_cotangent.shape[0]
+        pad = self.batch - n
+
+        def padded(t: torch.Tensor) -> torch.Tensor:
+            return torch.cat([t, t.new_zeros(pad, *t.shape[1:])]) if pad else t
+
         grads = torch.autograd.grad(
-            outputs, [self.embed_delta, *self.deltas], [*layer_cotangents, final_cotangent],
-            retain_graph=True, is_grads_batched=True, allow_unused=True, materialize_grads=True,
+            [*self.reads, self.final], [self.embed_delta, *self.deltas],
+            [padded(c) for c in [*layer_cotangents, final_cotangent]],
+            retain_graph=True, allow_unused=True, materialize_grads=True,
         )  # fmt: skip
-        return grads[0][:, 0], [g[:, 0] for g in grads[1:]]
+        return grads[0][:n], [g[:n] for g in grads[1:]]

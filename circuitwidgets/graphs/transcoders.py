@@ -39,6 +39,9 @@ class TranscoderLike(Protocol):
         ...
 
 
+_MEMBERS = ("layer", "in_site", "out_site", "W_enc", "b_enc", "W_dec", "b_dec", "W_skip", "encode")
+
+
 def transcoder_input(cfg: ModelConfig, site: str, resid_mid: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """What a transcoder reading ``site`` sees, from ``resid_mid`` and the MLP norm's per-token ``scale``.
 
@@ -92,7 +95,9 @@ def check_transcoders(model: CircuitModel, transcoders: object) -> list[Transcod
     cfg = model.cfg
     by_layer: dict[int, TranscoderLike] = {}
     for i, tc in enumerate(items):
-        if not isinstance(tc, TranscoderLike):
+        # hasattr, not isinstance(tc, TranscoderLike): from Python 3.12 a protocol check reads attributes
+        # statically and misses an nn.Module's parameters (found through its __getattr__)
+        if not all(hasattr(tc, name) for name in _MEMBERS) or not callable(getattr(tc, "encode", None)):
             raise ArgumentTypeError(
                 f"transcoders[{i}]: expected a transcoder (layer, in_site, out_site, W_enc, b_enc, W_dec, b_dec, "
                 f"W_skip, encode), got {type(tc).__name__}"
