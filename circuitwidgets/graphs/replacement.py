@@ -6,9 +6,10 @@ transcoder's input and active features, and the error node: the MLP's output
 minus the transcoder's prediction). With those frozen, everything between the
 nodes (features, errors, token embeddings) and the targets (feature
 pre-activations, centred logits) is linear, and :class:`LinearReplacement`
-runs it as the model's own forward pass with hooks, so that a backward pass
-from a target gives its direct effect from every node at once (circuit-tracer's
-definition; Ameisen et al., 2025).
+records that linear map once, so that a backward pass from a target gives its
+direct effect from every node at once (circuit-tracer's definition; Ameisen et
+al., 2025). The run itself is the model's forward pass; the linear map is
+checked against the model's forward pass with freezing hooks in the tests.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import torch
 
 from circuitwidgets.graphs.transcoders import TranscoderLike, transcoder_input
 from circuitwidgets.model import ActivationCache, CircuitModel
-from circuitwidgets.model.cache import Hook, Recorder
 
 #: What the base run keeps.
 FROZEN_NAMES = ("pattern", "scale", "scale_mlp", "scale_final", "resid_mid", "mlp_out")
@@ -98,36 +98,6 @@ def final_input(model: CircuitModel, resid_final: torch.Tensor, scale: torch.Ten
     return resid_final / scale
 
 
-def frozen_hooks(model: CircuitModel, run: FrozenRun, last_only: bool = False) -> dict[tuple[str, int | None], Hook]:
-    """Hooks replaying the run's attention patterns and norm scales (the parts of the replacement model held fixed).
-
-    ``last_only``: the pass computes the logits of the last position only (its final norm's scale is that one's).
-    """
-    hooks: dict[tuple[str, int | None], Hook] = {}
-    keys: list[tuple[str, int | None]] = [("scale_final", None)]
-    for layer in range(model.cfg.n_layers):
-        keys += [("scale", layer), ("scale_mlp", layer), ("pattern", layer)]
-    for key in keys:
-        frozen = run.cache[key[0]] if key[1] is None else run.cache[key[0], key[1]]
-        if key == ("scale_final", None) and last_only:
-            frozen = frozen[:, -1:]
-
-        def replay(value: torch.Tensor, frozen: torch.Tensor = frozen) -> torch.Tensor:
-            return frozen.detach().to(value.dtype)
-
-        hooks[key] = replay
-    return hooks
-
-
-def _replay(frozen: torch.Tensor) -> Hook:
-    """A hook giving ``frozen`` (one copy's norm scales) for every copy of the pass."""
-
-    def replay(value: torch.Tensor) -> torch.Tensor:
-        return frozen.to(value.dtype).expand_as(value)
-
-    return replay
-
-
 def normalised(model: CircuitModel, resid: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """A sublayer's input with its norm's per-token ``scale`` frozen (LayerNorm's centring kept: it is linear)."""
     kind = model.cfg.normalization
@@ -139,19 +109,23 @@ def normalised(model: CircuitModel, resid: torch.Tensor, scale: torch.Tensor) ->
 
 
 class LinearReplacement:
-    """The replacement model's linear map from nodes to targets, as one recorded forward pass of ``batch`` copies.
+    """The linear part of the replacement model, recorded once on ``batch`` copies for batched backward passes.
 
-    The model's forward pass on ``batch`` copies of the prompt, with hooks: a zero
-    leaf added at the token embeddings and at each MLP's output (where feature and
-    error nodes write), each MLP's output replaced by its transcoder's skip path
-    plus the run's constant remainder, norm scales replayed, and each attention
-    output replaced by its value path through the run's frozen pattern
-    (``Σ_h P_h (x W_V,h + b_V,h) W_O,h + b_O``, computed from the layer's input
-    with one pattern for all copies, so no copy holds a ``pos²`` tensor). Each
-    transcoder's input and the unembedding's input at the last position are kept.
-    :meth:`backward` then gives, for one target per copy (cotangents at those
-    inputs), the gradient at every node site: a node's direct effect is its
-    vector dotted with the gradient there. One pass serves every batch of targets.
+    Between the nodes and the targets the replacement model is affine; its
+    constants (position embeddings, biases, decoder biases, the first position's
+    MLP output) do not change any gradient, so the pass runs the linear part
+    only, on zeros: a leaf where the nodes write (the token embeddings, each
+    MLP's output), then layer by layer the residual stream, each attention
+    output as its value path through the run's frozen pattern
+    (``Σ_h P_h (x W_V,h) W_O,h``, with ``x`` the layer's input under its frozen
+    norm scale; one pattern for all copies, so no copy holds a ``pos²`` tensor),
+    and each MLP's output as its transcoder's skip path. It keeps each
+    transcoder's input and the unembedding's input at the last position.
+    :meth:`backward` then gives, for one target per copy, the gradient at every
+    node site. The architectures it covers are those
+    :func:`~circuitwidgets.graphs.transcoders.check_architecture` admits (pre-norm,
+    attention then MLP); ``tests/test_graphs_attribution.py`` checks the result
+    against the model's own forward pass with hooks.
     """
 
     def __init__(self, model: CircuitModel, transcoders: Sequence[TranscoderLike], run: FrozenRun, batch: int) -> None:
@@ -162,70 +136,24 @@ class LinearReplacement:
         self.embed_delta = torch.zeros(shape, dtype=dtype, device=device, requires_grad=True)
         self.deltas = [torch.zeros(shape, dtype=dtype, device=device, requires_grad=True) for _ in transcoders]
         self.reads: list[torch.Tensor] = []
-        self._attn_out: dict[int, torch.Tensor] = {}
-        hooks: dict[tuple[str, int | None], Hook] = {}
-        for key in [
-            ("scale_final", None),
-            *[(n, layer) for layer in range(cfg.n_layers) for n in ("scale", "scale_mlp")],
-        ]:
-            frozen = run.cache[key[0]] if key[1] is None else run.cache[key[0], key[1]]
-            if key[0] == "scale_final":
-                frozen = frozen[:, -1:]
-            hooks[key] = _replay(frozen.detach())
-        hooks[("embed", None)] = lambda v: v + self.embed_delta
-        for layer, tc in enumerate(transcoders):
-            hooks[("resid_pre", layer)] = self._value_path(model, run, layer)
-            hooks[("attn_out", layer)] = self._attention_output(layer)
-            hooks[("resid_mid", layer)] = self._reader(model, tc, run.cache["scale_mlp", layer])
-            hooks[("mlp_out", layer)] = self._writer(tc, run.skip_free[layer], layer)
-        finals: list[torch.Tensor] = []
-        hooks[("resid_final", None)] = lambda v: finals.append(v) or None  # type: ignore[func-returns-value]
-        tokens = run.tokens.expand(batch, -1)
-        with torch.enable_grad():
-            model.run_from(
-                tokens, 0, None, Recorder({}, set(), hooks), positions=[run.n_pos - 1], columns=run.tokens[0, :1]
-            )
-            self.final = final_input(model, finals[0][:, -1], run.cache["scale_final"][:, -1].detach())
-
-    def _value_path(self, model: CircuitModel, run: FrozenRun, layer: int) -> Hook:
-        cfg = model.cfg
-        pattern = run.cache["pattern", layer][0].detach()  # [heads, dest, src]
-        scale = run.cache["scale", layer].detach()
         W_V, W_O = model.weight("W_V"), model.weight("W_O")
-        b_V, b_O = model.weight("b_V"), model.weight("b_O")
         assert W_V is not None and W_O is not None
-
-        def compute(resid: torch.Tensor) -> None:
-            x = normalised(model, resid, scale.to(resid.dtype))
-            v = torch.einsum("bpd,gde->bpge", x, W_V[layer].to(x.dtype))
-            if b_V is not None:
-                v = v + b_V[layer].to(x.dtype)
-            if cfg.group_size > 1:
-                v = v.repeat_interleave(cfg.group_size, dim=2)
-            z = torch.einsum("hqk,bkhe->bqhe", pattern.to(v.dtype), v)
-            out = z.flatten(-2) @ W_O[layer].reshape(-1, cfg.d_model).to(z.dtype)
-            self._attn_out[layer] = out + b_O[layer].to(out.dtype) if b_O is not None else out
-
-        return compute
-
-    def _attention_output(self, layer: int) -> Hook:
-        def take(value: torch.Tensor) -> torch.Tensor:
-            return self._attn_out.pop(layer).to(value.dtype)
-
-        return take
-
-    def _reader(self, model: CircuitModel, tc: TranscoderLike, scale: torch.Tensor) -> Hook:
-        def read(value: torch.Tensor) -> None:
-            self.reads.append(transcoder_input(model.cfg, tc.in_site, value, scale.detach()).to(tc.W_enc.dtype))
-
-        return read
-
-    def _writer(self, tc: TranscoderLike, rest: torch.Tensor, layer: int) -> Hook:
-        def write(value: torch.Tensor) -> torch.Tensor:
-            x = self.reads[layer]
-            return (_skip(tc, x) + rest.detach()).to(value.dtype) + self.deltas[layer]
-
-        return write
+        with torch.enable_grad():
+            resid = self.embed_delta
+            for layer, tc in enumerate(transcoders):
+                x = normalised(model, resid, run.cache["scale", layer].detach().to(dtype))
+                v = torch.einsum("bpd,gde->bpge", x, W_V[layer].detach().to(dtype))
+                if cfg.group_size > 1:
+                    v = v.repeat_interleave(cfg.group_size, dim=2)
+                z = torch.einsum("hqk,bkhe->bqhe", run.cache["pattern", layer][0].detach().to(dtype), v)
+                resid = resid + z.flatten(-2) @ W_O[layer].detach().reshape(-1, cfg.d_model).to(dtype)
+                read = transcoder_input(cfg, tc.in_site, resid, run.cache["scale_mlp", layer].detach().to(dtype))
+                self.reads.append(read.to(tc.W_enc.dtype))
+                with torch.no_grad():
+                    W_skip = tc.W_skip.detach() if tc.W_skip is not None else None
+                skip = (self.reads[-1] @ W_skip).to(dtype) if W_skip is not None else 0
+                resid = resid + skip + self.deltas[layer]
+            self.final = final_input(model, resid[:, -1], run.cache["scale_final"][:, -1].detach().to(dtype))
 
     def backward(
         self, layer_cotangents: list[torch.Tensor], final_cotangent: torch.Tensor
