@@ -36,6 +36,11 @@ _LAZY = {
     "LogitAttribution": "circuitwidgets.widgets",
     "link": "circuitwidgets.widgets.core.link",
     "Graph": "circuitwidgets.graphs",
+    "edge_attribution": "circuitwidgets.graphs",
+    "edge_patch": "circuitwidgets.graphs",
+    "faithfulness": "circuitwidgets.graphs",
+    "faithfulness_curve": "circuitwidgets.graphs",
+    "AttributionGraph": "circuitwidgets.widgets",
     "save_html": "circuitwidgets.export",
 }
 

@@ -29,7 +29,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
-NAMES = ("01_zero_and_one_layer", "02_two_layer_induction", "03_bring_your_own_model", "04_causal_induction")
+NAMES = (
+    "01_zero_and_one_layer",
+    "02_two_layer_induction",
+    "03_bring_your_own_model",
+    "04_causal_induction",
+    "08_circuit_discovery",
+)
 KERNEL = "circuitwidgets-notebooks"
 CELL_TIMEOUT_S = 300
 
@@ -343,3 +349,49 @@ def test_on_the_gelu_model_the_key_path_runs_through_the_first_mlp(nb04: nbforma
     direct = number(r"-> keys, strongest receiver \S+: ([+-][\d.]+)", out)
     via_mlp = number(r"answer's earlier position: ([+-][\d.]+)", out)
     assert direct < 0.1 < 0.5 < via_mlp, out
+
+
+# ----------------------------------------------------------------------------- 08: circuit discovery
+
+
+@pytest.fixture(scope="module")
+def nb08(executed: Callable[[str], nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    return executed("08_circuit_discovery")
+
+
+def test_the_strongest_edges_are_the_induction_heads_writing_the_answer(nb08: nbformat.NotebookNode) -> None:
+    out = printed(nb08, "discovery")
+    top = re.findall(r"(\S+) → (\S+)\s+([+-][\d.]+)", out)
+    into_logits = [s for s, r, w in top[:4] if r == "logits" and float(w) < 0]
+    assert len(set(into_logits) & set(INDUCTION_12H)) >= 2, out
+
+
+def test_scores_agree_with_exact_edge_patching(nb08: nbformat.NotebookNode) -> None:
+    out = printed(nb08, "agreement")
+    for method, rho_min, top_min in (("eap", 0.8, 0.7), ("eap-ig-inputs", 0.4, 0.5)):
+        found = find(rf"{method}: rho ([\d.]+), rho of \|score\| [\d.]+, top-20 overlap ([\d.]+)", out)
+        assert float(found.group(1)) > rho_min and float(found.group(2)) >= top_min, out
+
+
+def test_a_small_circuit_is_faithful_and_the_ends_are_exact(nb08: nbformat.NotebookNode) -> None:
+    out = printed(nb08, "curve")
+    assert (
+        "top   0 edges (  0 kept): faithfulness +0.000" in out
+        and "top 529 edges (529 kept): faithfulness +1.000" in out
+    )
+    kept = number(r"smallest circuit reaching 0.8: (\d+) of 529", out)
+    assert kept < 0.2 * 529 and number(r"CPR ([\d.]+)", out) > 0.8, out
+
+
+def test_kept_key_edges_are_the_k_composition_and_path_patching_heads(nb08: nbformat.NotebookNode) -> None:
+    out = printed(nb08, "kcomp")
+    kept = ast.literal_eval(find(r"kept edges into keys: (\[.*?\])", out).group(1))
+    assert kept == INDUCTION_12H, out
+    assert ast.literal_eval(find(r"K-composition: (\[.*\])", out).group(1)) == INDUCTION_12H, out
+    assert ast.literal_eval(find(r"path patching into keys: (\[.*\])", out).group(1)) == INDUCTION_12H, out
+
+
+def test_on_the_gelu_model_the_circuit_reaches_keys_through_the_first_mlp(nb08: nbformat.NotebookNode) -> None:
+    out = printed(nb08, "gelu")
+    assert len(ast.literal_eval(find(r"MLP0 → keys: (\[.*\])", out).group(1))) >= 3, out
+    assert ast.literal_eval(find(r"layer-0 heads → keys: (\[.*\])", out).group(1)) == [], out

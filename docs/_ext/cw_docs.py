@@ -15,7 +15,7 @@ Three things, all at build time:
   fragment (:func:`circuitwidgets.export.notebook_fragment`). Code that raises,
   or does not end in a widget, fails the build.
 - The API pages (``docs/api/generated/``) are written from the ``__all__`` of
-  ``circuitwidgets``, ``circuitwidgets.circuits``, ``circuitwidgets.causal`` and ``circuitwidgets.widgets``,
+  ``circuitwidgets``, ``circuitwidgets.circuits``, ``circuitwidgets.causal``, ``circuitwidgets.graphs`` and ``circuitwidgets.widgets``,
   so every public name has an entry and a new one cannot be forgotten.
 
 MyST-NB then renders the executed notebooks with execution off.
@@ -206,6 +206,7 @@ API_PAGES = {
     "circuitwidgets": "The package: models, loaders, widgets, export",
     "circuitwidgets.circuits": "The engine: circuits of the paper as numbers",
     "circuitwidgets.causal": "Causal techniques: patching, ablation, attribution, the logit lens",
+    "circuitwidgets.graphs": "Graphs: edge attribution, exact edge patching, faithfulness",
     "circuitwidgets.widgets": "The widgets",
 }
 

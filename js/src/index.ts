@@ -13,6 +13,7 @@ import { renderComposition } from "./views/composition";
 import { renderCompVsPatching } from "./views/compvspatching";
 import { renderEigen } from "./views/eigen";
 import { renderExplorer } from "./views/explorer";
+import { renderGraph } from "./views/graph";
 import { renderHeadScores } from "./views/headscores";
 import { renderHistory } from "./views/history";
 import { renderLogitAttribution } from "./views/logitattribution";
@@ -30,6 +31,7 @@ export const VIEWS: Readonly<Record<string, ViewRender>> = {
   compvspatching: renderCompVsPatching,
   eigen: renderEigen,
   explorer: renderExplorer,
+  graph: renderGraph,
   headscores: renderHeadScores,
   history: renderHistory,
   logitattribution: renderLogitAttribution,

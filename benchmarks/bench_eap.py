@@ -1,0 +1,157 @@
+"""Edge attribution benchmark: EAP-IG over every edge of gelu-2l on many prompt pairs, plain EAP and a
+faithfulness curve against their floors, and every method's agreement with exact edge patching.
+
+Task: induction. A clean prompt is ``BOS r₁ … r₈ r₁ … r₇`` (random tokens), its corrupted twin ``BOS s₁ … s₈
+r₁ … r₇``; the metric is the logit difference ``r₈ − s₈`` at the last position (a mean over pairs).
+
+- **EAP-IG** (``eap-ig-inputs``, 5 steps) over every edge of ``gelu-2l`` on ``--pairs`` pairs (goal: ≤ 30 s on
+  2 cores for 1,000).
+- **Plain EAP** in forward+backward units: its time over the time of one forward and one backward pass of the
+  model's own forward (``CircuitModel.run_from``, the metric's logits, gradient to the embedding) on the same clean prompts,
+  best of 3 (goal: ≤ 3 units: it runs the clean and corrupted prompts once and one backward pass).
+- **Faithfulness curve** of 20 sizes: its time over its floor, the plain forward passes of the distinct
+  circuits it must run (20 sizes + the whole model + the empty circuit, fewer when sizes coincide) on the
+  same prompts, i.e. ``variants × t_forward`` (goal: ≤ 2×).
+- **Agreement** with exact edge patching (``edge_patch`` on every edge) on ``attn-only-2l-12h`` and
+  ``gelu-2l`` (``--agree-pairs`` pairs): Spearman's ρ of the signed scores, of ``|score|``, and the fraction of the
+  exact top-20 edges in each method's top-20.
+
+Run from the repository root (threads pinned to 2, as CI's machine)::
+
+    nice -n 10 .venv/bin/python benchmarks/bench_eap.py
+    .venv/bin/python benchmarks/bench_eap.py --pairs 100 --agree-pairs 8      # quick
+
+Prints markdown tables and the machine's load average. Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+
+import torch
+
+import circuitwidgets as cw
+from circuitwidgets import causal, graphs
+from circuitwidgets.model.cache import Recorder
+
+METHODS = ("eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
+
+
+def induction_pairs(
+    model: cw.CircuitModel, n: int, half: int = 8, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, object]:
+    """``n`` clean/corrupted induction pairs and their logit-difference metric."""
+    g = torch.Generator().manual_seed(seed)
+    first = torch.randint(1, model.cfg.d_vocab, (n, half), generator=g)
+    other = torch.randint(1, model.cfg.d_vocab, (n, half), generator=g)
+    bos = torch.zeros(n, 1, dtype=torch.long)
+    clean = torch.cat([bos, first, first[:, :-1]], dim=1)
+    corrupted = torch.cat([bos, other, first[:, :-1]], dim=1)
+    return clean, corrupted, causal.logit_diff(first[:, -1].tolist(), other[:, -1].tolist())
+
+
+def timed(fn: Callable[[], object], repeat: int = 1) -> tuple[float, object]:
+    """Best wall time of ``repeat`` calls, and the last result."""
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def forward_backward(model: cw.CircuitModel, tokens: torch.Tensor, chunk: int = 250) -> None:
+    """One forward and one backward pass of the model's own forward (gradient to the embedding), in chunks."""
+    for start in range(0, tokens.shape[0], chunk):
+        leaf = torch.zeros(1, device=model.device, dtype=model.dtype, requires_grad=True)
+
+        def add(value: torch.Tensor, leaf: torch.Tensor = leaf) -> torch.Tensor:
+            return value + leaf
+
+        part = tokens[start : start + chunk]
+        with torch.enable_grad():  # (the logits at the last position, two ids: what the metric reads)
+            record = Recorder({}, set(), {("embed", None): add})
+            logits = model.run_from(part, 0, None, record, positions=[part.shape[1] - 1], columns=torch.tensor([0, 1]))
+            logits.sum().backward()
+
+
+def forward(model: cw.CircuitModel, tokens: torch.Tensor, chunk: int = 500) -> None:
+    """One plain forward pass of the model on ``tokens`` (no gradient, the metric's two logits), in chunks."""
+    with torch.no_grad():
+        for start in range(0, tokens.shape[0], chunk):
+            part = tokens[start : start + chunk]
+            model.run_from(
+                part, 0, None, Recorder({}, set()), positions=[part.shape[1] - 1], columns=torch.tensor([0, 1])
+            )
+
+
+def speed(pairs: int) -> None:
+    model = cw.load_pretrained("gelu-2l")
+    clean, corrupted, metric = induction_pairs(model, pairs)
+    unit, _ = timed(lambda: forward_backward(model, clean), repeat=3)
+    plain_forward, _ = timed(lambda: forward(model, clean), repeat=3)
+    t_ig, graph = timed(
+        lambda: graphs.edge_attribution(model, clean, corrupted, metric, method="eap-ig-inputs", steps=5)
+    )
+    t_eap, _ = timed(lambda: graphs.edge_attribution(model, clean, corrupted, metric, method="eap"))
+    assert isinstance(graph, graphs.Graph)
+    t_curve, curve = timed(lambda: graphs.faithfulness_curve(model, graph, clean, corrupted, metric, 20))
+    assert isinstance(curve, graphs.Curve)
+    variants = len({*curve.sizes, 0, len(graph.edges)})
+    floor = variants * plain_forward
+    print(
+        f"\n### gelu-2l, {pairs} induction pairs × {clean.shape[1]} tokens, {len(graph.edges)} edges, "
+        f"{torch.get_num_threads()} threads\n"
+    )
+    print("| what | time (s) | against | ratio | goal |")
+    print("|---|---:|---|---:|---|")
+    print(f"| EAP-IG inputs, 5 steps, every edge | {t_ig:.2f} | 30 s | {t_ig / 30:.2f} | ≤ 1 |")
+    print(f"| plain EAP, every edge | {t_eap:.2f} | one forward+backward ({unit:.2f} s) | {t_eap / unit:.2f} | ≤ 3 |")
+    print(f"| faithfulness curve, 20 sizes | {t_curve:.2f} | {variants} plain forwards ({floor:.2f} s) | "
+          f"{t_curve / floor:.2f} | ≤ 2 |")  # fmt: skip
+    print(
+        f"\ncurve: CPR {curve.cpr:.3f}, CMD {curve.cmd:.3f}; faithfulness by edges taken: "
+        + ", ".join(f"{s}: {v:.2f}" for s, v in zip(curve.sizes, curve.values, strict=True))
+    )
+
+
+def agree(pairs: int) -> None:
+    print(f"\n### Agreement with exact edge patching ({pairs} induction pairs)\n")
+    print("| model | method | ρ (signed) | ρ (|score|) | exact top-20 in method's top-20 | time (s) |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name in ("attn-only-2l-12h", "gelu-2l"):
+        model = cw.load_pretrained(name)
+        clean, corrupted, metric = induction_pairs(model, pairs, seed=1)
+        t_exact, exact = timed(lambda: graphs.edge_patch(model, clean, corrupted, metric))  # noqa: B023
+        assert isinstance(exact, graphs.Graph)
+        print(f"| {name} | exact edge_patch ({len(exact.edges)} edges) | 1 | 1 | 1.00 | {t_exact:.1f} |")
+        for method in METHODS:
+            t, estimate = timed(lambda: graphs.edge_attribution(model, clean, corrupted, metric, method=method))  # type: ignore[arg-type]  # noqa: B023
+            assert isinstance(estimate, graphs.Graph)
+            a = graphs.agreement(estimate, exact, k=20)
+            print(f"| {name} | {method} | {a.rank_correlation:.3f} | {a.abs_rank_correlation:.3f} | "
+                  f"{a.top_overlap:.2f} | {t:.1f} |")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pairs", type=int, default=1000)
+    parser.add_argument("--agree-pairs", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-agreement", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"load average before: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    if not args.skip_speed:
+        speed(args.pairs)
+    if not args.skip_agreement:
+        agree(args.agree_pairs)
+    print(f"\nload average after: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""The trait values of an :class:`~circuitwidgets.AttributionGraph` view, from a :class:`~circuitwidgets.graphs.Graph`.
+
+Edges are sent strongest first (by ``|weight|``), so a circuit of ``size`` edges
+is the first ``size`` of them; the view drops the dangling ones as
+:func:`~circuitwidgets.graphs.prune` does. Node labels and prompt tokens are
+untrusted text: the view sets them as text, escaping invisible and bidi characters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+from circuitwidgets.graphs import Curve, Graph, prune
+
+#: What an edge's colour means, per convention (negative, positive).
+EAP_SIGNS = ("removing it lowers the metric", "removing it raises the metric")
+ATTRIBUTION_SIGNS = ("negative direct effect", "positive direct effect")
+
+
+def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None = None) -> dict[str, Any]:
+    """Checked trait values for ``graph`` (and its faithfulness ``curve``), showing ``size`` edges (default: the
+    curve's smallest circuit reaching 0.8 faithfulness, else 20)."""
+    if not isinstance(graph, Graph):
+        raise ArgumentTypeError(f"graph: expected a circuitwidgets.graphs.Graph, got {type(graph).__name__}")
+    if curve is not None and not isinstance(curve, Curve):
+        raise ArgumentTypeError(
+            f"curve: expected a faithfulness Curve (graphs.faithfulness_curve) or None, got {type(curve).__name__}"
+        )
+    order = graph.order()
+    n_edges = len(order)
+    if size is None:
+        size = _default_size(curve, n_edges)
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= n_edges:
+        raise ArgumentError(f"size: expected an int in [0, {n_edges}] (edges kept), got {size!r}")
+    nodes = graph.nodes
+    heads = [int(i) for i, k in zip(nodes.index, nodes.kind, strict=True) if k.startswith("head")]
+    layers = [int(x) for x in nodes.layer if x >= 0]
+    exact = graph.method == "exact"
+    signs = EAP_SIGNS if graph.convention.startswith("weight ") else ATTRIBUTION_SIGNS
+    out: dict[str, Any] = {
+        "node_kind": list(nodes.kind),
+        "node_label": list(nodes.label),
+        "node_layer": nodes.layer.astype(np.int32),
+        "node_pos": nodes.pos.astype(np.int32),
+        "node_index": nodes.index.astype(np.int32),
+        "edge_src": graph.edges.src[order].astype(np.int32),
+        "edge_dst": graph.edges.dst[order].astype(np.int32),
+        "edge_weight": np.nan_to_num(graph.edges.weight[order]).astype(np.float32),
+        "size": size,
+        "prompt": list(graph.prompt),
+        "model_n_layers": int(
+            graph.extra.get("n_layers", max(layers, default=-1) + (0 if "logit" in nodes.kind else 1))
+        ),
+        "model_n_heads": int(graph.extra.get("n_heads", max(heads, default=-1) + 1)),
+        "title": f"{'Exact edge patching' if exact else 'Edge attribution'} ({graph.method})",
+        "metric": graph.metric,
+        "caption": graph.convention,
+        "negative_note": signs[0],
+        "positive_note": signs[1],
+        "model_name": str(graph.extra.get("model", "")),
+    }
+    out.update(_curve_traits(curve))
+    out.update(_strongest_head(graph, order[:size]))
+    return out
+
+
+def _strongest_head(graph: Graph, rows: np.ndarray) -> dict[str, int]:
+    """The selection a view starts on: the head with most ``|weight|`` on the shown edges (with its inputs'),
+    so that linked views start on the same head."""
+    nodes = graph.nodes
+    load: dict[tuple[int, int], float] = {}
+    for row in rows:
+        for i in (int(graph.edges.src[row]), int(graph.edges.dst[row])):
+            if nodes.kind[i].startswith("head"):
+                key = (int(nodes.layer[i]), int(nodes.index[i]))
+                load[key] = load.get(key, 0.0) + abs(float(graph.edges.weight[row]))
+    if not load:
+        return {"selected_layer": 0, "selected_head": 0 if "head" in nodes.kind else -1, "selected_node": -1}
+    layer, head = max(load, key=lambda k: load[k])
+    node = next(
+        i for i, k in enumerate(nodes.kind) if k == "head" and nodes.layer[i] == layer and nodes.index[i] == head
+    )
+    return {"selected_layer": layer, "selected_head": head, "selected_node": node}
+
+
+def _default_size(curve: Curve | None, n_edges: int) -> int:
+    if curve is not None:
+        for taken, value in zip(curve.sizes, curve.values, strict=True):
+            if value >= 0.8:
+                return min(int(taken), n_edges)
+    return min(20, n_edges)
+
+
+def _curve_traits(curve: Curve | None) -> dict[str, Any]:
+    if curve is None:
+        return {"curve_edges": [], "curve_values": [], "curve_note": ""}
+    note = (
+        f"faithfulness over circuit sizes ({curve.ablation} ablation): CPR {curve.cpr:.3f} (area under the curve), "
+        f"CMD {curve.cmd:.3f} (area between it and 1), over MIB's fractions of edges"
+    )
+    return {
+        "curve_edges": [int(e) for e in curve.sizes],
+        "curve_values": [float(v) for v in curve.values],
+        "curve_note": note,
+    }
+
+
+def pruned(graph: Graph, size: int) -> Graph:
+    """The circuit the view shows at ``size``: the ``size`` strongest edges, without dangling ones."""
+    return prune(graph, edges=size)
