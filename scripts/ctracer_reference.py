@@ -122,6 +122,43 @@ def build(out: Path) -> None:
     )
 
 
+def bench(n_tokens: int, batch: int, max_nodes: int) -> None:
+    """Time circuit-tracer's ``attribute`` on a TransformerLens model of gelu-2l's shape (random weights) with TopK
+    transcoders of the shipped width (2,048 features, k = 32), on 2 threads; print one ``RESULT`` JSON line."""
+    import resource
+    import time
+
+    from circuit_tracer import attribute
+    from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
+    from circuit_tracer.transcoder.activation_functions import TopK
+    from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
+    from transformer_lens import HookedTransformerConfig
+
+    torch.set_num_threads(2)
+    shape = {"n_layers": 2, "d_model": 256, "n_ctx": max(256, n_tokens), "d_head": 32, "n_heads": 8, "d_mlp": 1024,
+             "d_vocab": 2048, "act_fn": "gelu", "normalization_type": "LN", "positional_embedding_type": "shortformer"}  # fmt: skip
+    cfg = HookedTransformerConfig(**shape, seed=0, device="cpu", tokenizer_prepends_bos=False)
+    g = torch.Generator().manual_seed(1)
+    transcoders = {}
+    for layer in range(2):
+        tc = SingleLayerTranscoder(256, 2048, TopK(32), layer, device=torch.device("cpu"), dtype=torch.float32)
+        with torch.no_grad():
+            dec = torch.randn(2048, 256, generator=g)
+            tc.W_dec.copy_(dec / dec.norm(dim=1, keepdim=True))
+            tc.W_enc.copy_(tc.W_dec)
+        transcoders[layer] = tc
+    tset = TranscoderSet(transcoders, feature_input_hook="ln2.hook_normalized", feature_output_hook="hook_mlp_out")
+    global CONFIG
+    CONFIG = {**CONFIG, "d_vocab": 2048}
+    model = TransformerLensReplacementModel.from_config(cfg, tset, tokenizer=_tokenizer())
+    tokens = torch.cat([torch.zeros(1, dtype=torch.long), torch.randint(1, 2048, (n_tokens - 1,), generator=g)])
+    start = time.perf_counter()
+    graph = attribute(tokens, model, max_feature_nodes=max_nodes, batch_size=batch)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print("RESULT " + json.dumps({"seconds": seconds, "peak_gb": peak, "nodes": int(graph.adjacency_matrix.shape[0])}))
+
+
 def validate(path: Path) -> None:
     from circuit_tracer.frontend.graph_models import Model
 
@@ -130,5 +167,10 @@ def validate(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    command, where = sys.argv[1], Path(sys.argv[2])
-    build(where) if command == "build" else validate(where)
+    command = sys.argv[1]
+    if command == "bench":
+        bench(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    elif command == "build":
+        build(Path(sys.argv[2]))
+    else:
+        validate(Path(sys.argv[2]))
