@@ -28,7 +28,7 @@ from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.graphs.attribution import attribution_graph, attribution_matrix
 from circuitwidgets.graphs.ct_json import to_circuit_tracer_json
 from circuitwidgets.graphs.dense import DenseAttribution
-from circuitwidgets.graphs.influence import graph_scores, prune
+from circuitwidgets.graphs.influence import graph_scores, prune_by_influence
 from circuitwidgets.model import CircuitModel, ModelConfig
 from circuitwidgets.sources._convert import RawModel, fold_layer_norms
 
@@ -132,7 +132,7 @@ def test_same_graph_pruning_and_scores(reference: Path, name: str) -> None:
     error = float((dense.adjacency - theirs).abs().max()) / scale
     assert error < 1e-5, f"{name}: adjacency differs by {error:.2e} of its largest entry"
     assert float(dense.adjacency.abs().max()) > 0.1
-    kept = prune(dense)
+    kept = prune_by_influence(dense)
     np.testing.assert_array_equal(kept.nodes.numpy(), ref["node_mask"].bool().numpy())
     np.testing.assert_array_equal(kept.edges.numpy(), ref["edge_mask"].bool().numpy())
     replacement, completeness = spec["scores"][name]

@@ -16,7 +16,7 @@ from circuitwidgets.errors import ArgumentError
 from circuitwidgets.graphs import Graph
 from circuitwidgets.graphs.attribution import attribution_graph, attribution_matrix
 from circuitwidgets.graphs.ct_json import from_circuit_tracer_json, to_circuit_tracer_json
-from circuitwidgets.graphs.influence import graph_scores, prune
+from circuitwidgets.graphs.influence import graph_scores, prune_by_influence
 
 TOKENS = torch.tensor([[0, 5, 7, 9, 5, 7, 3, 11]])
 
@@ -41,7 +41,7 @@ def test_graph_is_the_pruned_dense_matrix_with_its_scores(graph: Graph) -> None:
     model = mlp_model(seed=5)
     dense = attribution_matrix(model, random_transcoders(model, seed=6), TOKENS, max_feature_nodes=None)
     assert graph.scores == pytest.approx(graph_scores(dense))
-    kept = prune(dense)
+    kept = prune_by_influence(dense)
     assert len(graph.nodes) == int(kept.nodes.sum()) < dense.adjacency.shape[0]
     assert len(graph.edges) == int((kept.edges & (dense.adjacency != 0)).sum())
     rows = {}

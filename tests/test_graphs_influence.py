@@ -11,7 +11,7 @@ from _graphs import mlp_model, random_transcoders
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.graphs.attribution import attribution_matrix
 from circuitwidgets.graphs.dense import DenseAttribution
-from circuitwidgets.graphs.influence import graph_scores, node_influence, prune
+from circuitwidgets.graphs.influence import graph_scores, node_influence, prune_by_influence
 
 TOKENS = torch.tensor([[0, 5, 7, 9, 5, 7, 3, 11, 4, 9]])
 
@@ -73,7 +73,7 @@ def test_pruning_is_its_definition(graph: DenseAttribution, node_t: float, edge_
         if (new == keep).all():
             break
         keep = new
-    got = prune(graph, node_t, edge_t)
+    got = prune_by_influence(graph, node_t, edge_t)
     np.testing.assert_array_equal(got.nodes.numpy(), keep)
     np.testing.assert_array_equal(got.edges.numpy(), edges)
     assert 0 < keep[: graph.n_features].sum() <= graph.n_features
@@ -84,9 +84,9 @@ def test_pruning_is_its_definition(graph: DenseAttribution, node_t: float, edge_
 def test_thresholds_outside_zero_one_are_refused(graph: DenseAttribution) -> None:
     for bad in (0, -0.1, 1.5, float("nan"), "0.8"):
         with pytest.raises(ArgumentError, match="node_threshold"):
-            prune(graph, node_threshold=bad)  # type: ignore[arg-type]
+            prune_by_influence(graph, node_threshold=bad)  # type: ignore[arg-type]
         with pytest.raises(ArgumentError, match="edge_threshold"):
-            prune(graph, edge_threshold=bad)  # type: ignore[arg-type]
+            prune_by_influence(graph, edge_threshold=bad)  # type: ignore[arg-type]
 
 
 def test_fewer_feature_nodes_keep_the_full_graphs_edges_among_them(graph: DenseAttribution) -> None:

@@ -17,7 +17,7 @@ import torch
 from circuitwidgets._text import visible_token
 from circuitwidgets.graphs.dense import DenseAttribution
 from circuitwidgets.graphs.graph import EdgeTable, Graph, NodeTable
-from circuitwidgets.graphs.influence import graph_scores, node_influence, prune
+from circuitwidgets.graphs.influence import graph_scores, node_influence, prune_by_influence
 
 #: What an edge weight means, in words (Graph.convention).
 CONVENTION = (
@@ -61,7 +61,7 @@ def to_graph(
     Scores are computed on the unpruned matrix (as circuit-tracer does). With both
     thresholds 1.0 every node with influence and every non-zero edge among them is kept.
     """
-    kept = prune(dense, node_threshold, edge_threshold)
+    kept = prune_by_influence(dense, node_threshold, edge_threshold)
     nodes = node_rows(dense, dense.prompt, logit_strs)
     ids = torch.nonzero(kept.nodes)[:, 0].numpy()
     dst, src = torch.nonzero(kept.edges & (dense.adjacency != 0)).T.numpy()

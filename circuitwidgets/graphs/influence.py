@@ -83,7 +83,7 @@ class Pruned:
     cumulative: torch.Tensor
 
 
-def prune(graph: DenseAttribution, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Pruned:
+def prune_by_influence(graph: DenseAttribution, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Pruned:
     """circuit-tracer's pruning: keep the nodes holding ``node_threshold`` of the influence (tokens and logits
     always), then the edges holding ``edge_threshold`` of the edge influence among them, then drop features and
     errors left without an outgoing edge, and features without an incoming one, until nothing changes."""
