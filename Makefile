@@ -48,9 +48,7 @@ $(BUNDLE): $(JS_SOURCES) js/build.mjs js/node_modules/.package-lock.json
 
 bundle: $(BUNDLE)
 
-demo: setup
-	$(BIN)/circuitwidgets report -o report.html
-
+# Peers' own environments, for cross-checks that `make test` runs (not needed by `make demo`).
 # sae-lens, for tests/test_features_saelens.py (dictionaries and evaluation numbers against SAELens
 # itself), in its own environment: sae-lens pins transformer-lens < 4, which clashes with ours (4.x),
 # so it is not an extra of the package. torch first and pinned, as for $(VENV).
@@ -62,7 +60,19 @@ $(SAELENS_VENV)/.installed:
 	$(SAELENS_VENV)/bin/python -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '2.13.0')"
 	touch $@
 
-test: setup $(SAELENS_VENV)/.installed
+# circuit-tracer 0.5 in an environment of its own (it pins TransformerLens 3 and transformers 4, which ours
+# excludes): tests/test_graphs_circuit_tracer.py runs it as a subprocess to cross-check attribution graphs.
+CTRACER := .venv-peers/ctracer
+$(CTRACER)/.installed:
+	$(PYTHON) -m venv $(CTRACER)
+	$(CTRACER)/bin/pip install "$(TORCH_SPEC)"
+	$(CTRACER)/bin/pip install "circuit-tracer==0.5.0"
+	touch $@
+
+demo: setup
+	$(BIN)/circuitwidgets report -o report.html
+
+test: setup $(SAELENS_VENV)/.installed $(CTRACER)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

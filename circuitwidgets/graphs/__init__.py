@@ -8,29 +8,45 @@ components, checked by exact edge patching, pruned, and scored by faithfulness (
 - :func:`prune`, :func:`faithfulness`, :func:`faithfulness_curve`: circuits of any size, run exactly per edge,
   with MIB's CPR and CMD.
 
-Attribution graphs over transcoder features (issue 41) share the same result and view.
+Attribution graphs over transcoder features (issue 41, circuit-tracer's definition) share the same result and view:
+
+- :func:`attribution_graph`: one prompt's graph of features, errors, tokens and logits, pruned by influence, with
+  the replacement and completeness scores (:func:`attribution_matrix`: the unpruned dense matrix);
+- :func:`qk_attribution`: one head's attention score split into query-term × key-term parts;
+- :func:`to_circuit_tracer_json` / :func:`from_circuit_tracer_json`: circuit-tracer's (Neuronpedia's) graph files.
 """
 
 from __future__ import annotations
 
+from circuitwidgets.graphs.attribution import attribution_graph, attribution_matrix
 from circuitwidgets.graphs.compare import Agreement, agreement
+from circuitwidgets.graphs.ct_json import from_circuit_tracer_json, to_circuit_tracer_json
+from circuitwidgets.graphs.dense import DenseAttribution
 from circuitwidgets.graphs.eap import METHODS, edge_attribution
 from circuitwidgets.graphs.faithfulness import MIB_FRACTIONS, Curve, faithfulness, faithfulness_curve
 from circuitwidgets.graphs.graph import EdgeTable, Graph, NodeTable, prune
 from circuitwidgets.graphs.patching import edge_patch
+from circuitwidgets.graphs.qk import QKAttribution, qk_attribution
 
 __all__ = [
     "METHODS",
     "MIB_FRACTIONS",
     "Agreement",
     "Curve",
+    "DenseAttribution",
     "EdgeTable",
     "Graph",
     "NodeTable",
+    "QKAttribution",
     "agreement",
+    "attribution_graph",
+    "attribution_matrix",
     "edge_attribution",
     "edge_patch",
     "faithfulness",
     "faithfulness_curve",
+    "from_circuit_tracer_json",
     "prune",
+    "qk_attribution",
+    "to_circuit_tracer_json",
 ]

@@ -1,0 +1,166 @@
+"""Attribution-graph benchmark: a 64-token graph on ``gelu-2l``, long prompts on a ``gelu-2l``-shaped model,
+and circuit-tracer 0.5 on the same shapes and CPU.
+
+Transcoders: ``--transcoders random`` (default until the shipped ones exist) draws TopK transcoders of the
+shipped width and k (2,048 features, k = 32, one per layer, reading ``mlp_in``: ``Dictionary.random``, unit
+decoder rows, encoder = decoderᵀ); ``--transcoders shipped`` uses ``circuitwidgets.features.load_pretrained``.
+Every position but the first then has 32 active features per layer: 64 tokens make 4,032 feature nodes.
+
+``gelu-2l`` has ``n_ctx`` 256, so prompts beyond it (1,024 and 4,096 tokens) run on a model of its shape with
+random weights and a longer position table; ``max_feature_nodes`` is circuit-tracer's 7,500 there.
+
+Each setting runs in a fresh subprocess; its peak resident memory (``ru_maxrss``, the whole process: Python,
+torch, the model) is reported. ``--ctracer PYTHON`` also times circuit-tracer 0.5 (``scripts/ctracer_reference.py
+bench``) on a TransformerLens model of ``gelu-2l``'s shape with random weights and TopK transcoders of the same
+width, same token count, same ``max_feature_nodes`` and batch.
+
+Run from the repository root::
+
+    nice -n 10 .venv/bin/python benchmarks/bench_attribution_graph.py                    # 64 tokens on gelu-2l
+    nice -n 10 .venv/bin/python benchmarks/bench_attribution_graph.py --tokens 64 1024 4096 --ctracer .venv-peers/ctracer/bin/python
+
+Prints a markdown table. Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_gelu_2l():
+    """The shipped gelu-2l (numbered tokens where the ``tokenizers`` package is absent, e.g. a bare GPU box)."""
+    import circuitwidgets as cw
+
+    try:
+        return cw.load_pretrained("gelu-2l")
+    except ImportError:
+        from safetensors.torch import load_file
+
+        from circuitwidgets.model import CircuitModel, ModelConfig
+
+        where = ROOT / "circuitwidgets" / "pretrained" / "gelu-2l"
+        spec = json.loads((where / "config.json").read_text())
+        cfg = ModelConfig(**{k: v for k, v in spec.items() if k in ModelConfig.__dataclass_fields__})
+        weights = {k: v.float() for k, v in load_file(str(where / "model.safetensors")).items()}
+        return CircuitModel(cfg, weights, name="gelu-2l")
+
+
+def _model(n_tokens: int):
+    from circuitwidgets.model import CircuitModel
+
+    model = _load_gelu_2l()
+    if n_tokens <= model.cfg.n_ctx:
+        return model
+    import dataclasses
+
+    g = torch.Generator().manual_seed(0)
+    cfg = dataclasses.replace(model.cfg, n_ctx=n_tokens)
+    weights = dict(model.weights())
+    weights["W_pos"] = torch.randn(n_tokens, cfg.d_model, generator=g) * float(weights["W_pos"].std())
+    return CircuitModel(cfg, weights, tokenizer=model.tokenizer, name=f"gelu-2l shape, n_ctx {n_tokens}")
+
+
+def _transcoders(model, kind: str):
+    if kind == "shipped":
+        from circuitwidgets.features import load_pretrained
+
+        found = load_pretrained("gelu-2l")
+        return [d for d in found.values() if d.kind in ("transcoder", "skip-transcoder")]
+    from circuitwidgets.features.dictionary import Dictionary
+
+    return [
+        Dictionary.random("transcoder", "topk", model.cfg.d_model, 2048, layer=layer, k=32, seed=layer)
+        for layer in range(model.cfg.n_layers)
+    ]
+
+
+def one(n_tokens: int, kind: str, batch: int, max_nodes: int, device: str, threads: int) -> dict[str, object]:
+    """Build one graph in this process; wall and CPU seconds and the peak resident memory."""
+    from circuitwidgets.graphs.attribution import attribution_graph
+
+    torch.set_num_threads(threads)
+    model = _model(n_tokens).to(device)
+    tcs = [tc.to(device) for tc in _transcoders(model, kind)]
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.cat(
+        [torch.zeros(1, dtype=torch.long), torch.randint(1, model.cfg.d_vocab, (n_tokens - 1,), generator=g)]
+    )
+    cpu0, start = time.process_time(), time.perf_counter()
+    graph = attribution_graph(model, tcs, tokens.to(device), max_feature_nodes=max_nodes, batch=batch, progress=True)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    gpu_gb = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
+    return {
+        "tokens": n_tokens, "seconds": seconds, "cpu_seconds": cpu, "threads": threads, "device": device,
+        "gpu_peak_gb": gpu_gb, "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "active": graph.extra["n_active_features"], "nodes": len(graph.nodes), "edges": len(graph.edges),
+        "scores": graph.scores, "model": model.name, "transcoders": kind, "batch": batch, "max_nodes": max_nodes,
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[64])
+    parser.add_argument("--transcoders", choices=["random", "shipped"], default="random")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--max-feature-nodes", type=int, default=7500)
+    parser.add_argument("--ctracer", type=str, default=None, help="circuit-tracer 0.5 environment's python")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one is not None:
+        result = one(args.one, args.transcoders, args.batch, args.max_feature_nodes, args.device, args.threads)
+        print("RESULT " + json.dumps(result))
+        return
+    rows = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for n in args.tokens:
+        cmd = [sys.executable, __file__, "--one", str(n), "--transcoders", args.transcoders, "--batch", str(args.batch),
+               "--max-feature-nodes", str(args.max_feature_nodes), "--device", args.device,
+               "--threads", str(args.threads)]  # fmt: skip
+        child = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if child.returncode:
+            sys.exit(f"{n} tokens failed:\n{child.stderr[-3000:]}")
+        out = child.stdout
+        ours = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+        theirs = None
+        if args.ctracer:
+            ct_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+            ct_cmd = [args.ctracer, str(ROOT / "scripts" / "ctracer_reference.py"), "bench", str(n), str(args.batch),
+                      str(args.max_feature_nodes)]  # fmt: skip
+            done = subprocess.run(ct_cmd, capture_output=True, text=True, env=ct_env)
+            line = next((s for s in done.stdout.splitlines() if s.startswith("RESULT ")), None)
+            theirs = json.loads(line[7:]) if line else {"error": done.stderr.strip().splitlines()[-1:]}
+        rows.append((ours, theirs))
+        print(json.dumps({"ours": ours, "circuit-tracer": theirs}), file=sys.stderr, flush=True)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}\n")
+    print("| tokens | model | device, threads | feature nodes (active) | ours s (CPU s) | peak RSS GB (GPU GB) "
+          "| circuit-tracer s | its peak GB | ratio |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for ours, theirs in rows:
+        ct_s = (
+            f"{theirs['seconds']:.1f}"
+            if theirs and "seconds" in theirs
+            else (str(theirs.get("error")) if theirs else "—")
+        )
+        ct_m = f"{theirs['peak_gb']:.2f}" if theirs and "peak_gb" in theirs else "—"
+        ratio = f"{theirs['seconds'] / ours['seconds']:.1f}×" if theirs and "seconds" in theirs else "—"
+        feats = min(ours["active"], ours["max_nodes"])
+        gpu = f" ({ours['gpu_peak_gb']:.2f})" if ours.get("gpu_peak_gb") is not None else ""
+        print(f"| {ours['tokens']} | {ours['model']} | {ours['device']}, {ours['threads']} | {feats} ({ours['active']}) | "
+              f"{ours['seconds']:.1f} ({ours['cpu_seconds']:.1f}) | {ours['peak_gb']:.2f}{gpu} | {ct_s} | {ct_m} | {ratio} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""circuit-tracer 0.5's attribution graph of a tiny random model, for tests/test_graphs_circuit_tracer.py.
+
+Runs in the peer environment (``make .venv-peers/ctracer/.installed``: circuit-tracer 0.5 with its own
+TransformerLens 3 and transformers 4, which our environment's pins exclude), never imported by circuitwidgets.
+
+    python scripts/ctracer_reference.py build OUT_DIR   # weights, transcoders, circuit-tracer's graphs and scores
+    python scripts/ctracer_reference.py validate FILE   # FILE parses as circuit-tracer's graph JSON model
+
+``build`` writes ``model.safetensors`` (TransformerLens state dict), ``transcoders.safetensors`` (circuit-tracer's
+per-layer keys, prefixed ``L{layer}.``), ``config.json`` and, for each setting in ``RUNS``,
+``graph_{name}.safetensors`` (adjacency, selected and active features, activations, logits, pruning masks)
+with the scores in ``config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+CONFIG = {
+    "n_layers": 2, "d_model": 16, "n_ctx": 32, "d_head": 4, "n_heads": 4, "d_mlp": 64, "d_vocab": 40,
+    "act_fn": "gelu", "normalization_type": "LN", "positional_embedding_type": "standard",
+}  # fmt: skip
+D_TRANSCODER = 32
+TOKENS = [0, 5, 7, 9, 5, 7, 3, 11, 4, 9, 12, 5]
+#: name -> (max_feature_nodes, batch_size)
+RUNS = {"all": (None, 16), "top40": (40, 8)}
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<bos>": 0, **{f"t{i}": i for i in range(1, CONFIG["d_vocab"])}}
+    inner = Tokenizer(WordLevel(vocab, unk_token="t1"))
+    inner.pre_tokenizer = WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=inner,
+        bos_token="<bos>",
+        unk_token="t1",
+        pad_token="<bos>",
+        name_or_path="tiny",
+        add_bos_token=True,
+    )
+
+
+def build(out: Path) -> None:
+    from circuit_tracer import attribute
+    from circuit_tracer.graph import compute_graph_scores, prune_graph
+    from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
+    from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
+    from transformer_lens import HookedTransformerConfig
+
+    torch.manual_seed(0)
+    cfg = HookedTransformerConfig(**CONFIG, seed=0, device="cpu", tokenizer_prepends_bos=False)
+    g = torch.Generator().manual_seed(1)
+    d = CONFIG["d_model"]
+    transcoders = {}
+    tensors = {}
+    for layer in range(CONFIG["n_layers"]):
+        tc = SingleLayerTranscoder(d, D_TRANSCODER, torch.relu, layer, device=torch.device("cpu"), dtype=torch.float32)
+        with torch.no_grad():
+            tc.W_enc.copy_(torch.randn(D_TRANSCODER, d, generator=g) / d**0.5)
+            tc.b_enc.copy_(torch.randn(D_TRANSCODER, generator=g) * 0.3 - 0.3)
+            tc.W_dec.copy_(torch.randn(D_TRANSCODER, d, generator=g) / D_TRANSCODER**0.5)
+            tc.b_dec.copy_(torch.randn(d, generator=g) * 0.1)
+        transcoders[layer] = tc
+        tensors |= {f"L{layer}.{k}": v.detach().clone() for k, v in tc.state_dict().items()}
+    tset = TranscoderSet(transcoders, feature_input_hook="ln2.hook_normalized", feature_output_hook="hook_mlp_out")
+    model = TransformerLensReplacementModel.from_config(cfg, tset, tokenizer=_tokenizer())
+    with torch.no_grad():  # weights far from TransformerLens's tiny init, so norms, biases and MLPs all matter
+        for name, p in model.named_parameters():
+            if name.startswith("transcoders"):
+                continue
+            if name.endswith(".w"):
+                p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
+            elif name.endswith((".b", "b_Q", "b_K", "b_V", "b_O", "b_in", "b_out", "b_U")):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(
+                    torch.randn(p.shape, generator=g) / p.shape[-2] ** 0.5
+                    if p.ndim > 1
+                    else torch.randn(p.shape, generator=g)
+                )
+    state = {
+        k: v.detach().clone().contiguous()
+        for k, v in model.state_dict().items()
+        if not k.startswith("transcoders") and v.is_floating_point()
+    }
+    save_file(state, str(out / "model.safetensors"))
+    save_file(tensors, str(out / "transcoders.safetensors"))
+    with torch.no_grad():
+        save_file({"logits": model(torch.tensor([TOKENS]))[0].float().contiguous()}, str(out / "logits.safetensors"))
+    scores = {}
+    for name, (max_nodes, batch) in RUNS.items():
+        graph = attribute(torch.tensor(TOKENS), model, max_feature_nodes=max_nodes, batch_size=batch)
+        pruned = prune_graph(graph, 0.8, 0.98)
+        scores[name] = compute_graph_scores(graph)
+        save_file(
+            {
+                "adjacency": graph.adjacency_matrix.float().contiguous(),
+                "selected": graph.selected_features.long(),
+                "active": graph.active_features.long().contiguous(),
+                "activations": graph.activation_values.float(),
+                "logit_tokens": torch.tensor([int(i) for _, i in graph.logit_targets])
+                if graph.logit_targets and isinstance(graph.logit_targets[0], tuple)
+                else torch.as_tensor(graph.logit_token_ids).long(),
+                "logit_probabilities": graph.logit_probabilities.float(),
+                "node_mask": pruned.node_mask.to(torch.uint8),
+                "edge_mask": pruned.edge_mask.to(torch.uint8).contiguous(),
+            },
+            str(out / f"graph_{name}.safetensors"),
+        )
+    (out / "config.json").write_text(
+        json.dumps({"model": CONFIG, "d_transcoder": D_TRANSCODER, "tokens": TOKENS, "runs": RUNS, "scores": scores})
+    )
+
+
+def bench(n_tokens: int, batch: int, max_nodes: int) -> None:
+    """Time circuit-tracer's ``attribute`` on a TransformerLens model of gelu-2l's shape (random weights) with TopK
+    transcoders of the shipped width (2,048 features, k = 32), on 2 threads; print one ``RESULT`` JSON line."""
+    import resource
+    import time
+
+    from circuit_tracer import attribute
+    from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
+    from circuit_tracer.transcoder.activation_functions import TopK
+    from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
+    from transformer_lens import HookedTransformerConfig
+
+    torch.set_num_threads(2)
+    shape = {"n_layers": 2, "d_model": 256, "n_ctx": max(256, n_tokens), "d_head": 32, "n_heads": 8, "d_mlp": 1024,
+             "d_vocab": 2048, "act_fn": "gelu", "normalization_type": "LN", "positional_embedding_type": "shortformer"}  # fmt: skip
+    cfg = HookedTransformerConfig(**shape, seed=0, device="cpu", tokenizer_prepends_bos=False)
+    g = torch.Generator().manual_seed(1)
+    transcoders = {}
+    for layer in range(2):
+        tc = SingleLayerTranscoder(256, 2048, TopK(32), layer, device=torch.device("cpu"), dtype=torch.float32)
+        with torch.no_grad():
+            dec = torch.randn(2048, 256, generator=g)
+            tc.W_dec.copy_(dec / dec.norm(dim=1, keepdim=True))
+            tc.W_enc.copy_(tc.W_dec)
+        transcoders[layer] = tc
+    tset = TranscoderSet(transcoders, feature_input_hook="ln2.hook_normalized", feature_output_hook="hook_mlp_out")
+    global CONFIG
+    CONFIG = {**CONFIG, "d_vocab": 2048}
+    model = TransformerLensReplacementModel.from_config(cfg, tset, tokenizer=_tokenizer())
+    tokens = torch.cat([torch.zeros(1, dtype=torch.long), torch.randint(1, 2048, (n_tokens - 1,), generator=g)])
+    start = time.perf_counter()
+    graph = attribute(tokens, model, max_feature_nodes=max_nodes, batch_size=batch)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print("RESULT " + json.dumps({"seconds": seconds, "peak_gb": peak, "nodes": int(graph.adjacency_matrix.shape[0])}))
+
+
+def validate(path: Path) -> None:
+    from circuit_tracer.frontend.graph_models import Model
+
+    model = Model.model_validate_json(path.read_text())
+    print(f"valid: {len(model.nodes)} nodes, {len(model.links)} links")
+
+
+if __name__ == "__main__":
+    command = sys.argv[1]
+    if command == "bench":
+        bench(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    elif command == "build":
+        build(Path(sys.argv[2]))
+    else:
+        validate(Path(sys.argv[2]))
