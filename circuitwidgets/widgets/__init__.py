@@ -7,8 +7,8 @@ from circuitwidgets.widgets.composition import CompositionMap
 from circuitwidgets.widgets.composition_vs_patching import CompositionVsPatching
 from circuitwidgets.widgets.eigen import EigenScatter
 from circuitwidgets.widgets.explorer import CircuitExplorer
-from circuitwidgets.widgets.graph import AttributionGraph
 from circuitwidgets.widgets.features import FeatureDashboard, PromptFeatures
+from circuitwidgets.widgets.graph import AttributionGraph
 from circuitwidgets.widgets.head_scores import HeadScores
 from circuitwidgets.widgets.history import TrainingHistory
 from circuitwidgets.widgets.logit_attribution import LogitAttribution
