@@ -24,7 +24,7 @@ from circuitwidgets.causal.induction import InductionTest
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.model import CircuitModel
 
-__all__ = ["Repetition", "held_out_code", "lens_section", "repetition"]
+__all__ = ["Repetition", "held_out_code", "lens_section", "repetition", "repetition_markdown"]
 
 #: Held-out files read for code windows and token counts (their first ``CHARS`` characters).
 FILES, CHARS = 24, 4000
@@ -115,6 +115,21 @@ def repetition(model: CircuitModel, half: int = 20, n: int = 8, seed: int = 0) -
     return Repetition(
         [k for k, _ in kinds], loss_first, loss_second, top1, logit_first, logit_second, top_logit, half, n
     )
+
+
+def repetition_markdown(r: Repetition) -> str:
+    """The repetition table as Markdown, as the model cards quote it (a test checks each card against it)."""
+    lines = [
+        "| sequence, repeated once | mean loss, first → second copy | top-1, second copy "
+        "| answer's logit, first → second copy | largest logit, second copy |",
+        "|---|---|---|---|---|",
+    ]
+    for i, kind in enumerate(r.kinds):
+        lines.append(
+            f"| {kind} | {r.loss_first[i]:.2f} → {r.loss_second[i]:.2f} | {r.top1[i]:.0%} "
+            f"| {r.logit_first[i]:+.2f} → {r.logit_second[i]:+.2f} | {r.top_logit[i]:+.2f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _table(r: Repetition) -> str:
