@@ -343,3 +343,18 @@ def test_on_the_gelu_model_the_key_path_runs_through_the_first_mlp(nb04: nbforma
     direct = number(r"-> keys, strongest receiver \S+: ([+-][\d.]+)", out)
     via_mlp = number(r"answer's earlier position: ([+-][\d.]+)", out)
     assert direct < 0.1 < 0.5 < via_mlp, out
+
+
+def test_notebook_04_exports_offline_with_no_saved_progress_bar(nb04: nbformat.NotebookNode) -> None:
+    """Our sweeps' progress bars are plain text, never ipywidgets saved with the notebook, so the
+    ``--to circuitwidgets`` page of the executed notebook loads no widget manager and requests nothing."""
+    import json as json_module
+
+    from circuitwidgets.nbexport import OfflineHTMLExporter, make_widgets_offline
+
+    nb = nbformat.from_dict(json_module.loads(json_module.dumps(nb04)))
+    assert make_widgets_offline(nb) >= 1  # our views become offline views
+    assert "widgets" not in nb.metadata, "a widget other than ours (a progress bar?) was saved"
+    html, _ = OfflineHTMLExporter().from_notebook_node(nb)
+    assert "html-manager" not in html and "require.js" not in html
+    assert not re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html), "the page would make a request"

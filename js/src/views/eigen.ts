@@ -162,6 +162,7 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
     const d = data;
     if (d === null) return;
     const sel = selection(d);
+    finder.update();
     const method = methods()[methodIndex()] ?? "eigen";
     methodUpdate(method);
     qkControl.update(String(m.get("qk_circuit")) === "qk" ? "qk" : "qk_kcomp");
