@@ -68,6 +68,13 @@ def _most_negative(sweep: Sweep) -> tuple[str, float]:
     return f"{sweep.labels['layer'][layer]}{sweep.labels['head'][head]}", float(values[layer, head])
 
 
+def _convention(model: CircuitModel, sweep: Sweep) -> str:
+    """`` <b>Convention</b>: norms recomputed.`` where the model has norms (a model without has nothing to state)."""
+    if model.cfg.normalization == "none" or not sweep.convention:
+        return ""
+    return f" <b>Convention</b>: {html.escape(sweep.convention)}."
+
+
 def _metric_html(t: InductionTest, sweep: Sweep) -> str:
     half = t.prompts.half
     return (
@@ -102,7 +109,7 @@ def _head_patching(model: CircuitModel, t: InductionTest) -> Triple:
         "earlier occurrence: nothing to find and nothing to copy. Each cell runs the corrupted prompts with one head's "
         "output (<code>z</code>, at every position) restored from the clean run "
         '(<code>causal.patch(site="z", by=("layer", "head"))</code>; <code>t.heads_a</code>).</p>'
-        f"<p>{_metric_html(t, heads)}. <b>Convention</b>: {html.escape(heads.convention)}. "
+        f"<p>{_metric_html(t, heads)}.{_convention(model, heads)} "
         f"The three strongest heads: {_named(top, t.heads_a_sd)}.</p>"
     )
     if t.previous is not None and t.heads_b is not None:
@@ -178,7 +185,7 @@ def _path_patching(model: CircuitModel, t: InductionTest, score: float) -> Tripl
         "<em>keys</em> of one later head at a time; nothing else sees the change, and everything after that head is "
         f'recomputed (<code>causal.path_patch(sender=(0, {prev}), via="k")</code>; <code>t.paths_k</code>; layer 0 '
         "cannot read it: n/a).</p>"
-        f"<p>{_metric_html(t, paths)}. <b>Convention</b>: {html.escape(paths.convention)}. The strongest receivers: "
+        f"<p>{_metric_html(t, paths)}.{_convention(model, paths)} The strongest receivers: "
         f"{_named(top)}. {verdict}</p>"
     )
     title = "Testing the circuit: the previous-token head's write into the induction heads' keys (path patching)"
@@ -237,8 +244,13 @@ def _attribution(model: CircuitModel, t: InductionTest) -> Triple:
     mlp = " In a model with MLPs this is where their share shows: the weight-space views leave every MLP path out."
     text = (
         "<p>The clean run's logit difference (answer − control, the quantity the patching above normalises) split "
-        "into each component's direct write, through the final norm where the model has one (<b>convention</b>: "
-        f"{html.escape(by_head.convention)}); the parts sum to the model's logit difference. A difference of two "
+        "into each component's direct write"
+        + (
+            f" through the final norm ({html.escape(by_head.convention)})"
+            if model.cfg.normalization != "none"
+            else " (this model has no norms: the map from the stream to the logits is linear)"
+        )
+        + "; the parts sum to the model's logit difference. A difference of two "
         "logits ignores any shift applied to every token's logit, so no head gets credit for moving them all. "
         "At the same place of the first copy the next token is also the answer, but nothing has repeated yet: the "
         "change column is what repetition adds"
