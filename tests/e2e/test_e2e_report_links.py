@@ -84,3 +84,31 @@ def test_a_head_click_moves_every_head_view_and_the_composition_edge_follows(
     wait_status(views["patchingmap"], r"^L1H9: ")
     wait_status(composition, r"^L1H9 selected$")
     page_log.assert_offline_clean()
+
+
+def test_the_attention_thumbnails_are_painted_without_scrolling_in_a_full_page_capture(
+    report: Path, page: Page, page_log: PageLog
+) -> None:
+    import io
+
+    from PIL import Image
+
+    page.set_viewport_size({"width": 1000, "height": 700})
+    attention = open_offline(page, page_log, report, ["attention"])["attention"]
+    thumbs = attention.locator(".cw-thumb")
+    n = thumbs.count()
+    assert n == 24  # 2 layers × 12 heads, most of them below the fold of a 700 px window
+    wait_for(
+        lambda: attention.evaluate("v => [...v.querySelectorAll('.cw-thumb')].every(t => t.dataset.cwPainted === '1')"),
+        "every thumbnail painted with no scrolling",
+    )
+    assert page.evaluate("window.scrollY") == 0
+    shot = Image.open(io.BytesIO(page.screenshot(full_page=True))).convert("L")
+    box = thumbs.nth(n - 1).evaluate(
+        "t => { const r = t.getBoundingClientRect(); return [r.left, r.top + window.scrollY, r.right, r.bottom + window.scrollY]; }"
+    )
+    assert box[1] > 700, "the last thumbnail should start below the first screen"
+    crop = shot.crop(tuple(int(v) for v in box))
+    low, high = crop.getextrema()
+    assert high - low > 40, f"the last thumbnail is blank in the full-page capture ({low}..{high})"
+    page_log.assert_offline_clean()
