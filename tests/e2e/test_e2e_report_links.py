@@ -108,7 +108,8 @@ def test_the_attention_thumbnails_are_painted_without_scrolling_in_a_full_page_c
         "t => { const r = t.getBoundingClientRect(); return [r.left, r.top + window.scrollY, r.right, r.bottom + window.scrollY]; }"
     )
     assert box[1] > 700, "the last thumbnail should start below the first screen"
-    crop = shot.crop(tuple(int(v) for v in box))
-    low, high = crop.getextrema()
+    left, top, right, bottom = (float(v) for v in box)
+    low, high = shot.crop((left, top, right, bottom)).getextrema()
+    assert isinstance(low, int) and isinstance(high, int)
     assert high - low > 40, f"the last thumbnail is blank in the full-page capture ({low}..{high})"
     page_log.assert_offline_clean()
