@@ -7,6 +7,7 @@ from path patching on the same prompts and metric) and must appear in README.md 
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from circuitwidgets.causal.induction import InductionTest, induction_prompts, in
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 NAME = "attn-only-2l-12h"
 
-pytestmark = [pytest.mark.skipif(NAME not in cw.list_pretrained(), reason="shipped model missing"), pytest.mark.slow]
+pytestmark = pytest.mark.skipif(NAME not in cw.list_pretrained(), reason="shipped model missing")
 
 
 def _flat(text: str) -> str:
@@ -43,6 +44,7 @@ def test(model: cw.CircuitModel) -> InductionTest:
     return induction_test(model)
 
 
+@pytest.mark.slow
 def test_the_patching_map_paragraph_quotes_head_patching_and_its_spread(test: InductionTest) -> None:
     heads = test.heads_a
     top = heads.top(3, absolute=False)
@@ -60,6 +62,7 @@ def test_the_patching_map_paragraph_quotes_head_patching_and_its_spread(test: In
     assert f"L0H11 alone moves it the other way ({_signed(float(heads.values[0, 11]))})" in text
 
 
+@pytest.mark.slow
 def test_the_attribution_paragraph_quotes_the_same_metric(test: InductionTest) -> None:
     by_head = test.attribution_mean()
     text = _flat(README)
@@ -75,12 +78,14 @@ def test_the_attribution_paragraph_quotes_the_same_metric(test: InductionTest) -
     assert by_head.extra["logit"] == pytest.approx(test.heads_a.clean_value, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_the_snippet_prints_the_quoted_heads(test: InductionTest) -> None:
     top = test.heads_a.top(3, absolute=False)
     comment = ", ".join(f"{''.join(labels)} {v:.2f}" for labels, v in top)
     assert f"# the three induction heads: {comment}" in README
 
 
+@pytest.mark.slow
 def test_the_composition_paragraph_quotes_path_patching_on_the_same_prompts(
     model: cw.CircuitModel, test: InductionTest
 ) -> None:
@@ -93,3 +98,14 @@ def test_the_composition_paragraph_quotes_path_patching_on_the_same_prompts(
     effects = [float(test.paths_k.values[1, h]) for h in (5, 7, 9)]
     assert f"effects {effects[0]:.2f}, {effects[1]:.2f} and {effects[2]:.2f} of the clean behaviour" in text
     assert f"(Pearson r = {plot.correlation():.2f} over the {len(plot.pairs())} pairs)" in text
+
+
+def test_the_readme_trains_the_12_head_model_with_its_cards_command_which_matches_the_logged_history() -> None:
+    card = cw.pretrained_card(NAME)
+    command = str(card["command"])
+    assert command in _flat(README.replace("\\\n", " ")), command
+    every = int(re.search(r"--eval-every (\d+)", command).group(1))  # type: ignore[union-attr]
+    training = card["training"]
+    assert isinstance(training, dict)
+    steps = [int(record["step"]) for record in training["log"]]
+    assert steps[:3] == [every, 2 * every, 3 * every] and all(b - a == every for a, b in itertools.pairwise(steps))
