@@ -113,3 +113,20 @@ def test_the_attention_thumbnails_are_painted_without_scrolling_in_a_full_page_c
     assert isinstance(low, int) and isinstance(high, int)
     assert high - low > 40, f"the last thumbnail is blank in the full-page capture ({low}..{high})"
     page_log.assert_offline_clean()
+
+
+def test_heads_on_one_point_of_the_eigenvalue_scatter_are_each_reachable_by_their_label(
+    report: Path, page: Page, page_log: PageLog
+) -> None:
+    eigen = open_offline(page, page_log, report, ["eigen"])["eigen"]
+    wait_status(eigen, r"^L1H5 selected")
+    points = eigen.evaluate(
+        "v => Object.fromEntries(['1.5', '1.7', '1.9'].map(id => { const g = v.querySelector(`[data-cw-head='${id}']`);"
+        " return [id, [Number(g.dataset.cwX), Number(g.dataset.cwY)]]; }))"
+    )
+    xs, ys = zip(*points.values(), strict=True)
+    assert max(xs) - min(xs) < 8 and max(ys) - min(ys) < 8, points  # the three induction heads overlap
+    for head in (9, 7, 5):
+        eigen.locator(f'[data-cw-label-head="1.{head}"]').first.click()
+        wait_status(eigen, rf"^L1H{head} selected")
+    page_log.assert_offline_clean()
