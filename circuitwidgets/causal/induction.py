@@ -98,7 +98,7 @@ class InductionTest:
     """Every causal figure of the induction circuit on one prompt set, with its spread over the prompts.
 
     ``heads_a``/``heads_b``: head patching (``z``) under corruption A/B, normalised, mean over the prompts
-    (``*_sd``: the standard deviation over the prompts of each prompt's value, normalised by the batch's clean
+    (``heads_a_sd``: the standard deviation over the prompts of each prompt's value, normalised by the batch's clean
     and corrupted values so that the prompts' values average to the sweep's). ``paths_k``: path patching from the
     previous-token head ``previous`` into each later head's keys, under corruption B (``None`` in a one-layer
     model). ``attribution``: the clean logit difference by head, one row per prompt (``reduce="none"``).
@@ -114,7 +114,6 @@ class InductionTest:
     heads_a: Sweep
     heads_a_sd: NDArray[np.float64]
     heads_b: Sweep | None
-    heads_b_sd: NDArray[np.float64] | None
     paths_k: Sweep | None
     attribution: Sweep
     components: Sweep
@@ -178,11 +177,10 @@ def induction_test(model: CircuitModel, prompts: InductionPrompts | None = None)
     heads_a = patch(model, p.clean, p.corrupt_a, metric, site="z", by=("layer", "head"))
     heads_a_sd = _per_prompt(model, p.corrupt_a, p, heads_a).std(0)
     previous = None
-    heads_b = heads_b_sd = paths_k = None
+    heads_b = paths_k = None
     if model.cfg.n_layers >= 2:
         previous = int(np.argmax(circuits.head_scores(model, kind="previous_token")[0]))
         heads_b = patch(model, p.clean, p.corrupt_b, metric, site="z", by=("layer", "head"))
-        heads_b_sd = _per_prompt(model, p.corrupt_b, p, heads_b).std(0)
         paths_k = path_patch(model, p.clean, p.corrupt_b, metric, sender=(0, previous), via="k")
     pair = (p.answer, p.control)
     attribution = logit_attribution(model, p.clean, pair, by="head", reduce="none")
@@ -193,6 +191,6 @@ def induction_test(model: CircuitModel, prompts: InductionPrompts | None = None)
     lens, labels = _lens_difference(model, p)
     clean = np.asarray(attribution.extra["model_logits"], dtype=np.float64)
     return InductionTest(
-        p, previous, heads_a, heads_a_sd, heads_b, heads_b_sd, paths_k, attribution, components, components_first,
+        p, previous, heads_a, heads_a_sd, heads_b, paths_k, attribution, components, components_first,
         positions_b, lens, labels, clean,
     )  # fmt: skip
