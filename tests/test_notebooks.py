@@ -352,9 +352,9 @@ def test_notebook_04_exports_offline_with_no_saved_progress_bar(nb04: nbformat.N
 
     from circuitwidgets.nbexport import OfflineHTMLExporter, make_widgets_offline
 
-    nb = nbformat.from_dict(json_module.loads(json_module.dumps(nb04)))
+    nb = nbformat.from_dict(json_module.loads(json_module.dumps(nb04)))  # type: ignore[no-untyped-call]
     assert make_widgets_offline(nb) >= 1  # our views become offline views
     assert "widgets" not in nb.metadata, "a widget other than ours (a progress bar?) was saved"
-    html, _ = OfflineHTMLExporter().from_notebook_node(nb)
+    html, _ = OfflineHTMLExporter().from_notebook_node(nb)  # type: ignore[no-untyped-call]
     assert "html-manager" not in html and "require.js" not in html
     assert not re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html), "the page would make a request"
