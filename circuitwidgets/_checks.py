@@ -211,8 +211,9 @@ def check_budget(name: str, value: object, device: torch.device | None = None) -
 
 
 def progress(items: Iterable[T], total: int | None, desc: str, enabled: bool | None) -> Iterator[T]:
-    """Wrap ``items`` in a ``tqdm.auto`` bar; ``enabled=None`` lets tqdm decide (off when not interactive)."""
-    from tqdm.auto import tqdm
+    """Wrap ``items`` in a plain-text ``tqdm`` bar on stderr (never a notebook widget, so none is saved with a
+    notebook); ``enabled=None`` lets tqdm decide (off when stderr is not a terminal)."""
+    from tqdm import tqdm
 
     disable = None if enabled is None else not enabled
     yield from tqdm(items, total=total, desc=desc, disable=disable, leave=False)

@@ -8,7 +8,9 @@ returns at once.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -113,6 +115,15 @@ def _run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def shipped_models() -> list[str]:
+    """The shipped models' names, read from the package's folder without importing torch (``tests/test_cli.py``
+    checks they equal :func:`circuitwidgets.list_pretrained`)."""
+    root = Path(__file__).resolve().parent / "pretrained"
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "model.safetensors").is_file())
+
+
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "report",
@@ -124,8 +135,9 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument(
         "--model",
         default="attn-only-2l-12h",
-        help="a shipped model name, or a local directory written by CircuitModel.save or by a Hugging Face "
-        "model's save_pretrained (Llama, Gemma, Qwen, Mistral, Phi-3, OLMo, SmolLM, GPT-2, Pythia; default: attn-only-2l-12h, the 12-heads-per-layer model)",
+        help="a shipped model (" + ", ".join(shipped_models()) + "), or a local directory written by "
+        "CircuitModel.save or by a Hugging Face model's save_pretrained (Llama, Gemma, Qwen, Mistral, Phi-3, OLMo, "
+        "SmolLM, GPT-2, Pythia; default: attn-only-2l-12h, the 12-heads-per-layer model)",
     )
     p.add_argument("--text", default=None, help="text used for term importance (default: a short Python class)")
     p.add_argument(
@@ -133,28 +145,72 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
 
 
+def _looks_like_a_path(model: str) -> bool:
+    """A ``--model`` written as a local path (``./x``, ``../x``, ``/x``, ``~/x``, or a name with a separator that
+    exists in part) rather than a shipped model's name."""
+    return model.startswith((".", "/", "~")) or (os.sep in model and Path(model).parent.exists())
+
+
+def _check_report_paths(args: argparse.Namespace) -> None:
+    """``-o`` and ``--model`` checked before any work (errors name the argument, the expected and the received)."""
+    from circuitwidgets.errors import ArgumentError
+
+    out = Path(args.out)
+    if out.is_dir():
+        raise ArgumentError(f"-o: expected an HTML file to write, got {str(out)!r}, a directory")
+    if out.parent.exists() and not out.parent.is_dir():
+        raise ArgumentError(f"-o: expected a file in a directory, got {str(out)!r}, whose parent is a file")
+    model = str(args.model)
+    if not Path(model).expanduser().is_dir() and model not in shipped_models() and _looks_like_a_path(model):
+        raise ArgumentError(
+            f"--model: expected a shipped model or an existing local directory, got {model!r}: no such directory"
+        )
+
+
 def _run_report(args: argparse.Namespace) -> int:
+    _check_report_paths(args)
     from circuitwidgets.report import DEFAULT_TEXT, write_report
     from circuitwidgets.sources.pretrained import list_pretrained, load_pretrained, pretrained_card
     from circuitwidgets.sources.safetensors_file import load_safetensors
 
-    if Path(args.model).is_dir():  # ours (CircuitModel.save) or a Hugging Face save_pretrained directory
-        model, card = load_safetensors(args.model, dtype=None), {}
-    else:
-        model = load_pretrained(args.model)
-        card = pretrained_card(args.model) if args.model in list_pretrained() else {}
-    path = write_report(
-        model, args.out, text=args.text or DEFAULT_TEXT, card=card, log=lambda s: print(f"report: {s}", file=sys.stderr)
-    )
+    with warnings.catch_warnings(record=True) as caught:  # summarised in one line below, not printed as they come
+        warnings.simplefilter("always")
+        local = Path(args.model).expanduser()
+        if local.is_dir():  # ours (CircuitModel.save) or a Hugging Face save_pretrained directory
+            model, card = load_safetensors(str(local), dtype=None), {}
+        else:
+            model = load_pretrained(args.model)
+            card = pretrained_card(args.model) if args.model in list_pretrained() else {}
+        path = write_report(
+            model,
+            args.out,
+            text=args.text or DEFAULT_TEXT,
+            card=card,
+            log=lambda s: print(f"report: {s}", file=sys.stderr),
+        )
+    if caught:
+        print(f"report: {warning_summary(caught)}", file=sys.stderr)
     print(f"Open {path.resolve()} in a browser: it works offline, with no kernel.")
     return 0
 
 
+def warning_summary(caught: Sequence[warnings.WarningMessage]) -> str:
+    """``3 warnings: MLPPathsExcludedWarning ×3 (copying_scores: model 'gelu-2l' has MLPs; …)``: one line."""
+    kinds: dict[str, list[str]] = {}
+    for w in caught:
+        kinds.setdefault(w.category.__name__, []).append(str(w.message).split(";", 1)[0])
+    parts = [f"{name} ×{len(msgs)} ({msgs[0][:100]}…)" for name, msgs in kinds.items()]
+    return f"{len(caught)} warning{'s' if len(caught) != 1 else ''}: " + "; ".join(parts)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``circuitwidgets`` parser; building it imports neither torch nor the widgets."""
+    from circuitwidgets import __version__
+
     parser = argparse.ArgumentParser(
         prog="circuitwidgets", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"circuitwidgets {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(sub)
     features_command.add_parser(sub)

@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import html
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from circuitwidgets import circuits
 from circuitwidgets._text import visible_label, visible_token
+from circuitwidgets.causal.induction import induction_test
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.export import html_page
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.report_causal import HALF, causal_sections
+from circuitwidgets.report_causal import causal_sections
+from circuitwidgets.report_lens import lens_section
 
 DEFAULT_TEXT = '''class Stack:
     """A last-in, first-out stack."""
@@ -41,8 +43,9 @@ DEFAULT_TEXT = '''class Stack:
         return self.items.pop()
 '''
 
-#: Traits kept equal across the report's views: choosing a head in one moves the others, offline.
-LINKED = ("selected_layer", "selected_head")
+#: Traits kept equal across the report's views: choosing a head in one moves the others, offline; token positions
+#: (``selected_dest``, a (layer, position) map's ``selected_pos``) are linked between the views of the same prompt.
+LINKED = ("selected_layer", "selected_head", "selected_dest")
 
 BIGRAM_SOURCES = [" def", "(", "self", "import", " return", "class", " for", " in"]
 
@@ -75,24 +78,15 @@ def _bigram_table(model: CircuitModel, k: int = 6) -> str:
     return f'<table class="cw-table">{header}{"".join(rows)}</table>'
 
 
-def _head_table(scores: dict[str, np.ndarray]) -> str:
-    names = list(scores)
-    first = scores[names[0]]
-    header = (
-        "<tr><th>head</th>"
-        + "".join(f"<th>{html.escape(visible_label(n.replace('_', ' ')))}</th>" for n in names)
-        + "</tr>"
-    )
-    rows = []
-    for layer in range(first.shape[0]):
-        for head in range(first.shape[1]):
-            cells = "".join(f"<td>{scores[n][layer, head]:.2f}</td>" for n in names)
-            rows.append(f"<tr><th>L{layer}H{head}</th>{cells}</tr>")
-    return f'<table class="cw-table">{header}{"".join(rows)}</table>'
-
-
-def _repeated_tokens(model: CircuitModel, n: int = HALF) -> torch.Tensor:
-    return circuits.repeated_random_tokens(model, seq_len=n, n_seqs=1, seed=0)
+def _strongest_by_detector(scores: dict[str, np.ndarray]) -> str:
+    """``previous token: L0H11 (0.62); induction: L1H5 (0.45); …``: each detector's strongest head, for the text
+    (the heatmaps below show every head)."""
+    parts = []
+    for name, values in scores.items():
+        layer, head = np.unravel_index(int(np.argmax(values)), values.shape)
+        label = html.escape(visible_label(name.replace("_", " ")))
+        parts.append(f"{label}: <b>L{int(layer)}H{int(head)}</b> ({float(values[layer, head]):.2f})")
+    return "; ".join(parts)
 
 
 def build_sections(
@@ -145,10 +139,14 @@ def build_sections(
     sections.append(
         Section(
             "Skip-trigrams",
-            f"<p>One-layer heads implement skip-trigrams <code>[source] … [destination] → [out]</code>: the QK circuit says "
-            f"which sources a destination attends to, the OV circuit what attending to them predicts. Shown: the strongest "
-            f"copying head, L{int(layer)}H{int(head)}; flagged rows copy the source token. Choose another head or search a source "
-            f"token (tokens not precomputed here need a live kernel).</p>",
+            "<p>One-layer heads implement skip-trigrams <code>[source] … [destination] → [out]</code>: the QK circuit says "
+            "which sources a destination attends to, the OV circuit what attending to them predicts. The table shows "
+            "the head selected on the page (its name is above the table), its strongest skip-trigrams first; a flagged "
+            "row is one whose out token is its source token (the head copies it there), and other rows are not. "
+            "Values are the skip-trigram's logit effect through this head alone (W_E W_OV W_U, in logits"
+            + (", before the MLPs, which can rescale it" if cfg.has_mlp else "")
+            + "). Choose another head anywhere on the page, or search a source token (tokens not precomputed here "
+            "need a live kernel).</p>",
             SkipTrigramTable(model, selected_layer=int(layer), selected_head=int(head)),
         )
     )
@@ -168,7 +166,8 @@ def build_sections(
     heads = HeadScores.from_model(model, "all", progress_bar=False)
     kinds = list(circuits.HEAD_KINDS)  # (the maps of kind="all", in this order)
     detectors = {kind: heads.scores[kinds.index(kind)] for kind in ("previous_token", "induction", "duplicate_token")}
-    tokens = _repeated_tokens(model)
+    test = induction_test(model)
+    tokens = test.prompts.clean[:1]  # the patching sections' first prompt: the views' positions line up
     attention = AttentionPatterns(model, tokens)
     ind = detectors["induction"]
     best = np.unravel_index(int(np.argmax(ind)), ind.shape)
@@ -178,8 +177,11 @@ def build_sections(
             "Induction heads on repeated random tokens",
             "<p>On a sequence of random tokens repeated twice, an induction head at a token of the second copy attends to "
             "the token that followed the same token in the first copy (an off-diagonal stripe), and a previous-token head "
-            "attends to the token just before. Scores are mean attention to those positions:</p>"
-            + _head_table(detectors),
+            "attends to the token just before. The view shows the first prompt of the causal tests below. Each "
+            "detector's strongest head, by mean attention to its targets (every head's score is in the heatmaps "
+            "below): " + _strongest_by_detector(detectors) + ". The strip right of the pattern is the selected head's "
+            "effect on the next token's logit; its <b>Loss</b> switch shows the model's per-token loss instead (each "
+            "copy's mean loss is in the table of the logit-lens section below).</p>",
             attention,
         )
     )
@@ -192,8 +194,10 @@ def build_sections(
             heads,
         )
     )
-    for title, explanation, widget in causal_sections(model, tokens, HALF, detectors["previous_token"], log=log):
+    for title, explanation, widget in causal_sections(model, test, detectors["previous_token"], log=log):
         sections.append(Section(title, explanation, widget))
+    log("logit lens and repetition")
+    sections.append(Section(*lens_section(model, test)))
     log("term importance")
     sections.append(
         Section(
@@ -217,13 +221,16 @@ def build_sections(
                 history,
             )
         )
-    _start_on_one_head(sections, detectors, ov)
+    _start_on_one_head(sections, detectors, ov, tokens.shape[1])
     return sections
 
 
-def _start_on_one_head(sections: list[Section], detectors: dict[str, np.ndarray], ov: np.ndarray) -> None:
+def _start_on_one_head(
+    sections: list[Section], detectors: dict[str, np.ndarray], ov: np.ndarray, n_tokens: int
+) -> None:
     """Every view of the page starts on the same head: the strongest induction head (the strongest copying head in a
-    one-layer model), with the composition map's edge from the strongest previous-token head into it."""
+    one-layer model), with the composition map's edge from the strongest previous-token head into it; the views
+    of the page's prompt (``n_tokens`` tokens) start on its last token."""
     layers = detectors["induction"].shape[0]
     score = detectors["induction"] if layers >= 2 else np.nan_to_num(ov, nan=-np.inf)
     layer, head = (int(i) for i in np.unravel_index(int(np.argmax(score)), score.shape))
@@ -231,6 +238,9 @@ def _start_on_one_head(sections: list[Section], detectors: dict[str, np.ndarray]
     for section in sections:
         widget = section.widget
         if widget is None:
+            continue
+        _start_on_the_last_position(widget, n_tokens)
+        if not getattr(widget, "_links_heads", True):  # (a map of positions, the lens's rows: no head to choose)
             continue
         if hasattr(widget, "select_edge") and layer > 0:
             widget.select_edge((0, prev), (layer, head), kind="K")
@@ -240,6 +250,17 @@ def _start_on_one_head(sections: list[Section], detectors: dict[str, np.ndarray]
                 widget.selected_layer = layer
             if widget.has_trait("selected_head"):
                 widget.selected_head = head
+
+
+def _start_on_the_last_position(widget: Any, n_tokens: int) -> None:
+    """A view of the page's prompt starts on its last token (where induction predicts the answer), so that the
+    views that link positions agree at load; views of other texts keep theirs."""
+    if not getattr(widget, "_links_positions", True):
+        return
+    for name in ("selected_dest", "selected_pos"):
+        n = getattr(widget, "n_tokens", 0) or len(getattr(widget, "tokens", []) or [])
+        if widget.has_trait(name) and n == n_tokens:
+            setattr(widget, name, n - 1)
 
 
 def _intro(model: CircuitModel, card: dict[str, Any]) -> str:
@@ -294,7 +315,12 @@ def write_report(
             pending = ""
     title = f"circuitwidgets report: {model.name}"
     if widgets:
-        page = html_page(widgets, title=title, sections=texts, link=LINKED)
+        from circuitwidgets.widgets.core.link import link
+
+        with warnings.catch_warnings():  # positions link only where the token counts agree; the others say so
+            warnings.simplefilter("ignore", category=UserWarning)
+            link(*widgets)
+        page = html_page(widgets, title=title, sections=texts)
         if pending:
             page = page.replace("</body>", pending + "</body>", 1)
     else:  # a zero-layer model: its direct path is a table, and the page needs no view

@@ -108,14 +108,11 @@ class _Models:
         ``r[19]`` at the last position); corrupted (notebook 04's corruption A): the first
         ``r`` replaced by other random tokens; answers: ``(r[19], other[19])`` per prompt.
         """
-        torch = self.torch
+        from circuitwidgets.causal.induction import induction_prompts
+
         model = self.cw.load_pretrained("attn-only-2l-12h")
-        gen = torch.Generator().manual_seed(0)
-        first, other = torch.randint(1, 2048, (2, 8, 20), generator=gen)
-        bos = torch.zeros(8, 1, dtype=torch.long)
-        clean = torch.cat([bos, first, first[:, :19]], dim=1)
-        corrupted = torch.cat([bos, other, first[:, :19]], dim=1)
-        return model, clean, corrupted, (first[:, 19].tolist(), other[:, 19].tolist())
+        p = induction_prompts(model)  # the README's one prompt set (causal.induction.induction_test)
+        return model, p.clean, p.corrupt_a, (p.answer.tolist(), p.control.tolist())
 
     def windows(self, n: int = 8) -> Any:
         """``[n, 256]`` token windows of held-out standard-library code, each starting with BOS."""
@@ -191,7 +188,7 @@ def _logitlens(m: _Models) -> Any:
 
 
 def _logitattribution(m: _Models) -> Any:
-    """The clean prompts' logit difference (answer − corrupted run's answer), split by head."""
+    """The clean prompts' logit difference (answer − control), split by head."""
     from circuitwidgets import causal
 
     model, clean, _, answers = m.induction
@@ -201,19 +198,13 @@ def _logitattribution(m: _Models) -> Any:
 def _compvspatching(m: _Models) -> Any:
     """Notebook 04's corruption B (only the earlier occurrence of the last token changed): K-composition against
     path patching via the later heads' keys, every pair of heads."""
-    torch = m.torch
     from circuitwidgets import causal
+    from circuitwidgets.causal.induction import induction_prompts
 
     model = m.cw.load_pretrained("attn-only-2l-12h")
-    gen = torch.Generator().manual_seed(0)
-    first, other = torch.randint(1, 2048, (2, 8, 20), generator=gen)
-    bos = torch.zeros(8, 1, dtype=torch.long)
-    clean = torch.cat([bos, first, first[:, :19]], dim=1)
-    earlier = first.clone()
-    earlier[:, 18] = other[:, 0]
-    corrupted = torch.cat([bos, earlier, first[:, :19]], dim=1)
-    metric = causal.normalised(causal.logit_diff(first[:, 19].tolist(), other[:, 1].tolist()))
-    return m.cw.CompositionVsPatching(model, causal.path_patch(model, clean, corrupted, metric, via="k"))
+    p = induction_prompts(model)  # the README's one prompt set and metric (answer − control)
+    metric = causal.normalised(p.metric)
+    return m.cw.CompositionVsPatching(model, causal.path_patch(model, p.clean, p.corrupt_b, metric, via="k"))
 
 
 BUILDERS: dict[str, Callable[[_Models], Any]] = {

@@ -44,7 +44,7 @@ FLOORS: list[tuple[str, ...]] = [
     # the widgets: shared machinery (widgets.core) and one module or folder per view
     ("widgets",),
     # pages: offline HTML, nbconvert, the report
-    ("export", "nbexport", "report", "report_causal"),
+    ("export", "nbexport", "report", "report_causal", "report_lens"),
     # the command line and the package's lazy public names
     ("cli", "__init__"),
 ]

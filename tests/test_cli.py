@@ -130,3 +130,51 @@ def test_a_bad_model_name_is_one_line_on_stderr_and_a_nonzero_exit(capsys: pytes
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("circuitwidgets report: error: name: expected one of the shipped models")
+
+
+def test_report_refuses_a_directory_as_output_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the report was computed")
+
+    monkeypatch.setattr("circuitwidgets.report.write_report", fail)
+    assert main(["report", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("circuitwidgets report: error: -o: expected an HTML file to write") and "a directory" in err
+
+
+def test_report_says_a_local_model_path_does_not_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "--model", "./no/such/dir", "-o", "unused.html"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such directory" in err and "model-hub" not in err
+
+
+def test_version_and_the_shipped_models_in_report_help(capsys: pytest.CaptureFixture[str]) -> None:
+    import circuitwidgets as cw
+    from circuitwidgets.cli import shipped_models
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"circuitwidgets {cw.__version__}"
+    assert shipped_models() == cw.list_pretrained()
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in shipped_models())
+
+
+def test_warnings_are_summarised_in_one_line() -> None:
+    import warnings
+
+    from circuitwidgets.cli import warning_summary
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            warnings.warn("copying_scores: model 'm' has MLPs; long detail", UserWarning, stacklevel=1)
+        warnings.warn("other", DeprecationWarning, stacklevel=1)
+    line = warning_summary(caught)
+    assert "\n" not in line and line.startswith("4 warnings: UserWarning ×3 (copying_scores: model 'm' has MLPs…)")
+    assert "DeprecationWarning ×1" in line

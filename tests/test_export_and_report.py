@@ -72,15 +72,21 @@ def test_report_of_the_shipped_two_layer_model_is_small_and_complete(tmp_path: P
         "during training",
     ):
         assert heading in page
-    assert page.count('class="cw-widget"') == 10  # the training history too: the shipped card has one
-    # the "Testing the circuit" sections: two patching maps and the attribution bars, linked like every view
-    assert page.count("<h2>Testing the circuit") == 3
+    assert page.count('class="cw-widget"') == 12  # the training history too: the shipped card has one
+    # the "Testing the circuit" sections: three patching maps and the attribution bars, linked like every view
+    assert page.count("<h2>Testing the circuit") == 4
     blocks = re.findall(
         r'<div class="cw-widget"([^>]*)><script type="application/json" class="cw-state">(.{0,300})', page
     )
     views = [re.search(r'"_view":"(\w+)"', state).group(1) for _, state in blocks]  # type: ignore[union-attr]
-    assert views.count("patchingmap") == 2 and views.count("logitattribution") == 1
-    assert all('data-cw-link="selected_layer selected_head"' in attrs for attrs, _ in blocks)
+    assert views.count("patchingmap") == 3 and views.count("logitattribution") == 1 and views.count("logitlens") == 1
+    # one link group; heads linked wherever a view has them, the prompt's positions between the views that show it
+    assert all('data-cw-link-group="g0"' in attrs for attrs, _ in blocks)
+    links = [re.search(r'data-cw-link="([^"]*)"', attrs).group(1).split() for attrs, _ in blocks]  # type: ignore[union-attr]
+    by_view = dict(zip(views, links, strict=False))
+    assert by_view["attention"] == ["selected_layer", "selected_head", "selected_dest"]
+    assert by_view["logitlens"] == ["selected_dest"]
+    assert sum("selected_dest" in names for names in links) == 3  # attention, lens, (layer, position) map
 
 
 def test_a_page_can_link_traits_across_its_widgets_and_the_shim_is_the_built_one() -> None:

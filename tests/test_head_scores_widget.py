@@ -237,7 +237,7 @@ def test_term_importance_refuses_a_long_text_before_its_forward_passes(
 
 
 class _Recorder:
-    """Stands in for ``tqdm.auto.tqdm``: records bars, passes iterables through."""
+    """Stands in for ``tqdm.tqdm`` (plain text): records bars, passes iterables through."""
 
     bars: ClassVar[list[_Recorder]] = []
 
@@ -261,7 +261,7 @@ class _Recorder:
 
 
 def test_explorer_build_shows_a_progress_bar_step_by_step(model: CircuitModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tqdm.auto.tqdm", _Recorder)
+    monkeypatch.setattr("tqdm.tqdm", _Recorder)
     _Recorder.bars = []
     CircuitExplorer(model, list(range(1, 10)), k=2, profile_k=2, max_tokens=8, progress_bar=True)
     ours = [b for b in _Recorder.bars if b.kwargs.get("desc") == "CircuitExplorer"]
@@ -270,7 +270,7 @@ def test_explorer_build_shows_a_progress_bar_step_by_step(model: CircuitModel, m
     assert bar.kwargs["total"] == len(CHILDREN) + 1 and bar.kwargs["disable"] is False and bar.kwargs["delay"] == 0
     assert bar.n == bar.kwargs["total"] and bar.closed
     assert bar.postfixes[0] == "eigenvalues and copying scores" and "head detectors" in bar.postfixes
-    # hidden on request; tqdm decides (a widget in a notebook) by default
+    # hidden on request; tqdm decides (text when stderr is a terminal) by default
     _Recorder.bars = []
     CircuitExplorer(model, list(range(1, 10)), k=2, profile_k=2, max_tokens=8, progress_bar=False)
     assert [b.kwargs["disable"] for b in _Recorder.bars if b.kwargs.get("desc") == "CircuitExplorer"] == [True]
@@ -279,7 +279,7 @@ def test_explorer_build_shows_a_progress_bar_step_by_step(model: CircuitModel, m
 def test_head_scores_of_several_kinds_show_a_bar_after_a_second(
     model: CircuitModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tqdm.auto.tqdm", _Recorder)
+    monkeypatch.setattr("tqdm.tqdm", _Recorder)
     _Recorder.bars = []
     HeadScores.from_model(model, kind="all")
     (bar,) = [b for b in _Recorder.bars if b.kwargs.get("desc") == "head scores"]

@@ -146,8 +146,10 @@ def test_a_view_with_a_layer_and_no_head_follows_the_layer_only() -> None:
     assert group.names == ("selected_layer",) and isinstance(group._links[0], HeadLink)
     heads.set_state({"selected_layer": 1, "selected_head": 3})
     assert terms.selected_layer == 1
-    terms.selected_layer = 0  # the layer alone moves the head view's layer and keeps its head
-    assert (heads.selected_layer, heads.selected_head) == (0, 3)
+    terms.selected_layer = 0  # a layer alone names no head: the head view keeps L1H3 (no invented L0H3)
+    assert (heads.selected_layer, heads.selected_head) == (1, 3)
+    heads.set_state({"selected_layer": 0, "selected_head": 2})
+    assert terms.selected_layer == 0
     group.unlink()
     heads.selected_layer = 1
     assert terms.selected_layer == 0

@@ -389,6 +389,8 @@ def test_the_extra_feature_is_dropped_given_a_dimension_or_superposed_as_the_pap
     assert "1 - S = 1.0, r = 0.1: not represented" in out, out
     assert "1 - S = 1.0, r = 10.0: dedicated dimension" in out, out
     assert "1 - S = 0.01, r = 1.0: superposition" in out, out
+
+
 # ----------------------------------------------------------------------------- 08: circuit discovery
 
 
@@ -433,6 +435,8 @@ def test_on_the_gelu_model_the_circuit_reaches_keys_through_the_first_mlp(nb08: 
     out = printed(nb08, "gelu")
     assert len(ast.literal_eval(find(r"MLP0 → keys: (\[.*\])", out).group(1))) >= 3, out
     assert ast.literal_eval(find(r"layer-0 heads → keys: (\[.*\])", out).group(1)) == [], out
+
+
 # ----------------------------------------------------------------------------- 06: features
 
 
@@ -481,3 +485,18 @@ def test_the_induction_answer_is_the_heads_and_the_feature_adding_most_reads_the
     assert heads > 2 * abs(number(r"features together: ([-\d.]+)", out))
     assert number(r"activation ([-+\d.]+) in the repeated half", out) > 0
     assert number(r"reads the induction heads ([\d.]+)x the average feature", out) > 1.3
+
+
+def test_notebook_04_exports_offline_with_no_saved_progress_bar(nb04: nbformat.NotebookNode) -> None:
+    """Our sweeps' progress bars are plain text, never ipywidgets saved with the notebook, so the
+    ``--to circuitwidgets`` page of the executed notebook loads no widget manager and requests nothing."""
+    import json as json_module
+
+    from circuitwidgets.nbexport import OfflineHTMLExporter, make_widgets_offline
+
+    nb = nbformat.from_dict(json_module.loads(json_module.dumps(nb04)))  # type: ignore[no-untyped-call]
+    assert make_widgets_offline(nb) >= 1  # our views become offline views
+    assert "widgets" not in nb.metadata, "a widget other than ours (a progress bar?) was saved"
+    html, _ = OfflineHTMLExporter().from_notebook_node(nb)  # type: ignore[no-untyped-call]
+    assert "html-manager" not in html and "require.js" not in html
+    assert not re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html), "the page would make a request"

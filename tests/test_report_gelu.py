@@ -36,12 +36,13 @@ def test_report_of_the_shipped_mlp_model_is_written_and_shows_what_the_mlps_writ
     ):
         assert heading in page
     # the causal section: one attribution row per component, MLPs included, and the logit lens's three rows
-    for row in ("L0 attn", "L0 mlp", "L1 attn", "L1 mlp", "total: the logit", "before L0", "before L1", "final"):
+    for row in ("L0 attn", "L0 mlp", "L1 attn", "L1 mlp", "total: the logit difference", "before L0", "final"):
         assert f"<th>{row}</th>" in page
-    # repetition raises the answer's logit through layer 1's attention (measured +2.60 of +2.29 in all)
-    change = re.search(r"<th>L1 attn</th><td>[^<]*</td><td>[^<]*</td><td>([^<]*)</td>", page)
+    # repetition raises the answer's logit difference through layer 1's attention (the change column, mean ± s.d.)
+    change = re.search(r"<th>L1 attn</th><td>[^<]*</td><td>[^<]*</td><td>([+-][\d.]+) ±", page)
     assert change is not None and float(change.group(1)) > 1.5
-    # the causal sections: two patching maps and the attribution bars beside the tables
-    assert page.count('class="cw-widget"') == 10 and page.count("<h2>Testing the circuit") == 3
+    # the causal sections: three patching maps and the attribution bars beside the tables; then the lens
+    assert page.count('class="cw-widget"') == 12 and page.count("<h2>Testing the circuit") == 4
+    assert "held-out code" in page and "mean loss, second copy" in page
     # its previous-token head's direct write into the keys carries little: the effect goes another way (notebook 04)
     assert "No receiver's keys carry much" in page

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from circuitwidgets.causal.metrics import Metric, scalar
 from circuitwidgets.causal.sites import Cells
@@ -162,7 +162,10 @@ def sweep(
     run = {layer: cells.at_layer() if chosen is None else chosen.get(layer, []) for layer in todo}
     step = chunk_size(model, batch, n_pos, memory_budget)
     rest = [d for d in cells.by if d != "layer"]
-    with torch.no_grad(), tqdm(total=sum(map(len, run.values())), desc=desc, delay=1.0, leave=False) as bar:
+    with (
+        torch.no_grad(),
+        tqdm(total=sum(map(len, run.values())), desc=desc, delay=1.0, leave=False, disable=None) as bar,
+    ):
         for layer in todo:
             per_layer = run[layer]
             if not per_layer:

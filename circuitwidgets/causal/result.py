@@ -87,12 +87,12 @@ class Sweep:
         parts = [f"{self.technique} on {self.model!r}"]
         if self.site:
             parts.append(f"site {self.site!r}")
-        parts.append(f"by {self.dims}")
+        parts.append("by " + " × ".join(self.dims))  # names, not a tuple's repr
         parts.append(f"metric {self.metric}")
-        if self.clean_value is not None:
-            parts.append(f"clean {self.clean_value:.4g}")
+        if self.clean_value is not None:  # one precision for both, so they read alike
+            parts.append(f"clean {self.clean_value:.3f}")
         if self.corrupted_value is not None:
-            parts.append(f"corrupted {self.corrupted_value:.4g}")
+            parts.append(f"corrupted {self.corrupted_value:.3f}")
         if self.convention:
             parts.append(self.convention)
         return "; ".join(parts)

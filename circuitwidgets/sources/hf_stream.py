@@ -238,7 +238,7 @@ class StreamingSource:
             for name in names:
                 self.aliases[name] = names
         self.prefixes = {id(module): name for name, module in model.named_modules()}
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
         self.bar = tqdm(

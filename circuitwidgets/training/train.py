@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from circuitwidgets._glibc import libc
 from circuitwidgets.errors import ArgumentError

@@ -101,8 +101,8 @@ class CircuitExplorer(CircuitWidget):
         Token sample of the top-k copying rate, seed of the detectors and baselines
         (:func:`~circuitwidgets.widgets.eigen.widget.eigen_scatter_data`).
     progress_bar
-        A progress bar over the build's steps (``tqdm.auto``: tqdm's widget in a
-        notebook); ``None`` lets tqdm decide (shown in a notebook), ``False`` hides it.
+        A progress bar over the build's steps (plain-text ``tqdm`` on stderr, never a widget in a
+        notebook); ``None`` lets tqdm decide (shown when stderr is a terminal), ``False`` hides it.
     **kwargs
         Initial traits (for example ``selected_layer=1, selected_head=2``; the
         default selection is the head with the highest induction score).

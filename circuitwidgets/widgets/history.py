@@ -47,7 +47,7 @@ def measure_words(n_ctx: int | None) -> str:
     half = f"{(n_ctx - 1) // 2}" if n_ctx else "(context − 1) / 2"
     return (
         f"Head scores as logged during training: mean attention on 16 sequences of [BOS] and {half} random tokens "
-        "repeated. circuits.head_scores (the head-scores view and the report's detector table) uses 8 sequences of 50 "
+        "repeated. circuits.head_scores (the head-scores view and the report's detector heatmaps) uses 8 sequences of 50 "
         "by default, which gives higher induction scores for the same weights."
     )
 

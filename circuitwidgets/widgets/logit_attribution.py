@@ -13,13 +13,17 @@ A click on a head's bar selects it (``selected_layer`` / ``selected_head``), so
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 import traitlets
 
+from circuitwidgets.causal.attribution import logit_attribution
 from circuitwidgets.causal.result import Sweep
-from circuitwidgets.errors import ArgumentError, ShapeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets.core.arrays import NDArrayTrait
 from circuitwidgets.widgets.core.base import CircuitWidget
 from circuitwidgets.widgets.core.spec import NONE, Size, head_selection, view_data, view_setting
@@ -147,7 +151,12 @@ class LogitAttribution(CircuitWidget):
     ----------
     sweep
         A :func:`circuitwidgets.causal.logit_attribution` result (``by`` any of
-        ``"component"``, ``"layer"``, ``"head"``, ``"neuron"``).
+        ``"component"``, ``"layer"``, ``"head"``, ``"neuron"``), or a model: then
+        ``LogitAttribution(model, tokens, answers=...)`` runs it, as
+        ``LogitLens(model, tokens)`` does.
+    tokens, answers, by, pos
+        With a model: the arguments of :func:`~circuitwidgets.causal.logit_attribution`
+        (``by`` defaults to ``"head"`` here).
     prompt
         For a result with ``reduce="none"``: which prompt to draw.
     top_neurons
@@ -205,8 +214,28 @@ class LogitAttribution(CircuitWidget):
     n_bars = Size("n_bars")
 
     def __init__(
-        self, sweep: Sweep | None = None, *, prompt: int | None = None, top_neurons: int = 20, **kwargs: Any
+        self,
+        sweep: Sweep | CircuitModel | None = None,
+        tokens: str | Sequence[int] | torch.Tensor | None = None,
+        *,
+        answers: object = None,
+        by: str = "head",
+        pos: int = -1,
+        prompt: int | None = None,
+        top_neurons: int = 20,
+        **kwargs: Any,
     ) -> None:
+        if isinstance(sweep, CircuitModel):  # as LogitLens(model, tokens): the widget runs the attribution
+            if tokens is None or answers is None:
+                raise ArgumentTypeError(
+                    f"tokens, answers: expected a text or token ids and the answers with a model, got "
+                    f"{type(tokens).__name__} and {type(answers).__name__}"
+                )
+            sweep = logit_attribution(sweep, tokens, answers, by=by, pos=pos)  # type: ignore[arg-type]
+        elif tokens is not None or answers is not None:
+            raise ArgumentTypeError(
+                f"sweep: expected a CircuitModel when tokens or answers are given, got {type(sweep).__name__}"
+            )
         if sweep is not None:
             kwargs = {**logit_attribution_data(sweep, prompt=prompt, top_neurons=top_neurons), **kwargs}
         super().__init__(**kwargs)

@@ -6,7 +6,7 @@ import { headSize, promptPatterns, rowWeights, toPatterns, weightAt } from "../s
 import type { AttentionTraits } from "../src/views/attention";
 import { promptLabel } from "../src/views/attention/prompts";
 import { promptPositions } from "../src/views/attention/source";
-import { LazyPainter } from "../src/views/attention/visible";
+import { EAGER_MAX, LazyPainter } from "../src/views/attention/visible";
 import { FakeModel } from "./fake-model";
 
 const L = 2;
@@ -215,5 +215,34 @@ describe("attention view of a batch", () => {
     const { el } = mount(batchState({ prompts: [], tokens: PROMPTS[0] as string[], patterns: wire(alone(0, true), [L, H, headSize(5, true)]), logit_effect: null }));
     await nextFrame();
     expect((el.querySelector("[data-cw-prompts]") as HTMLElement).hidden).toBe(true);
+  });
+});
+
+describe("a small grid is painted whole without being scrolled through", () => {
+  it("paints the items off screen after the visible ones, up to EAGER_MAX items, and everything before printing", async () => {
+    (window as unknown as { IntersectionObserver: unknown }).IntersectionObserver = FakeObserver;
+    FakeObserver.all = [];
+    const painted: number[] = [];
+    const painter = new LazyPainter((i) => painted.push(i));
+    const items = Array.from({ length: 24 }, () => document.createElement("button"));
+    document.body.append(...items);
+    painter.observe(items);
+    (FakeObserver.all.at(-1) as FakeObserver).show((i) => i >= 20); // the last four on screen
+    for (let k = 0; k < 10 && painted.length < 24; k++) await nextFrame();
+    expect(painted.slice(0, 4).sort((a, b) => a - b)).toEqual([20, 21, 22, 23]); // the visible ones first
+    expect([...painted].sort((a, b) => a - b)).toEqual(Array.from({ length: 24 }, (_, i) => i));
+    expect(items.every((b) => b.dataset.cwPainted === "1")).toBe(true);
+    painter.cancel();
+
+    const many: number[] = [];
+    const big = new LazyPainter((i) => many.push(i));
+    const buttons = Array.from({ length: EAGER_MAX + 1 }, () => document.createElement("button"));
+    big.observe(buttons);
+    (FakeObserver.all.at(-1) as FakeObserver).show((i) => i < 3);
+    for (let k = 0; k < 5; k++) await nextFrame();
+    expect(many.sort((a, b) => a - b)).toEqual([0, 1, 2]); // a large grid: only what is seen
+    window.dispatchEvent(new Event("beforeprint"));
+    expect(many.length).toBe(EAGER_MAX + 1); // a printout shows every item
+    big.cancel();
   });
 });

@@ -74,5 +74,9 @@ describe("a head is one selection in a linked page", () => {
     expect([composition.get("selected_layer"), composition.get("selected_head")]).toEqual([0, 7]);
     composition.set("selected_head", 10);
     expect([scatter.get("selected_layer"), scatter.get("selected_head"), terms.get("selected_layer")]).toEqual([0, 10, 0]);
+    // a layer clicked in term importance invents no head: the head views stay on L0H10
+    terms.set("selected_layer", 1);
+    expect([scatter.get("selected_layer"), scatter.get("selected_head")]).toEqual([0, 10]);
+    expect([composition.get("selected_layer"), composition.get("selected_head")]).toEqual([0, 10]);
   });
 });

@@ -118,9 +118,10 @@ def test_the_reports_causal_views_draw_and_a_head_cell_moves_the_attention_view(
     path, (layer, head) = report_path
     views = open_offline(page, page_log, path, ["attention", "patchingmap", "logitattribution"])
     heads, attention, bars = views["patchingmap"], views["attention"], views["logitattribution"]
-    paths = wait_view(page, page_log, "patchingmap", nth=1)
+    paths = wait_view(page, page_log, "patchingmap", nth=2)  # (nth=1: the (layer, position) map)
     assert_drawn(paths)
-    assert "activation patching of z" in heads.inner_text() and "path patching of k" in paths.inner_text()
+    assert "head patching, corruption A" in heads.inner_text()
+    assert "path patching from L0H11 into each receiver's keys" in paths.inner_text()
     assert paths.locator("text", has_text="n/a").count() >= 12  # layer 0 cannot read the layer-0 sender
     # every view starts on the page's head
     wait_status(heads, rf"^L{layer}H{head}: [−\d.]+ \(?selected")

@@ -58,11 +58,10 @@ BAR_DELAY_S = 1.0
 
 
 class BuildBar:
-    """A ``tqdm.auto`` bar over ``total`` steps (tqdm's widget in a notebook), made only once the build has
-    taken :data:`BAR_DELAY_S`: a fast build creates nothing (in a notebook, no widget models are left behind).
+    """A plain-text ``tqdm`` bar on stderr over ``total`` steps (never a widget a notebook would save), made
+    only once the build has taken :data:`BAR_DELAY_S`: a fast build creates nothing.
 
-    ``enabled=None`` lets tqdm decide (shown in a notebook and a terminal, hidden
-    when stderr is not a terminal); ``False`` hides it. :meth:`close` it when done.
+    ``enabled=None`` lets tqdm decide (shown when stderr is a terminal); ``False`` hides it. :meth:`close` it when done.
     """
 
     def __init__(self, total: int, desc: str, enabled: bool | None = None) -> None:
@@ -75,7 +74,7 @@ class BuildBar:
         """``n`` more steps done."""
         self.done += n
         if self.bar is None and self.enabled is not False and time.monotonic() - self.started >= BAR_DELAY_S:
-            from tqdm.auto import tqdm
+            from tqdm import tqdm
 
             self.bar = tqdm(
                 total=self.total, initial=self.done - n, desc=self.desc, leave=False,

@@ -125,7 +125,7 @@ class AttentionPatterns(LiveData):
         Compute patterns on demand from the queries and keys (as :meth:`from_qk`);
         ``None``: when there are more than :data:`LONG_TOKENS` tokens.
     progress_bar
-        A ``tqdm.auto`` bar (tqdm's widget in a notebook) for builds that take over
+        A plain-text ``tqdm`` bar on stderr (never a saved widget) for builds that take over
         a second; ``None`` lets tqdm decide, ``False`` hides it.
     **kwargs
         Initial traits, for example ``selected_layer=1, selected_head=3, selected_prompt=2``.

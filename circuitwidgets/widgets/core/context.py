@@ -4,7 +4,8 @@
   before any work, with what to do instead (the same condition as the model's
   own check, which only comes at the forward pass, after the other views'
   work).
-- :func:`build_progress`: a ``tqdm.auto`` bar (in a notebook, tqdm's widget) over
+- :func:`build_progress`: a plain-text ``tqdm`` bar on stderr (never a widget, so a
+  saved notebook carries none) over
   the steps of a build, named step by step.
 """
 
@@ -67,12 +68,13 @@ def build_progress(
 ) -> Iterator[Callable[[str], None]]:
     """A progress bar over the ``total`` steps of a build; yields ``step(name)``, called as each step starts.
 
-    The bar is ``tqdm.auto``'s: tqdm's widget in a notebook, text on stderr in
-    a terminal. ``enabled=None`` lets tqdm decide (shown in a notebook, hidden
-    when stderr is not a terminal); ``delay`` seconds pass before it appears.
+    The bar is plain-text ``tqdm`` on stderr, in a terminal and in a notebook alike
+    (a notebook widget would be saved with the notebook and need a CDN when
+    exported). ``enabled=None`` lets tqdm decide (hidden when stderr is not a
+    terminal); ``delay`` seconds pass before it appears.
     It is removed when the build ends.
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     bar: Any = tqdm(total=total, desc=desc, disable=None if enabled is None else not enabled, leave=False, delay=delay)
     started = False

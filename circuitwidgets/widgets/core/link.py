@@ -116,7 +116,8 @@ class HeadLink:
     first a head nobody chose (the new layer with the old head). Here a change of
     either trait copies the pair, inside ``hold_trait_notifications``, so every
     other view's observers see the new head at once. A widget with a layer and no
-    head (term importance) follows the layer.
+    head (term importance) follows the layer, and a layer chosen there moves no
+    other view: the new layer with the old head index would be a head nobody chose.
     """
 
     def __init__(self, widgets: Sequence[Any]) -> None:
@@ -153,7 +154,8 @@ class HeadLink:
             return
         for widget, own in self.members:
             if widget is change["owner"]:
-                self._copy_from(widget, own)
+                if own[1] is not None:  # (a layer alone names no head: it leads nowhere)
+                    self._copy_from(widget, own)
                 return
 
     def unlink(self) -> None:

@@ -178,7 +178,7 @@ class TrigramSource:
         extra = [int(s) for s in out.get("extra_sources", [])]
         heads = list(heads)
         if progress_bar:
-            from tqdm.auto import tqdm
+            from tqdm import tqdm
 
             heads = list(tqdm(heads, desc="skip-trigrams", leave=False))
         for layer, head in heads:

@@ -217,6 +217,11 @@ export function stripRows(xs: readonly number[], gap: number): number[] {
   return rows;
 }
 
+/** A head name that exists in a model of `nLayers` × `nHeads` (its last head), for a search box's placeholder. */
+export function exampleHeadName(nLayers: number, nHeads: number): string {
+  return `L${Math.max(0, nLayers - 1)}H${Math.max(0, nHeads - 1)}`;
+}
+
 /** A head named by the user: "L3H7", "l3 h7", "3.7", "3,7" or "3 7". */
 export type HeadQuery = { layer: number; head: number } | { error: string };
 

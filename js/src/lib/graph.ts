@@ -114,6 +114,18 @@ export function edgeOr(value: unknown, nLayers: number, nHeads: number): [number
   return [l1, h1, l2, h2] as [number, number, number, number];
 }
 
+/**
+ * The selected edge as drawn: kept only while it ends at the selected head, so that a head chosen in
+ * another view clears an edge into some other head instead of leaving it outlined beside the new head.
+ */
+export function edgeOfSelection(
+  edge: [number, number, number, number] | null,
+  layer: number,
+  head: number,
+): [number, number, number, number] | null {
+  return edge !== null && edge[2] === layer && edge[3] === head ? edge : null;
+}
+
 export interface Layout {
   width: number;
   height: number;

@@ -118,6 +118,7 @@ export class LinkGroup {
    * `alias[name]` or its own name. A head is one selection: when either of a member's
    * `selected_layer`/`selected_head` changes, both are copied (a click that keeps the layer must not
    * leave another view on its old layer), and a member joining the group starts on the first member's head.
+   * A member with a layer and no head follows the others' layer and moves none of them.
    */
   add(model: OfflineModel, names: readonly string[] = this.names, alias: Readonly<Record<string, string>> = {}): void {
     const local = new Map<string, string>();
@@ -132,6 +133,8 @@ export class LinkGroup {
     for (const [name, own] of local) {
       model.on(`change:${own}`, (value: unknown) => {
         if (this.syncing) return;
+        // a layer chosen in a view with no head (term importance) names no head: it moves no other view
+        if ((HEAD_PAIR as readonly string[]).includes(name) && !local.has("selected_head")) return;
         for (const other of this.members) {
           if (other === me) continue;
           if ((HEAD_PAIR as readonly string[]).includes(name)) this.copy(me, other, HEAD_PAIR);

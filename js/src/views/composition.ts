@@ -12,7 +12,7 @@ import { decodeArray, type WireArray } from "../lib/arrays";
 import { compWords, type CompWords, hasValues, toCompData } from "../lib/composition";
 import { el, listen } from "../lib/dom";
 import { noExport } from "../lib/export";
-import { type CompData, compValue, edgeOr, type Kind, KIND_STYLE, KINDS, nearestEdge, parseEdgeId } from "../lib/graph";
+import { type CompData, compValue, edgeOfSelection, edgeOr, type Kind, KIND_STYLE, KINDS, nearestEdge, parseEdgeId } from "../lib/graph";
 import { offsetControl } from "../lib/offset";
 import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
@@ -117,10 +117,12 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
   }
 
   function selection(d: CompData): GraphSelection {
+    const layer = indexOr(m.get("selected_layer"), d.nLayers, 0);
+    const head = indexOr(m.get("selected_head"), d.nHeads, 0);
     return {
-      layer: indexOr(m.get("selected_layer"), d.nLayers, 0),
-      head: indexOr(m.get("selected_head"), d.nHeads, 0),
-      edge: edgeOr(m.get("selected_edge"), d.nLayers, d.nHeads),
+      layer,
+      head,
+      edge: edgeOfSelection(edgeOr(m.get("selected_edge"), d.nLayers, d.nHeads), layer, head),
       edgeKind: String(m.get("edge_kind") ?? ""),
     };
   }

@@ -162,6 +162,7 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
     const d = data;
     if (d === null) return;
     const sel = selection(d);
+    finder.update();
     const method = methods()[methodIndex()] ?? "eigen";
     methodUpdate(method);
     qkControl.update(String(m.get("qk_circuit")) === "qk" ? "qk" : "qk_kcomp");
@@ -196,6 +197,13 @@ export function renderEigen({ model, el: root }: RenderProps<EigenTraits>): () =
     listen(plotBox, "focusin", hover),
     listen(plotBox, "mouseleave", hover),
     listen(plotBox, "click", (event) => {
+      const label = (event.target as Element | null)?.closest?.("[data-cw-label-head]")?.getAttribute("data-cw-label-head");
+      if (label) {
+        const [l, h] = label.split(".").map(Number);
+        setTraits(m, { selected_layer: l as number, selected_head: h as number });
+        frame.schedule();
+        return;
+      }
       const g = (event.target as Element | null)?.closest?.("[data-cw-head]");
       if (!g?.getAttribute("data-cw-head")) return;
       const placed = (e: Element): PlacedHead => ({

@@ -51,6 +51,15 @@ export function renderLogitLens({ model, el: root }: RenderProps<LogitLensTraits
   const note = el(doc, "div", "cw-note cw-caption");
   panel.body.append(plot, note);
   let hovered: { row: number; pos: number } | null = null;
+  let scrolledTo = -1; // the position last scrolled to: a redraw for another reason leaves the user's scroll alone
+
+  /** Scroll the grid sideways so that the column at `x` (a position chosen here or in a linked view) is in view. */
+  function scrollIntoView(x: number): boolean {
+    const view = plot.clientWidth;
+    if (view <= 0) return false; // not laid out yet (hidden, or not painted): try again on the next draw
+    if (x < plot.scrollLeft || x + CELL_W > plot.scrollLeft + view) plot.scrollLeft = Math.max(0, x + CELL_W / 2 - view / 2);
+    return true;
+  }
 
   function load(): void {
     try {
@@ -123,6 +132,8 @@ export function renderLogitLens({ model, el: root }: RenderProps<LogitLensTraits
       svg.append(svgEl(doc, "rect", { class: "cw-selected", x: x + 1, y: top + row * cellH + 1, width: w - 2, height: cellH - 2, fill: "none", stroke: "#111", "stroke-width": 2, "pointer-events": "none" }));
     }
     plot.replaceChildren(svg);
+    if (sel < 0 || sel >= pos) scrolledTo = -1;
+    else if (sel !== scrolledTo && scrollIntoView(left + sel * CELL_W)) scrolledTo = sel;
     note.textContent = `Rows: the residual stream before each layer and after the last, read through the final norm and the unembedding; columns: the prompt's positions (the cell predicts the next token). Each cell shows its top token, shaded by its probability: white 0% to red ${percent(1)}.`;
     status();
   }

@@ -12,6 +12,13 @@ const BUDGET_MS = 8;
 /** Items this close to the visible area are painted too, so that scrolling shows them painted (CSS px). */
 export const MARGIN_PX = 48;
 
+/**
+ * Up to this many items, the ones off screen are painted too once the visible ones are done, a few per frame:
+ * a page of a small model (a report's 24 thumbnails) is then whole in a full-page capture or a printout without
+ * being scrolled through. Above it (1,024 heads), only what is seen is painted.
+ */
+export const EAGER_MAX = 256;
+
 export interface PaintStats {
   /** Items painted at least once. */
   painted: number;
@@ -27,6 +34,8 @@ export class LazyPainter {
   private dirty = new Uint8Array(0);
   private queue: number[] = [];
   private observer: IntersectionObserver | null = null;
+  private eager = false;
+  private printing: { win: Window; listener: () => void } | null = null;
   readonly stats: PaintStats = { painted: 0, paints: 0, ms: 0 };
   private readonly frame = perFrame(() => this.run());
 
@@ -47,7 +56,10 @@ export class LazyPainter {
     this.visible.clear();
     this.queue = [];
     this.stats.painted = 0;
-    const Observer = elements[0]?.ownerDocument.defaultView?.IntersectionObserver;
+    this.eager = elements.length <= EAGER_MAX;
+    const win = elements[0]?.ownerDocument.defaultView ?? null;
+    this.listenForPrint(win);
+    const Observer = win?.IntersectionObserver;
     if (Observer === undefined) {
       // (no observer, e.g. an old host: everything counts as visible)
       elements.forEach((_, i) => this.visible.add(i));
@@ -59,6 +71,34 @@ export class LazyPainter {
       element.dataset.cwItem = String(i);
       this.observer?.observe(element);
     });
+  }
+
+  /** Before printing, paint every item still dirty at once (a printout shows the whole grid, whatever its size). */
+  private listenForPrint(win: Window | null): void {
+    if (this.printing !== null) this.printing.win.removeEventListener("beforeprint", this.printing.listener);
+    this.printing = null;
+    if (win === null) return;
+    const listener = () => this.paintAll();
+    win.addEventListener("beforeprint", listener);
+    this.printing = { win, listener };
+  }
+
+  /** Paint every dirty item now, seen or not. */
+  paintAll(): void {
+    for (let i = 0; i < this.elements.length; i++) if (this.dirty[i] === 1) this.paintItem(i);
+  }
+
+  private paintItem(i: number): void {
+    const t0 = performance.now();
+    this.paint(i);
+    this.stats.ms += performance.now() - t0;
+    this.stats.paints++;
+    this.dirty[i] = 0;
+    const element = this.elements[i];
+    if (element !== undefined && element.dataset.cwPainted !== "1") {
+      element.dataset.cwPainted = "1";
+      this.stats.painted++;
+    }
   }
 
   private onIntersect(entries: IntersectionObserverEntry[]): void {
@@ -83,10 +123,18 @@ export class LazyPainter {
     this.frame.schedule();
   }
 
+  /** The next dirty item off screen, for eager painting (-1: none, or not eager). */
+  private nextOffScreen(): number {
+    if (!this.eager) return -1;
+    for (let i = 0; i < this.dirty.length; i++) if (this.dirty[i] === 1 && !this.visible.has(i)) return i;
+    return -1;
+  }
+
   /** Item `i` needs repainting (soon when `front`, if it is visible). */
   invalidateOne(i: number, front = false): void {
     if (i < 0 || i >= this.dirty.length) return;
     this.dirty[i] = 1;
+    if (!this.visible.has(i) && this.eager) this.frame.schedule(); // (painted off screen, after the visible ones)
     if (!this.visible.has(i) || this.queue.includes(i)) return;
     if (front) this.queue.unshift(i);
     else this.queue.push(i);
@@ -104,25 +152,24 @@ export class LazyPainter {
     while (this.queue.length > 0 && performance.now() - start < BUDGET_MS) {
       const i = this.queue.shift() as number;
       if (!this.visible.has(i) || this.dirty[i] !== 1) continue;
-      const t0 = performance.now();
-      this.paint(i);
-      this.stats.ms += performance.now() - t0;
-      this.stats.paints++;
-      this.dirty[i] = 0;
-      const element = this.elements[i];
-      if (element !== undefined && element.dataset.cwPainted !== "1") {
-        element.dataset.cwPainted = "1";
-        this.stats.painted++;
-      }
+      this.paintItem(i);
       any = true;
     }
-    if (this.queue.length > 0) this.frame.schedule();
+    // the visible ones done: a small grid's items off screen next, within the same budget
+    let next = this.queue.length === 0 ? this.nextOffScreen() : -1;
+    while (next >= 0 && performance.now() - start < BUDGET_MS) {
+      this.paintItem(next);
+      any = true;
+      next = this.nextOffScreen();
+    }
+    if (this.queue.length > 0 || next >= 0) this.frame.schedule();
     if (any) this.onFrame(this.stats);
   }
 
   /** Stop watching and painting. */
   cancel(): void {
     this.frame.cancel();
+    this.listenForPrint(null);
     this.observer?.disconnect();
     this.observer = null;
   }

@@ -3,7 +3,7 @@
 // by its name. Their state lives in the front end only.
 
 import { el, listen } from "../../lib/dom";
-import { parseHeadName } from "../../lib/eigen";
+import { exampleHeadName, parseHeadName } from "../../lib/eigen";
 
 /** The layer filter: "all layers" or one layer; `onPick` gets null or the layer. */
 export function layerFilter(doc: Document, onPick: (layer: number | null) => void): { element: HTMLLabelElement; setLayers(n: number): void; value(): number | null; cleanup(): void } {
@@ -37,11 +37,15 @@ export function layerFilter(doc: Document, onPick: (layer: number | null) => voi
  * A box that finds a head by name ("L3H7", "3.7"): Enter or "Find" hands the
  * head to `onFind`; a name that is not a head of this model is said beside it.
  */
-export function headFinder(doc: Document, shape: () => { nLayers: number; nHeads: number }, onFind: (layer: number, head: number) => void): { element: HTMLSpanElement; cleanup(): void } {
+export function headFinder(doc: Document, shape: () => { nLayers: number; nHeads: number }, onFind: (layer: number, head: number) => void): { element: HTMLSpanElement; update(): void; cleanup(): void } {
   const wrap = el(doc, "span", "cw-find");
   const input = el(doc, "input", "cw-find-input");
   input.type = "search";
-  input.placeholder = "L3H7";
+  const example = () => {
+    const { nLayers, nHeads } = shape();
+    input.placeholder = exampleHeadName(nLayers, nHeads);
+  };
+  example();
   input.spellcheck = false;
   input.setAttribute("aria-label", "Find a head by name");
   const button = el(doc, "button", "cw-button", "Find");
@@ -50,6 +54,7 @@ export function headFinder(doc: Document, shape: () => { nLayers: number; nHeads
   message.setAttribute("aria-live", "polite");
   wrap.append(doc.createTextNode("Head "), input, button, message);
   const find = () => {
+    example();
     const { nLayers, nHeads } = shape();
     const q = parseHeadName(input.value, nLayers, nHeads);
     if ("error" in q) {
@@ -68,5 +73,5 @@ export function headFinder(doc: Document, shape: () => { nLayers: number; nHeads
     }),
     listen(button, "click", find),
   ];
-  return { element: wrap, cleanup: () => cleanups.forEach((c) => c()) };
+  return { element: wrap, update: example, cleanup: () => cleanups.forEach((c) => c()) };
 }

@@ -25,7 +25,7 @@ export interface ScatterOptions {
   emphasis: number | null;
 }
 
-type Wish = LabelWish & { text: string; selected: boolean; px: number; py: number };
+type Wish = LabelWish & { text: string; selected: boolean; px: number; py: number; id: string };
 
 /** The scatter as an SVG element. Points are `[data-cw-head="l.h"]` groups; labels `text.cw-label`. */
 export function drawScatter(doc: Document, d: EigenData, o: ScatterOptions): SVGSVGElement {
@@ -113,7 +113,7 @@ export function drawScatter(doc: Document, d: EigenData, o: ScatterOptions): SVG
     obstacles.push({ x: px, y: py, r: selected ? RING + 2 : radius + 1.5 });
     if (selected || (labelAll && focus)) {
       // boxes a little larger than the glyphs (ascent + descent), so a drawn label stays inside its box
-      wishes.push({ x: px, y: py, px, py, width: name.length * (selected ? 8.2 : 6.6), height: selected ? 15 : 12.5, clear: selected ? RING + 3 : 8, required: selected, text: name, selected });
+      wishes.push({ x: px, y: py, px, py, width: name.length * (selected ? 8.2 : 6.6), height: selected ? 15 : 12.5, clear: selected ? RING + 3 : 8, required: selected, text: name, selected, id: `${p.layer}.${p.head}` });
     }
   }
   svg.append(drawLabels(doc, wishes, obstacles, { x: 0, y: 0, width: W, height: Number(svg.getAttribute("height")) }));
@@ -150,6 +150,10 @@ function drawLabels(doc: Document, wishes: Wish[], obstacles: Obstacle[], bounds
         {
           class: "cw-label",
           "data-cw-label": w.text,
+          // a label selects its own head: heads drawn on one point (several induction heads at (1, 1)) are each
+          // reachable by name, not only by cycling through the point
+          "data-cw-label-head": w.id,
+          cursor: "pointer",
           x: box.x,
           y: box.y + (w.selected ? 11.8 : 9.8),
           "font-size": w.selected ? 12 : 10,
@@ -159,7 +163,6 @@ function drawLabels(doc: Document, wishes: Wish[], obstacles: Obstacle[], bounds
           "stroke-width": w.selected ? 3 : null,
           "stroke-linejoin": w.selected ? "round" : null,
           "paint-order": w.selected ? "stroke" : null,
-          "pointer-events": "none",
         },
         w.text,
       ),
