@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from circuitwidgets._checks import check_bool
 from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_paths, nnsight_sites
 from circuitwidgets.causal.attribution import attribution_patch
 from circuitwidgets.causal.engine import BaseRun, check_budget, check_pair, normalise, run_base, sweep
@@ -75,6 +76,7 @@ def patch(
     layers ``l … L−1`` and the metric's logits, in chunks that fit the budget.
     """
     site = site_alias(site)  # TransformerLens's layerless spelling ("hook_z") read as ours
+    check_bool("freeze_norms", freeze_norms)
     if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): the same sweep as nnsight traces
         return _traced_patch(model, clean, corrupted, metric, site, by, freeze_norms, memory_budget, top)
     model, upcast = full_precision(model)
@@ -171,6 +173,7 @@ def ablate(
     unless the metric asks.
     """
     site = site_alias(site)  # TransformerLens's layerless spelling ("hook_z") read as ours
+    check_bool("freeze_norms", freeze_norms)
     if nnsight_backend.dispatch(model):
         return nnsight_backend.ablate(
             model, tokens, metric, site, by, kind=kind, reference=reference,
@@ -288,6 +291,7 @@ def path_patch(
     sender (its layer or an earlier one); ``sender=None``: every sender at once,
     ``[sender_layer, sender_head, layer, head]``.
     """
+    check_bool("freeze_norms", freeze_norms)
     if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): the same definition as nnsight traces
         check_path(sender, via, model.n_layers, model.n_heads)
         return nnsight_paths.path_patch(
