@@ -122,7 +122,10 @@ def _one_token(arg: str, text: str, encode: Callable[[str], list[int]] | None) -
     """The one token id of ``text`` under the model's tokenizer, or a typed error saying what it splits into."""
     if encode is None:
         raise ArgumentTypeError(f"{arg}: a string answer ({text!r}) needs a model with a tokenizer; pass token ids")
-    ids = list(encode(text))
+    try:
+        ids = list(encode(text))
+    except Exception as error:  # the tokenizer's own error names its own argument: say which one was ours
+        raise ArgumentError(f"{arg}: the model's tokenizer cannot encode {text!r}: {error}") from error
     if len(ids) != 1:
         raise ArgumentError(
             f"{arg}: expected a string of exactly one token, got {text!r}, which the model's tokenizer splits into "
