@@ -2,7 +2,7 @@
 is safe to share between threads and refuses configs that disagree with the module (finding 5).
 
 Every server here listens on 127.0.0.1 only, answers (or fails to) as the case needs, and stops when its test
-ends; each remote call has a one-second deadline, so no test waits longer than about that.
+ends; each remote call has a two-second deadline, so no test waits much longer than that.
 """
 
 from __future__ import annotations
@@ -146,8 +146,9 @@ def named(monkeypatch: pytest.MonkeyPatch) -> Any:
     ("mode", "cause"),
     [
         ("refused", "ConnectionRefusedError|Connection refused"),
-        ("silent", "no answer within timeout=1 s while connecting"),
-        ("never", "no answer within timeout=1 s while waiting for the job"),
+        ("silent", "no answer within timeout=2 s while connecting"),
+        # the request is answered at once; under heavy load sending it may itself outlast the deadline
+        ("never", "no answer within timeout=2 s while (waiting for the job|sending the request)"),
         ("garbage", "JSONDecodeError"),
         ("bad-status", "ValidationError"),
     ],
@@ -156,11 +157,11 @@ def test_every_remote_failure_is_a_remote_run_error_naming_host_and_cause(
     serve: Any, named: Any, mode: str, cause: str
 ) -> None:
     host = f"http://127.0.0.1:{_refused_port()}" if mode == "refused" else serve(mode)
-    h = cw.from_nnsight(named, remote=True, host=host, timeout=1.0)
+    h = cw.from_nnsight(named, remote=True, host=host, timeout=2.0)
     started = time.monotonic()
     with pytest.raises(RemoteRunError, match=cause) as caught:
         causal.per_token_loss(h, TOKENS)
-    assert time.monotonic() - started < 8.0  # the deadline held (a loaded machine may add seconds, not minutes)
+    assert time.monotonic() - started < 15.0  # the deadline held (a loaded machine may add seconds, not minutes)
     assert host in str(caught.value) and "per_token_loss" in str(caught.value)
 
 
