@@ -93,7 +93,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
         layer_labels=[f"{HOSTILE} a", f"{HOSTILE} b"],
         head_labels=[f"{HOSTILE} {h}" for h in range(12)],
         model_name=f"{HOSTILE} model",
-    ),  # fmt: skip
+    ),
     "LogitAttribution": _logit_attribution,
     "LogitLens": _logit_lens,
     "PatchingMap": _patching_map,
