@@ -30,6 +30,7 @@ import ipywidgets
 import traitlets
 
 from circuitwidgets.errors import ArgumentError
+from circuitwidgets.widgets.core.coalesce import from_view
 from circuitwidgets.widgets.core.page import html_fallback
 from circuitwidgets.widgets.core.spec import NONE, spec_of
 from circuitwidgets.widgets.core.traits import SelectionIndex, view_of
@@ -280,7 +281,8 @@ class CircuitWidget(anywidget.AnyWidget):
             return
         before = {k: getattr(self, k) for k in keys}
         try:
-            super().set_state(sync_data)
+            with from_view():  # kernel work these changes start may be coalesced (core/coalesce.py)
+                super().set_state(sync_data)
         except (traitlets.TraitError, TypeError, ValueError, OverflowError) as exc:
             log.warning("%s: rejected update from the view (%.300s); keeping %s", type(self).__name__, exc, keys)
             self._restore(before)
