@@ -240,6 +240,20 @@ def test_fuzzed_calls_are_typed_or_correct(call: tuple[str, dict[str, tuple[str,
     assert outcome in ("typed", "result"), f"{outcome}: {_describe(name, args)}"
 
 
+@pytest.mark.slow
+def test_every_pool_value_one_at_a_time() -> None:
+    """Each value of each argument's pool, the others good: every function, every value (about 320 calls)."""
+    failures = []
+    for name, (pools, _) in API.items():
+        for arg, pool in pools.items():
+            for item in pool:
+                args = {a: p[0] for a, p in pools.items()} | {arg: item}
+                outcome = run_case(name, args)
+                if outcome not in ("typed", "result"):
+                    failures.append(f"{outcome}: {_describe(name, {arg: item})}")
+    assert failures == []
+
+
 LISTED = [  # the issue's fuzzed cases, each with the argument its message must name
     ("patch", {"clean": TOKENS[1], "corrupted": ("uint64", CORRUPTED.numpy().astype(np.uint64), GOOD)}, None),
     ("patch", {"model": MODELS[1]}, "model"),
