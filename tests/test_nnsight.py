@@ -175,11 +175,14 @@ class _Server:
 
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Any:
-    from nnsight.intervention.backends.remote import RemoteBackend
+    from circuitwidgets.sources import nnsight_remote
 
     def make(fail: str | None = None) -> _Server:
-        fake = _Server(_pair("llama-gqa2-biases-llama3rope")[1].lm, fail)
-        monkeypatch.setattr(RemoteBackend, "request", lambda self, request, tracer: fake(self, request, tracer))
+        lm = _pair("llama-gqa2-biases-llama3rope")[1].lm
+        fake = _Server(lm, fail)
+        backend = nnsight_remote._backend_class()  # the remote backend circuitwidgets runs (deadline, typed errors)
+        monkeypatch.setattr(backend, "request", lambda self, request, tracer: fake(self, request, tracer))
+        monkeypatch.setattr(lm, "repo_id", "org/tiny-llama", raising=False)  # a model NDIF can name
         monkeypatch.setattr(
             type(_pair("llama-gqa2-biases-llama3rope")[1].lm), "to_model_key", lambda self: "tiny-llama"
         )

@@ -14,9 +14,10 @@ from circuitwidgets.causal.components import component_labels, components_at
 from circuitwidgets.causal.engine import check_pair, normalise, run_base
 from circuitwidgets.causal.labels import dim_labels, prompts_of
 from circuitwidgets.causal.metrics import as_metric, scalar
+from circuitwidgets.causal.precision import full_precision
 from circuitwidgets.causal.result import Sweep
-from circuitwidgets.causal.sites import SITE_AXES, check_site
-from circuitwidgets.errors import ArgumentError
+from circuitwidgets.causal.sites import SITE_AXES, check_site, site_alias
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
 
@@ -36,8 +37,10 @@ def attribution_patch(
     (norms recomputed, as in the patched runs). Exact where the metric is linear
     in the activation; check it against :func:`patch` on the cells that matter.
     """
+    site = site_alias(site)  # TransformerLens's layerless spelling ("hook_z") read as ours
     if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): one trace, one backward pass to the site
         return nnsight_attribution.attribution_patch(model, clean, corrupted, metric, site, by)
+    model, upcast = full_precision(model)
     a, b = check_pair(model, clean, corrupted)
     cells = check_site(model, site, by, a.shape[1])
     m = as_metric(metric, model.cfg.d_vocab)
@@ -51,6 +54,7 @@ def attribution_patch(
     with torch.enable_grad():
         logits = model.run_from(b, 0, None, Recorder({}, set(), hooks), positions=positions, columns=columns)
         value = scalar(m.batched(logits[None], b.shape[0])[0], m.name)
+        check_differentiable(value, m.name)
         value.backward()  # type: ignore[no-untyped-call]
     axes = SITE_AXES[site]
     rest = [d for d in cells.by if d != "layer"]
@@ -73,8 +77,18 @@ def attribution_patch(
         values = values / (clean_value - corrupted_value)
     return Sweep(
         values, cells.by, dim_labels(model, cells, a), "attribution patching", m.name, clean_value, corrupted_value,
-        site, "gradient at the corrupted run, norms recomputed", model.name, prompts_of(model, clean=a, corrupted=b),
+        site, "gradient at the corrupted run, norms recomputed" + upcast, model.name, prompts_of(model, clean=a, corrupted=b),
     )  # fmt: skip
+
+
+def check_differentiable(value: torch.Tensor, name: str) -> None:
+    """A metric's value must carry the gradient back to the logits: a Python float (``.item()``, ``float(...)``)
+    or a detached tensor has none, and autograd's own error would not say which metric or why."""
+    if not value.requires_grad:
+        raise ArgumentTypeError(
+            f"metric: attribution patching differentiates the metric, so {name} must return a torch tensor computed "
+            "from the logits (drop .item() / float(...) / .detach() at its end); it returned a value with no gradient"
+        )
 
 
 def _adder(delta: torch.Tensor) -> Hook:
@@ -122,8 +136,10 @@ def logit_attribution(
     Parameters
     ----------
     answers
-        a token id (or one per prompt): its logit; a pair ``(correct, wrong)``: the
-        logit difference; a float tensor ``[d_model]``: any direction read after the final norm.
+        a token id (or one per prompt): its logit; a pair ``(correct, wrong)`` or a
+        ``[batch, 2]`` tensor of ``(correct, wrong)`` rows: the logit difference; strings
+        (``" the"``, one token each under the model's tokenizer) wherever an id goes;
+        a float tensor ``[d_model]``: any direction read after the final norm.
     by
         ``"component"``: embedding, positions, each layer's attention (heads and
         ``b_O``) and MLP, the unembedding's bias; ``"layer"``: each layer's
@@ -137,12 +153,13 @@ def logit_attribution(
     """
     if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): one trace, only the projections come back
         return nnsight_attribution.logit_attribution(model, tokens, answers, by, pos, reduce=reduce)
+    model, upcast = full_precision(model)
     t = model._check_tokens(tokens)
     check_attribution(by, reduce, pos, t.shape[1])
     if by == "neuron" and not model.cfg.has_mlp:
         raise ArgumentError(f"by: 'neuron' needs a model with MLPs; {model.name!r} has none")
     batch, n_pos = t.shape
-    parsed = parse_answers(answers, batch, model.cfg.d_vocab, model.cfg.d_model)
+    parsed = parse_answers(answers, batch, model.cfg.d_vocab, model.cfg.d_model, model.tokenizer.encode)
     direction, bias = _directions(model, parsed, batch)
     names = ["embed", "pos_embed", "result", "mlp_out", "mlp_post", "per_layer_out", "resid_final", "scale_final"]
     logits, cache = model.run_with_cache(t, names=names)
@@ -176,7 +193,7 @@ def logit_attribution(
     )
     return Sweep(
         reduced(values), dims, labels, "direct logit attribution", parsed.name, site=None,
-        convention=convention, model=model.name, prompts=prompts_of(model, tokens=t),
+        convention=convention + upcast, model=model.name, prompts=prompts_of(model, tokens=t),
         extra={
             "rest": {k: reduced(v) for k, v in rest.items()},
             "logit": reduced(logit),

@@ -72,6 +72,11 @@ class LogitLens:
 
     def rank(self, ids: int) -> NDArray[np.int64]:
         """Rank of token ``ids`` (0 = top prediction) at every (layer, prompt, position) ``[L + 1, batch, pos]``."""
+        V = self._vocab()
+        if isinstance(ids, bool) or not isinstance(ids, (int, np.integer)):
+            raise ArgumentTypeError(f"ids: expected one token id (an int), got {type(ids).__name__}")
+        if not 0 <= int(ids) < V:  # a negative id would silently read from the end of the vocabulary
+            raise ArgumentError(f"ids: expected a token id in [0, {V}), got {int(ids)}")
         with torch.no_grad():
             logits = self._logits(None)
             at = logits[..., int(ids)]
@@ -89,7 +94,7 @@ def logit_lens(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | str, 
     Cost: one forward pass, then ``(L + 1) · batch · pos · d_model · d_vocab``
     multiply-adds for the unembedding, one layer at a time.
     """
-    if isinstance(model, NNsightModel):
+    if nnsight_backend.dispatch(model):
         return _traced_logit_lens(model, tokens, k)
     t = model._check_tokens(tokens)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= model.cfg.d_vocab:
@@ -126,7 +131,7 @@ def logit_lens(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | str, 
 def per_token_loss(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | str) -> NDArray[np.float64]:
     """``−log p(token_{i+1} | tokens_{≤i})`` at each position ``i``: ``[batch, pos − 1]`` (TransformerLens's
     ``loss_per_token``)."""
-    if isinstance(model, NNsightModel):
+    if nnsight_backend.dispatch(model):
         return nnsight_backend.per_token_loss(model, tokens)
     t = model._check_tokens(tokens)
     if t.shape[1] < 2:

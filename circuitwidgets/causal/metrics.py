@@ -168,6 +168,8 @@ def scalar(value: object, name: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor) or value.numel() != 1:
         got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
         raise ArgumentError(f"metric: {name} must return a scalar (a number or a 1-element tensor), got {got}")
+    if value.dtype.is_complex:
+        raise ArgumentTypeError(f"metric: {name} must return a real number, got a complex {value.dtype} value")
     v = value.reshape(()).double()
     if not bool(torch.isfinite(v)):
         raise NonFiniteError(f"metric: {name} returned {float(v)}, expected a finite number")

@@ -182,7 +182,9 @@ def logit_attribution(
     check_attribution(by, reduce, pos, t.shape[1])
     batch, n_pos = t.shape
     p = pos % n_pos
-    parsed = parse_answers(answers, batch, h.d_vocab, h.d_model)
+    tokenizer = getattr(h.lm, "tokenizer", None)
+    encode = (lambda text: list(tokenizer.encode(text, add_special_tokens=False))) if tokenizer is not None else None
+    parsed = parse_answers(answers, batch, h.d_vocab, h.d_model, encode)
     lay = h.layout
     first = h.module(0, f"{lay.attn}.{lay.o_proj}")
     rest = _rest_names(h, by, first.bias is not None or lay.attn_out_norm is not None)

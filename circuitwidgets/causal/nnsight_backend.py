@@ -27,7 +27,8 @@ from circuitwidgets.causal.nnsight_norms import PHASE, Scales, frozen_scales, no
 from circuitwidgets.causal.nnsight_sites import SITES, check_cells, read, write
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import SITE_AXES, Cells
-from circuitwidgets.errors import ArgumentError, NotCoveredError, ShapeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NotCoveredError, ShapeError
+from circuitwidgets.model import CircuitModel
 from circuitwidgets.sources.nnsight_handle import NNsightModel
 
 CONVENTION = "norms recomputed on each patched run (nnsight)"
@@ -237,8 +238,20 @@ def per_token_loss(h: NNsightModel, tokens: object) -> np.ndarray:
 
 
 def dispatch(model: object) -> TypeGuard[NNsightModel]:
-    """Whether ``model`` is an nnsight handle (the public functions then run through this module)."""
-    return isinstance(model, NNsightModel)
+    """Whether ``model`` is an nnsight handle (the public functions then run through this module); anything that is
+    neither one nor a :class:`CircuitModel` is refused here, at every causal function's edge, naming the argument."""
+    if isinstance(model, NNsightModel):
+        return True
+    if not isinstance(model, CircuitModel):
+        hint = (
+            " (circuitwidgets never downloads: load it first, e.g. cw.from_hf(AutoModelForCausalLM.from_pretrained(...)))"
+            if isinstance(model, str)
+            else ""
+        )
+        raise ArgumentTypeError(
+            f"model: expected a circuitwidgets.CircuitModel or cw.from_nnsight(lm), got {type(model).__name__}{hint}"
+        )
+    return False
 
 
 __all__ = ["SITES", "ablate", "dispatch", "not_covered", "patch", "per_token_loss"]

@@ -35,7 +35,7 @@ from typing import Any, cast
 
 import torch
 
-from circuitwidgets.causal.sites import SITE_AXES, Cells
+from circuitwidgets.causal.sites import SITE_AXES, Cells, site_error
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NotCoveredError
 from circuitwidgets.sources.nnsight_handle import NNsightModel
 
@@ -49,7 +49,7 @@ _ATTENTION_ARG = {"q": 1, "k": 2, "v": 3}
 def check_cells(h: NNsightModel, site: object, by: object, n_pos: int) -> Cells:
     """The cells of ``site`` by ``by`` that a sweep through nnsight runs, or a typed error naming the argument."""
     if not isinstance(site, str) or site not in SITE_AXES:
-        raise ArgumentError(f"site: expected one of {sorted(SITE_AXES)}, got {site!r}")
+        raise site_error(site)
     if site not in SITES:
         raise NotCoveredError(f"site: {site!r} is not patched through nnsight; covered sites: {SITES}")
     if isinstance(by, str):

@@ -17,13 +17,15 @@ from typing import Literal
 import numpy as np
 import torch
 
+from circuitwidgets._checks import check_bool
 from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_paths, nnsight_sites
 from circuitwidgets.causal.attribution import attribution_patch
 from circuitwidgets.causal.engine import BaseRun, check_budget, check_pair, normalise, run_base, sweep
 from circuitwidgets.causal.labels import convention, dim_labels, path_dims, prompts_of
 from circuitwidgets.causal.metrics import as_metric
+from circuitwidgets.causal.precision import full_precision
 from circuitwidgets.causal.result import Sweep
-from circuitwidgets.causal.sites import Cells, check_site
+from circuitwidgets.causal.sites import Cells, check_site, site_alias
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
@@ -73,8 +75,11 @@ def patch(
     Cost: for a layer ``l``, ``cells(l)`` variants of ``batch`` prompts through
     layers ``l … L−1`` and the metric's logits, in chunks that fit the budget.
     """
+    site = site_alias(site)  # TransformerLens's layerless spelling ("hook_z") read as ours
+    check_bool("freeze_norms", freeze_norms)
     if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): the same sweep as nnsight traces
         return _traced_patch(model, clean, corrupted, metric, site, by, freeze_norms, memory_budget, top)
+    model, upcast = full_precision(model)
     a, b = check_pair(model, clean, corrupted)
     cells = check_site(model, site, by, a.shape[1])
     m = as_metric(metric, model.cfg.d_vocab)
@@ -95,7 +100,8 @@ def patch(
         extra = {"top": n_top, "estimate": estimate.values}
     return Sweep(
         values, cells.by, dim_labels(model, cells, a), technique, m.name, clean_value, corrupted_value,
-        site, convention(freeze_norms, model), model.name, prompts_of(model, clean=a, corrupted=b), extra=extra,
+        site, convention(freeze_norms, model) + upcast, model.name, prompts_of(model, clean=a, corrupted=b),
+        extra=extra,
     )  # fmt: skip
 
 
@@ -166,11 +172,14 @@ def ablate(
     ``clean_value`` is the metric of the unablated run; values are not normalised
     unless the metric asks.
     """
+    site = site_alias(site)  # TransformerLens's layerless spelling ("hook_z") read as ours
+    check_bool("freeze_norms", freeze_norms)
     if nnsight_backend.dispatch(model):
         return nnsight_backend.ablate(
             model, tokens, metric, site, by, kind=kind, reference=reference,
             freeze_norms=freeze_norms, memory_budget=memory_budget,
         )  # fmt: skip
+    model, upcast = full_precision(model)
     t = model._check_tokens(tokens)
     cells = check_site(model, site, by, t.shape[1])
     if kind not in ("zero", "mean", "resample"):
@@ -208,7 +217,7 @@ def ablate(
     values, clean_value, _ = normalise(values, m, base.value, base.value) if m.normalise else (values, base.value, 0.0)
     return Sweep(
         values, cells.by, dim_labels(model, cells, t), f"{kind} ablation", m.name, clean_value, None, site,
-        convention(freeze_norms, model), model.name, prompts_of(model, tokens=t),
+        convention(freeze_norms, model) + upcast, model.name, prompts_of(model, tokens=t),
         extra={"kind": kind},
     )  # fmt: skip
 
@@ -282,11 +291,13 @@ def path_patch(
     sender (its layer or an earlier one); ``sender=None``: every sender at once,
     ``[sender_layer, sender_head, layer, head]``.
     """
+    check_bool("freeze_norms", freeze_norms)
     if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): the same definition as nnsight traces
         check_path(sender, via, model.n_layers, model.n_heads)
         return nnsight_paths.path_patch(
             model, clean, corrupted, metric, sender, via, freeze_norms=freeze_norms, memory_budget=memory_budget
         )
+    model, upcast = full_precision(model)
     a, b = check_pair(model, clean, corrupted)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     check_path(sender, via, L, H)
@@ -309,7 +320,7 @@ def path_patch(
     dims, labels = path_dims(sender, L, H)
     return Sweep(
         values, dims, labels, "path patching", m.name, clean_value, corrupted_value, via,
-        convention(freeze_norms, model) + f"; sender's write added to the receivers' {via} input only",
+        convention(freeze_norms, model) + f"; sender's write added to the receivers' {via} input only" + upcast,
         model.name, prompts_of(model, clean=a, corrupted=b),
         extra={"sender": sender, "via": via},
     )  # fmt: skip

@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
+from typing import TypeVar
 
 import torch
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, WeightsAbsentError
 from circuitwidgets.model import CircuitModel
+from circuitwidgets.model.hook_names import did_you_mean, parse_tl_name
 
 #: Each site's named axes after the batch axis (``None``: an axis a cell never splits).
 SITE_AXES: dict[str, tuple[str | None, ...]] = {
@@ -36,6 +38,8 @@ SITE_AXES: dict[str, tuple[str | None, ...]] = {
     "mlp_pre": ("pos", "neuron"),
     "mlp_post": ("pos", "neuron"),
 }
+
+_T = TypeVar("_T")
 
 MLP_SITES = ("resid_mid", "mlp_out", "mlp_pre", "mlp_post")
 
@@ -73,10 +77,31 @@ class Cells:
         return mask
 
 
+def site_alias(site: _T) -> _T | str:
+    """``site`` with a layerless TransformerLens spelling (``"hook_z"``, ``"attn.hook_z"``) read as ours (``"z"``).
+
+    A name with a layer (``"blocks.0.attn.hook_z"``) stays as it is, so the site
+    check refuses it with a hint: a sweep's site names every layer at once.
+    """
+    if isinstance(site, str) and site not in SITE_AXES:
+        parsed = parse_tl_name(site)
+        if parsed is not None and parsed[1] is None and parsed[0] in SITE_AXES:
+            return parsed[0]
+    return site
+
+
+def site_error(site: object) -> ArgumentError:
+    """The error for an unknown ``site``: the sites, and "did you mean 'z'?" for a TransformerLens hook name."""
+    hint = did_you_mean(site)
+    if hint and isinstance(site, str) and site.startswith("blocks."):
+        hint += " A sweep's site names every layer; by=('layer', ...) sweeps them (a result's dims include 'layer')"
+    return ArgumentError(f"site: expected one of {sorted(SITE_AXES)}, got {site!r}{hint}")
+
+
 def check_site(model: CircuitModel, site: object, by: object, n_pos: int) -> Cells:
     """The cells of ``site`` by ``by``, or a typed error naming the bad argument."""
     if not isinstance(site, str) or site not in SITE_AXES:
-        raise ArgumentError(f"site: expected one of {sorted(SITE_AXES)}, got {site!r}")
+        raise site_error(site)
     if site in MLP_SITES and not model.cfg.has_mlp:
         raise ArgumentError(f"site: {site!r} needs a model with MLPs; {model.name!r} has none")
     if model.cfg.mlp_weights_absent:

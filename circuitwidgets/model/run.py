@@ -23,6 +23,7 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudget
 from circuitwidgets.model.cache import ActivationCache, Hook, Recorder
 from circuitwidgets.model.config import ModelConfig
 from circuitwidgets.model.forward import check_overrides, check_weights_present, forward_bytes, soft_cap
+from circuitwidgets.model.hook_names import did_you_mean, parse_tl_name
 from circuitwidgets.model.sublayers import Sublayers
 
 #: Default bytes one :meth:`CircuitModel.run_with_cache` may hold (logits, kept activations, one layer's work).
@@ -132,10 +133,11 @@ class Runner(Sublayers):
     def run_with_hooks(
         self,
         tokens: torch.Tensor | Sequence[int] | str,
-        hooks: Hooks,
+        hooks: Hooks | None = None,
         *,
         freeze_norms: ActivationCache | None = None,
         memory_budget: int | None = None,
+        fwd_hooks: object = None,
     ) -> torch.Tensor:
         """Logits ``[batch, pos, d_vocab]`` of a run whose activations ``hooks`` read or replace.
 
@@ -146,7 +148,14 @@ class Runner(Sublayers):
         shape): every norm is then a fixed linear map, as in direct logit
         attribution. A hook of your own on a scale wins over the frozen one.
         No state is left on the model, whatever happens inside a hook.
+        A key may also be TransformerLens's hook name (``"blocks.0.attn.hook_z"``);
+        TransformerLens's ``fwd_hooks=[(name, fn)]`` list is refused with the equivalent call,
+        since its functions take ``(value, hook)`` where ours take ``value``.
         """
+        if fwd_hooks is not None or (hooks is not None and not isinstance(hooks, Mapping)):
+            raise ArgumentTypeError(fwd_hooks_message(fwd_hooks if fwd_hooks is not None else hooks))
+        if hooks is None:
+            raise ArgumentTypeError("hooks: expected a dict {(name, layer): fn}, got None")
         merged: dict[tuple[str, int | None], Hook] = dict(freeze_norms_hooks(self.cfg, freeze_norms))
         merged.update(self._check_hooks(hooks) or {})
         logits, _ = self.run_with_cache(tokens, hooks=merged, cache=False, memory_budget=memory_budget)
@@ -250,12 +259,15 @@ class Runner(Sublayers):
         """``hooks`` checked: known names, layers in range (``None`` for the layerless names), callables."""
         if hooks is None:
             return None
+        if isinstance(hooks, (list, tuple)):
+            raise ArgumentTypeError(fwd_hooks_message(hooks))
         if not isinstance(hooks, Mapping):
             raise ArgumentTypeError(f"hooks: expected a dict {{(name, layer): fn}}, got {type(hooks).__name__}")
         out: dict[tuple[str, int | None], Hook] = {}
-        for key, fn in hooks.items():
+        for given, fn in hooks.items():
+            key = tl_key(given)
             if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str)):
-                raise ArgumentTypeError(f"hooks: expected keys (name, layer), got {key!r:.80}")
+                raise ArgumentTypeError(f"hooks: expected keys (name, layer), got {given!r:.80}{did_you_mean(given)}")
             name, layer = key
             if name in GLOBAL_NAMES:
                 if layer is not None:
@@ -268,6 +280,7 @@ class Runner(Sublayers):
             else:
                 raise ArgumentError(
                     f"hooks: unknown activation {name!r}; expected one of {sorted(LAYER_NAMES | GLOBAL_NAMES)}"
+                    f"{did_you_mean(name)}"
                 )
             if not callable(fn):
                 raise ArgumentTypeError(
@@ -293,6 +306,38 @@ class Runner(Sublayers):
                 f"needs about {needed:,} bytes ({needed / 2**30:.2f} GiB), more than memory_budget={budget:,} bytes; "
                 "pass fewer sequences, keep fewer activations with names=[...], or raise memory_budget"
             )
+
+
+def tl_key(key: object) -> object:
+    """A hook key with TransformerLens's spelling read as ours: ``"blocks.0.attn.hook_z"`` → ``("z", 0)``,
+    ``("hook_z", 0)`` → ``("z", 0)``; anything else unchanged (checked by the caller)."""
+    if isinstance(key, str):
+        parsed = parse_tl_name(key)
+        if parsed is not None and (parsed[1] is not None or parsed[0] in GLOBAL_NAMES):
+            return parsed
+    if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and key[0] not in LAYER_NAMES:
+        parsed = parse_tl_name(key[0])
+        if parsed is not None and parsed[1] is None and parsed[0] not in GLOBAL_NAMES:
+            return parsed[0], key[1]
+    return key
+
+
+def fwd_hooks_message(hooks: object) -> str:
+    """Why a TransformerLens ``fwd_hooks`` list is refused, with the equivalent call spelled out."""
+    pairs = list(hooks) if isinstance(hooks, (list, tuple)) else []
+    entries = []
+    for pair in pairs[:4]:
+        name = pair[0] if isinstance(pair, tuple) and len(pair) == 2 else pair
+        key = tl_key(name)
+        fn = getattr(pair[1], "__name__", "fn") if isinstance(pair, tuple) and len(pair) == 2 else "fn"
+        fn = fn if fn.isidentifier() else "fn"
+        entries.append(f"{key!r}: lambda value: {fn}(value, None)")
+    equivalent = "{" + ", ".join(entries or ["('z', 0): lambda value: fn(value, None)"]) + "}"
+    return (
+        f"hooks: expected a dict {{(name, layer): fn(value) -> value | None}}, got TransformerLens's fwd_hooks form "
+        f"({type(hooks).__name__}); the equivalent call is model.run_with_hooks(tokens, {equivalent}) "
+        "(our hooks take the value only, not (value, hook))"
+    )
 
 
 #: The norm scales a frozen-norm run replays.

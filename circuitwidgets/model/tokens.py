@@ -26,6 +26,10 @@ def as_ids(name: str, tokens: object, device: torch.device | None) -> torch.Tens
         t = t.long()  # an empty list has no dtype of its own
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
         raise ArgumentTypeError(f"{name}: expected integer token ids, got dtype {t.dtype}")
+    if t.dtype in (torch.uint16, torch.uint32, torch.uint64):
+        # torch has few kernels for wide unsigned ints (no min/max); as int64 a uint64 id ≥ 2**63 turns negative
+        # and the caller's range check refuses it
+        t = t.to(torch.int64)
     return t
 
 

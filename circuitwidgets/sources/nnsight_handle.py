@@ -15,6 +15,8 @@ reads weights for weight-space analyses from the checkpoint's safetensors shards
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,8 @@ from circuitwidgets.errors import (
 )
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.tokens import as_ids
+from circuitwidgets.sources import nnsight_remote
+from circuitwidgets.sources.nnsight_remote import DEFAULT_REMOTE_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,9 @@ class NNsightModel:
         the family's module tree (:data:`LAYOUTS`).
     weights_path
         a local checkpoint directory (safetensors shards) for weight-space analyses.
+    host, timeout
+        the server (``None``: nnsight's configured NDIF host) and the seconds one
+        remote trace may take, connect to result (:data:`DEFAULT_REMOTE_TIMEOUT`).
     """
 
     lm: Any
@@ -123,6 +130,8 @@ class NNsightModel:
     d_vocab: int
     name: str
     weights_path: str | None = None
+    host: str | None = None
+    timeout: float = DEFAULT_REMOTE_TIMEOUT
 
     # ---------------------------------------------------------------- modules (inside a trace)
     def block(self, layer: int) -> Any:
@@ -161,21 +170,28 @@ class NNsightModel:
     # ---------------------------------------------------------------- runs
     @contextlib.contextmanager
     def remote_errors(self, what: str) -> Iterator[None]:
-        """Turn a failed remote (or simulated remote) trace into :class:`RemoteRunError`, naming the server's message."""
+        """Around every trace: one trace of the model at a time (another thread's call waits its turn, since nnsight
+        refuses to run a model that is already running), and a failed remote trace as :class:`RemoteRunError`."""
         from nnsight.intervention.backends.remote import RemoteError
 
-        try:
-            yield
-        except RemoteError as error:
-            raise RemoteRunError(f"{what}: the nnsight trace failed on the server: {error}") from error
+        with _lock_of(self.lm._module):
+            try:
+                yield
+            except RemoteRunError as error:
+                raise RemoteRunError(f"{what}: {error}") from error
+            except RemoteError as error:
+                raise RemoteRunError(f"{what}: the nnsight trace failed on the server: {error}") from error
 
     def trace(self, *inputs: Any) -> Any:
-        """``lm.trace(*inputs, remote=self.remote)``; register circuitwidgets to ship by value when not running here."""
+        """``lm.trace(*inputs)`` here, or remotely through :mod:`~circuitwidgets.sources.nnsight_remote` (a deadline of
+        ``timeout`` seconds, typed failures); register circuitwidgets to ship by value when not running here."""
         if self.remote:
             import nnsight
 
             nnsight.register("circuitwidgets")
-            return self.lm.trace(*inputs, remote=self.remote)
+            if self.remote == "local":
+                return self.lm.trace(*inputs, remote="local")
+            return self.lm.trace(*inputs, backend=nnsight_remote.backend(self.lm, self.host, self.timeout))
         return self.lm.trace(*inputs)
 
     # ---------------------------------------------------------------- tokens
@@ -288,6 +304,19 @@ class NNsightModel:
         return {"tokens": self.to_str_tokens(t[0]), "attention": [p for p in patterns.detach()]}
 
 
+#: One lock per nnsight model (its torch module): traces of one model from several threads run one at a time.
+_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def _lock_of(module: Any) -> threading.RLock:
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(module)
+        if lock is None:
+            lock = _LOCKS[module] = threading.RLock()
+        return lock
+
+
 def _config_int(config: Any, *names: str) -> int | None:
     for name in names:
         value = getattr(config, name, None)
@@ -296,7 +325,14 @@ def _config_int(config: Any, *names: str) -> int | None:
     return None
 
 
-def from_nnsight(lm: Any, remote: bool | str = False, *, weights: str | None = None) -> NNsightModel:
+def from_nnsight(
+    lm: Any,
+    remote: bool | str = False,
+    *,
+    weights: str | None = None,
+    host: str | None = None,
+    timeout: float = DEFAULT_REMOTE_TIMEOUT,
+) -> NNsightModel:
     """A handle on an nnsight model that circuitwidgets' causal toolkit and attention data accept.
 
     Parameters
@@ -308,6 +344,12 @@ def from_nnsight(lm: Any, remote: bool | str = False, *, weights: str | None = N
         nnsight's local simulation of the remote path; ``False``: here.
     weights
         a local checkpoint directory for weight-space analyses (:meth:`NNsightModel.weights`).
+    host
+        the server of ``remote=True`` (default: nnsight's configured NDIF host, ``NDIF_HOST``).
+    timeout
+        seconds one remote trace may take from connecting to its result (default
+        :data:`~circuitwidgets.sources.nnsight_remote.DEFAULT_REMOTE_TIMEOUT`, 600 s);
+        past it, or on any failure of the exchange, a :class:`RemoteRunError` names the host and the cause.
     """
     try:
         from nnsight import Envoy
@@ -329,20 +371,33 @@ def from_nnsight(lm: Any, remote: bool | str = False, *, weights: str | None = N
             f"lm: the nnsight path covers {sorted(LAYOUTS)}, got {architecture}; "
             "run a supported model, or convert it with cw.from_hf for the native engine"
         )
+    timeout = nnsight_remote.check_timeout(timeout)
+    host = nnsight_remote.check_host(host)
     config = module.config
     d_model = _config_int(config, "hidden_size", "n_embd")
     n_heads = _config_int(config, "num_attention_heads", "n_head")
     n_layers = _config_int(config, "num_hidden_layers", "n_layer")
     vocab = _config_int(config, "vocab_size")
+    for key, value in (("hidden_size", d_model), ("num_attention_heads", n_heads), ("num_hidden_layers", n_layers),
+                       ("vocab_size", vocab)):  # fmt: skip
+        if not value or value < 1:
+            raise ArgumentError(f"lm: its config's {key} must be a positive int, got {getattr(config, key, None)!r}")
     assert d_model and n_heads and n_layers and vocab
+    blocks = _walk(module, LAYOUTS[architecture].blocks)
+    if len(blocks) != n_layers:
+        raise ArgumentError(
+            f"lm: its config declares num_hidden_layers={n_layers}, its module holds {len(blocks)} blocks "
+            f"({LAYOUTS[architecture].blocks}); a handle needs them to agree"
+        )
     n_kv = _config_int(config, "num_key_value_heads") or n_heads
     d_head = _config_int(config, "head_dim") or d_model // n_heads
     name = str(getattr(config, "name_or_path", "") or architecture)
     if weights is not None and not Path(weights).is_dir():
         raise ArgumentError(f"weights: expected a local checkpoint directory, got {weights!r}")
     return NNsightModel(
-        lm, remote, LAYOUTS[architecture], architecture, n_layers, n_heads, n_kv, d_head, d_model, vocab, name, weights
-    )
+        lm, remote, LAYOUTS[architecture], architecture, n_layers, n_heads, n_kv, d_head, d_model, vocab, name, weights,
+        host, timeout,
+    )  # fmt: skip
 
 
 __all__: Sequence[str] = ["LAYOUTS", "Layout", "NNsightModel", "from_nnsight"]

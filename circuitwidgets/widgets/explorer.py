@@ -36,6 +36,7 @@ from circuitwidgets.widgets.attention.widget import AttentionPatterns
 from circuitwidgets.widgets.composition import CompositionMap
 from circuitwidgets.widgets.core.arrays import _data_to_json
 from circuitwidgets.widgets.core.base import CircuitWidget
+from circuitwidgets.widgets.core.coalesce import coalesced
 from circuitwidgets.widgets.core.compose import ScopedView, compose, scope_names
 from circuitwidgets.widgets.core.context import build_progress, check_context
 from circuitwidgets.widgets.core.offset import engine_offset, resolve_offset, validate_offset
@@ -237,6 +238,7 @@ class CircuitExplorer(CircuitWidget):
         return validate_offset(self, getattr(self, "_model", None), int(proposal["value"]))
 
     @traitlets.observe("eigen_qk_offset", "composition_qk_offset", "trigram_qk_offset")
+    @coalesced("qk_offset")  # the view's newest offset wins (core/coalesce.py)
     def _on_offset(self, change: traitlets.Bunch) -> None:
         """One rotary offset for the whole explorer: the views that read QK circuits recompute at it."""
         new, model = int(change["new"]), self._model

@@ -8,6 +8,7 @@
 // root), and exported pages inline it.
 
 import type { RenderProps } from "@anywidget/types";
+import { safeModel } from "./lib/safemodel";
 import { renderAttention } from "./views/attention";
 import { renderComposition } from "./views/composition";
 import { renderCompVsPatching } from "./views/compvspatching";
@@ -54,7 +55,8 @@ function render(props: RenderProps): void | (() => void) {
     props.el.textContent = `circuitwidgets: unknown view ${JSON.stringify(name)}; the Python package and its bundled JavaScript may be out of step (rebuild with \`npm --prefix js run build\`).`;
     return;
   }
-  return view(props);
+  // every string a view reads from its model (traits, kernel messages) comes escaped: one path for all views
+  return view({ ...props, model: safeModel(props.model) });
 }
 
 export default { render };

@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anywidget
+import ipywidgets
 import traitlets
 
 from circuitwidgets.errors import ArgumentError
+from circuitwidgets.widgets.core.coalesce import from_view
 from circuitwidgets.widgets.core.page import html_fallback
 from circuitwidgets.widgets.core.spec import NONE, spec_of
 from circuitwidgets.widgets.core.traits import SelectionIndex, view_of
@@ -187,6 +189,7 @@ class CircuitWidget(anywidget.AnyWidget):
     def __init__(self, **kwargs: Any) -> None:
         read_bundle()  # fail early and clearly when the bundle is missing
         refuse_unknown(type(self), kwargs, type(self)._spellings)
+        self._own_layout = "layout" not in kwargs  # a Layout the caller passed may be shared: theirs to close
         self._watch_assets()
         try:
             super().__init__(**kwargs)
@@ -217,8 +220,12 @@ class CircuitWidget(anywidget.AnyWidget):
         self.set_trait("_css", contents)
 
     def close(self) -> None:
-        """Close the view's comm and disconnect this widget from the hot-reload file watcher, if any."""
+        """Close the view's comm (and its ``Layout``'s, which ipywidgets would keep registered forever) and
+        disconnect this widget from the hot-reload file watcher, if any."""
+        layout = self._trait_values.get("layout")
         super().close()
+        if isinstance(layout, ipywidgets.Layout) and getattr(self, "_own_layout", True):
+            layout.close()
         for key, reload in (("_esm", self._reload_esm), ("_css", self._reload_css)):
             signal = _watcher_of(type(self), key)
             if signal is not None:
@@ -274,7 +281,8 @@ class CircuitWidget(anywidget.AnyWidget):
             return
         before = {k: getattr(self, k) for k in keys}
         try:
-            super().set_state(sync_data)
+            with from_view():  # kernel work these changes start may be coalesced (core/coalesce.py)
+                super().set_state(sync_data)
         except (traitlets.TraitError, TypeError, ValueError, OverflowError) as exc:
             log.warning("%s: rejected update from the view (%.300s); keeping %s", type(self).__name__, exc, keys)
             self._restore(before)

@@ -19,6 +19,7 @@ import traitlets
 from circuitwidgets.circuits import rotates
 from circuitwidgets.circuits.ov_qk import check_offset
 from circuitwidgets.model import CircuitModel
+from circuitwidgets.widgets.core.coalesce import coalesced
 from circuitwidgets.widgets.core.spec import shown, trait_error, view_setting
 from circuitwidgets.widgets.core.traits import Count
 
@@ -92,9 +93,12 @@ class ReadsQKAtOffset(traitlets.HasTraits):
         return validate_offset(self, self._model, int(proposal["value"]))
 
     @traitlets.observe("qk_offset")
+    @coalesced("qk_offset")  # the view's newest offset wins: a dragged slider recomputes once, not per step
     def _on_offset(self, change: traitlets.Bunch) -> None:
-        if self._model is not None and change["new"] != change["old"]:
-            self._recompute_at_offset(self._model, engine_offset(int(change["new"])))
+        new = int(change["new"])  # (the newest request's: its value is the trait's now)
+        if self._model is not None and new != getattr(self, "_computed_offset", int(change["old"])):
+            self._computed_offset = new
+            self._recompute_at_offset(self._model, engine_offset(new))
 
     def _recompute_at_offset(self, model: CircuitModel, offset: int | None) -> None:
         """Recompute the traits that depend on the QK circuits at ``offset``."""

@@ -29,6 +29,7 @@ Every error of trait validation is worded by :func:`trait_error`.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -159,7 +160,9 @@ class ViewSpec:
         return (*self.settings, *self.replies)
 
 
-_SPECS: dict[type, ViewSpec] = {}
+#: Held weakly: traitlets' ``add_traits`` (anywidget's ``_esm``/``_css``, hot reload) makes a class per instance,
+#: whose spec must go with it, or every widget ever made would stay in memory as its class (issue 45, finding 7).
+_SPECS: weakref.WeakKeyDictionary[type, ViewSpec] = weakref.WeakKeyDictionary()
 
 
 def spec_of(cls: type[traitlets.HasTraits]) -> ViewSpec:

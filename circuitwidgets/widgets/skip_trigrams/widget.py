@@ -50,6 +50,7 @@ from circuitwidgets.circuits.lowrank import DEFAULT_MEMORY_BUDGET
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets.core.arrays import NDArrayTrait
 from circuitwidgets.widgets.core.base import CircuitWidget
+from circuitwidgets.widgets.core.coalesce import coalesced, latest_wins
 from circuitwidgets.widgets.core.offset import engine_offset, offset_setting, validate_offset
 from circuitwidgets.widgets.core.spec import NONE, Size, head_selection, kernel_reply, view_data, view_setting
 from circuitwidgets.widgets.core.traits import Integer, SelectionIndex, Text
@@ -314,7 +315,7 @@ class SkipTrigramTable(CircuitWidget):
     def _on_head_or_source(self, change: traitlets.Bunch) -> None:
         if change["old"] != change["new"] and self.selected_row != NONE:
             self.selected_row = NONE
-        self._fill()
+        latest_wins(self, "fill", self._fill)  # the view's newest selection wins (core/coalesce.py)
 
     @traitlets.validate("qk_offset")
     def _validate_offset(self, proposal: traitlets.Bunch) -> int:
@@ -322,6 +323,7 @@ class SkipTrigramTable(CircuitWidget):
         return validate_offset(self, source.model if source is not None else None, int(proposal["value"]))
 
     @traitlets.observe("qk_offset")
+    @coalesced("qk_offset")
     def _on_offset(self, change: traitlets.Bunch) -> None:
         """Recompute every precomputed head at the new offset (a table built from a model, in a live kernel)."""
         source = getattr(self, "_source", None)
