@@ -11,10 +11,12 @@ a cell patches exactly that slice (the other axes whole).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
 
+import numpy as np
 import torch
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, WeightsAbsentError
@@ -58,14 +60,37 @@ class Cells:
         rest = [d for d in self.by if d != "layer"]
         return list(product(*(range(self.sizes[d]) for d in rest)))
 
-    def mask(self, cells: Sequence[tuple[int, ...]], value_shape: Sequence[int], device: torch.device) -> torch.Tensor:
+    @property
+    def rest(self) -> tuple[str, ...]:
+        """The dims other than ``layer``, in ``by`` order."""
+        return tuple(d for d in self.by if d != "layer")
+
+    @property
+    def per_layer(self) -> int:
+        """How many cells one layer has (the product of the other dims' sizes)."""
+        return math.prod(self.sizes[d] for d in self.rest)
+
+    @property
+    def count(self) -> int:
+        """How many cells the sweep has, computed from the sizes (no cell is built)."""
+        return self.sizes["layer"] * self.per_layer
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Cells ``start … stop − 1`` of one layer (in :meth:`at_layer`'s order) as indices ``[n, len(rest)]``."""
+        flat = np.arange(start, stop)
+        shape = tuple(self.sizes[d] for d in self.rest)
+        return np.stack(np.unravel_index(flat, shape), axis=1) if shape else np.zeros((len(flat), 0), dtype=np.int64)
+
+    def mask(
+        self, cells: Sequence[tuple[int, ...]] | np.ndarray, value_shape: Sequence[int], device: torch.device
+    ) -> torch.Tensor:
         """``[n, 1, *value_shape-with-ones]``: 1 on each cell's slice of a site value, 0 elsewhere."""
         axes = SITE_AXES[self.site]
-        rest = [d for d in self.by if d != "layer"]
+        index = np.asarray(cells, dtype=np.int64).reshape(len(cells), len(self.rest))
         mask = torch.ones(len(cells), 1, *([1] * len(value_shape)), device=device)
-        for j, dim in enumerate(rest):
+        for j, dim in enumerate(self.rest):
             axis = axes.index(dim)
-            idx = torch.tensor([c[j] for c in cells], device=device)
+            idx = torch.as_tensor(index[:, j], device=device)
             onehot = torch.nn.functional.one_hot(idx, value_shape[axis]).float()
             shape = [len(cells), 1] + [1] * len(value_shape)
             shape[2 + axis] = value_shape[axis]
