@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from circuitwidgets.causal.budget import DENSE_SITES, Need, balanced, check_fits, clock, fastest, sweep_need
 from circuitwidgets.causal.metrics import Metric, scalar
-from circuitwidgets.causal.sites import Cells
+from circuitwidgets.causal.sites import SITE_AXES, Cells
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import ActivationCache, CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
@@ -110,7 +110,7 @@ def plan(
 
 
 def frozen_scale_hooks(
-    model: CircuitModel, base: BaseRun, start: int, positions: Sequence[int] | None
+    model: CircuitModel, base: BaseRun, start: int, positions: Sequence[int] | None, offset: int = 0
 ) -> dict[tuple[str, int | None], Hook]:
     """Hooks replaying the base run's norm scales for variants stacked on the batch axis (layers from ``start`` on;
     the final norm's at the logits' ``positions``)."""
@@ -124,8 +124,8 @@ def frozen_scale_hooks(
         frozen = base.cache.get(key)
         if frozen is None:
             continue
-        if key[0] == "scale_final" and positions is not None:
-            frozen = frozen[:, list(positions)]
+        if key[0] != "scale_final" or positions is None:  # (the base run's final scales are the metric's already)
+            frozen = frozen[:, offset:]
 
         def replay(value: torch.Tensor, frozen: torch.Tensor = frozen) -> torch.Tensor:
             return frozen.repeat(value.shape[0] // frozen.shape[0], *([1] * (frozen.ndim - 1)))
@@ -143,18 +143,27 @@ def evaluate_variants(
     mix: Callable[[torch.Tensor], torch.Tensor],
     n: int,
     freeze_norms: bool,
+    offset: int = 0,
 ) -> torch.Tensor:
-    """The metric of ``n`` variants whose ``site`` at ``layer`` is ``mix(base value repeated n times)``: ``[n]``."""
+    """The metric of ``n`` variants whose ``site`` at ``layer`` is ``mix(base value repeated n times)``: ``[n]``.
+
+    ``offset``: the variants agree with the base run before that position, so the pass computes positions
+    ``offset …`` only, attending to the base run's keys and values (kept in its cache) before it.
+    """
     start = model.restart_layer(layer)
     batch, n_pos = base.tokens.shape
     tokens = base.tokens.repeat(n, 1)
-    resid = base.cache["resid_pre", start].repeat(n, 1, 1) if start > 0 else None
+    resid = base.cache["resid_pre", start][:, offset:].repeat(n, 1, 1) if start > 0 else None
     positions = metric.positions_at(n_pos)
     hooks: dict[tuple[str, int | None], Hook] = (
-        frozen_scale_hooks(model, base, start, positions) if freeze_norms else {}
+        frozen_scale_hooks(model, base, start, positions, offset) if freeze_norms else {}
     )
     hooks[(site, layer)] = mix
-    record = Recorder({}, set(), hooks)
+
+    def prefix(at: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return base.cache["k", at][:, :offset], base.cache["v", at][:, :offset]
+
+    record = Recorder({}, set(), hooks, prefix if offset else None, offset)
     columns = metric.columns.to(model.device) if metric.columns is not None else None
     logits = model.run_from(tokens, start, resid, record, positions=positions, columns=columns)
     values = metric.batched(logits.view(n, batch, *logits.shape[1:]), batch)
@@ -188,6 +197,8 @@ def sweep(
     size used is the fastest measured up to it (:func:`~circuitwidgets.causal.budget.fastest`).
     ``chosen``: only these cells of each layer (as :meth:`Cells.at_layer` gives them)
     are run; the others stay NaN. Cells are index arithmetic, never one object each.
+    When cells split positions (:func:`suffix_only`), each pass recomputes only the
+    positions from its earliest patched one on.
     """
     out = np.full(cells.shape, np.nan)
     todo = list(range(model.cfg.n_layers)) if layers is None else list(layers)
@@ -195,17 +206,23 @@ def sweep(
     step = pass_size(model, base, cells, metric, freeze_norms, min(most, max(counts.values(), default=1)))
     layer_axis = cells.by.index("layer")
     rest_axes = [cells.by.index(d) for d in cells.rest]
+    suffix = suffix_only(base, cells, metric)
+    pos_col = cells.rest.index("pos") if suffix else None
     with torch.no_grad(), tqdm(total=sum(counts.values()), desc=desc, delay=1.0, leave=False) as bar:
         for layer in todo:
             if not counts[layer]:
                 continue
             src = source(layer)
             picked = None if chosen is None else np.asarray(chosen[layer], dtype=np.int64).reshape(-1, len(rest_axes))
+            if (
+                picked is not None and pos_col is not None
+            ):  # earliest positions first, so a pass's suffix is long only when it must be
+                picked = picked[np.argsort(picked[:, pos_col], kind="stable")]
             for c0, c1 in balanced(counts[layer], step):
-                rows = cells.rows(c0, c1) if picked is None else picked[c0:c1]
-                values = evaluate_variants(
-                    model, base, metric, layer, cells.site, mixer(cells, rows, src, base), c1 - c0, freeze_norms
-                )
+                rows = cells.rows(c0, c1, first="pos" if suffix else None) if picked is None else picked[c0:c1]
+                offset = min(int(rows[:, pos_col].min()), suffix) if pos_col is not None else 0
+                mix = mixer(cells, rows, src, base, offset)
+                values = evaluate_variants(model, base, metric, layer, cells.site, mix, c1 - c0, freeze_norms, offset)
                 index: list[np.ndarray | int] = [0] * len(cells.by)
                 index[layer_axis] = layer
                 for j, axis in enumerate(rest_axes):
@@ -215,10 +232,40 @@ def sweep(
     return out
 
 
-def mixer(cells: Cells, rows: np.ndarray, src: torch.Tensor, base: BaseRun) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The hook of one pass: each variant's site value with its cell's slice taken from ``src``."""
+def base_names(cells: Cells, metric: Metric) -> list[str]:
+    """What the base run keeps: the residual streams every variant restarts from and the site's values, and the
+    keys and values when passes may skip the positions before their cells (:func:`suffix_only`)."""
+    names = ["resid_pre", cells.site]
+    if "pos" in cells.rest and metric.positions is not None:
+        names += ["k", "v"]
+    return names
+
+
+def suffix_only(base: BaseRun, cells: Cells, metric: Metric) -> int:
+    """How far a pass may skip positions: the metric's earliest read position when the cells split positions, the
+    metric declares what it reads and the base run kept its keys and values (else 0: whole passes).
+
+    A patch at position ``p`` changes nothing before ``p`` (causal attention), so a pass whose cells all sit at or
+    after ``p`` needs only positions ``p …``, reading the earlier keys and values from the base run; exact for every
+    family (rotary offsets, windows, shared keys and values, per-layer inputs are all per position or per key).
+    """
+    positions = metric.positions_at(base.tokens.shape[1])
+    if "pos" not in cells.rest or positions is None or ("k", 0) not in base.cache or ("v", 0) not in base.cache:
+        return 0
+    return min(positions)
+
+
+def mixer(
+    cells: Cells, rows: np.ndarray, src: torch.Tensor, base: BaseRun, offset: int = 0
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The hook of one pass: each variant's site value with its cell's slice taken from ``src`` (positions from
+    ``offset`` on, in a suffix-only pass)."""
     n, batch = len(rows), base.tokens.shape[0]
     mask = cells.mask(rows, tuple(src.shape[1:]), src.device).to(src.dtype)
+    if offset:
+        axis = SITE_AXES[cells.site].index("pos")
+        src = src.narrow(1 + axis, offset, src.shape[1 + axis] - offset)
+        mask = mask.narrow(2 + axis, offset, mask.shape[2 + axis] - offset)
 
     def mix(value: torch.Tensor) -> torch.Tensor:
         v = value.view(n, batch, *value.shape[1:])

@@ -19,7 +19,16 @@ import torch
 
 from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_paths, nnsight_sites
 from circuitwidgets.causal.attribution import attribution_patch
-from circuitwidgets.causal.engine import BaseRun, check_budget, check_pair, normalise, plan, run_base, sweep
+from circuitwidgets.causal.engine import (
+    BaseRun,
+    base_names,
+    check_budget,
+    check_pair,
+    normalise,
+    plan,
+    run_base,
+    sweep,
+)
 from circuitwidgets.causal.labels import convention, dim_labels, path_dims, prompts_of
 from circuitwidgets.causal.metrics import as_metric
 from circuitwidgets.causal.result import Sweep
@@ -82,11 +91,12 @@ def patch(
     m = as_metric(metric, model.cfg.d_vocab)
     budget = check_budget(memory_budget)
     n_top = check_top(top, cells)
-    most = plan(model, cells, m, b, budget, [[site], ["resid_pre", site]], f"patch of {site!r}", n_top)
+    kept = base_names(cells, m)
+    most = plan(model, cells, m, b, budget, [[site], kept], f"patch of {site!r}", n_top)
     estimate = attribution_patch(model, a, b, metric, site, cells.by) if n_top is not None else None
     chosen = top_cells(estimate.values, cells, n_top) if estimate is not None and n_top is not None else None
     source = run_base(model, a, m, [site])
-    base = run_base(model, b, m, ["resid_pre", site])
+    base = run_base(model, b, m, kept)
     values = sweep(
         model, base, lambda layer: source.cache[site, layer], cells, m,
         freeze_norms=freeze_norms, most=most, desc=f"patch {site}", chosen=chosen,
@@ -192,8 +202,9 @@ def ablate(
         if kind == "mean" and ref.shape[1] != t.shape[1]:
             raise ShapeError(f"reference: expected prompts of {t.shape[1]} tokens for kind='mean', got {ref.shape[1]}")
     references = [[site]] if kind in ("mean", "resample") else []
-    most = plan(model, cells, m, t, budget, [["resid_pre", site], *references], f"{kind} ablation of {site!r}")
-    base = run_base(model, t, m, ["resid_pre", site])
+    kept = base_names(cells, m)
+    most = plan(model, cells, m, t, budget, [kept, *references], f"{kind} ablation of {site!r}")
+    base = run_base(model, t, m, kept)
     reference_cache = None
     if kind in ("mean", "resample"):
         _, reference_cache = model.run_with_cache(ref if ref is not None else t, names=[site])

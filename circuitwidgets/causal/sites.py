@@ -75,11 +75,20 @@ class Cells:
         """How many cells the sweep has, computed from the sizes (no cell is built)."""
         return self.sizes["layer"] * self.per_layer
 
-    def rows(self, start: int, stop: int) -> np.ndarray:
-        """Cells ``start … stop − 1`` of one layer (in :meth:`at_layer`'s order) as indices ``[n, len(rest)]``."""
+    def rows(self, start: int, stop: int, first: str | None = None) -> np.ndarray:
+        """Cells ``start … stop − 1`` of one layer as indices ``[n, len(rest)]`` (columns in ``rest`` order).
+
+        The order is :meth:`at_layer`'s, or with dim ``first`` varying slowest when given (and swept).
+        """
+        order = list(self.rest)
+        if first in order:
+            order.remove(first)
+            order.insert(0, first)
         flat = np.arange(start, stop)
-        shape = tuple(self.sizes[d] for d in self.rest)
-        return np.stack(np.unravel_index(flat, shape), axis=1) if shape else np.zeros((len(flat), 0), dtype=np.int64)
+        if not order:
+            return np.zeros((len(flat), 0), dtype=np.int64)
+        columns = np.unravel_index(flat, tuple(self.sizes[d] for d in order))
+        return np.stack([columns[order.index(d)] for d in self.rest], axis=1)
 
     def mask(
         self, cells: Sequence[tuple[int, ...]] | np.ndarray, value_shape: Sequence[int], device: torch.device
