@@ -12,7 +12,7 @@ Within the budget the number of variants per pass is chosen for speed: larger
 passes amortise the per-pass overhead (hooks, Python, kernel launches), but on
 a CPU very large tensors can run slower per element than medium ones. The
 choice is measured once per device, dtype, model shape and prompt shape (one
-layer and the metric's logits, on a ladder of pass sizes) and cached.
+layer and the metric's logits, on a ladder of pass sizes, in CPU time) and cached.
 """
 
 from __future__ import annotations
@@ -115,18 +115,24 @@ def _size(n: int) -> str:
 #: Measured fastest variants per pass, by (device, dtype, model shape, prompt shape, dense, most that fit).
 _FASTEST: dict[tuple[object, ...], int] = {}
 
-#: Seconds a measurement may take before it stops climbing the ladder of pass sizes.
-CALIBRATION_SECONDS = 0.5
+#: Share of the sweep's predicted time the measurement may take (at least :data:`CALIBRATION_SECONDS`).
+CALIBRATION_SHARE = 0.05
+#: Seconds of CPU the measurement may always take.
+CALIBRATION_SECONDS = 0.2
 
 
-def fastest(model: CircuitModel, key: tuple[object, ...], most: int, time_pass: Callable[[int], float]) -> int:
+def fastest(
+    model: CircuitModel, key: tuple[object, ...], most: int, time_pass: Callable[[int], float], work: int
+) -> int:
     """The number of variants per pass (``≤ most``) with the highest measured throughput, cached under ``key``.
 
-    ``time_pass(n)`` runs one pass of ``n`` variants (one layer and the metric's
-    logits) and returns its seconds. Sizes 1, 2, 4 … ``most`` are tried (the best
-    of two runs each, so that a disturbed run on a shared machine does not
-    decide), stopping once the throughput has fallen well below the best or the
-    measurement has taken :data:`CALIBRATION_SECONDS`.
+    ``time_pass(n)`` runs one pass of ``n`` variants through one layer and the
+    metric's logits and returns its CPU seconds (process time, which other
+    processes on a shared machine disturb far less than wall time). Sizes 1, 2,
+    4 … ``most`` are tried, climbing while the throughput holds (within 10% of
+    the best so far) and while the measurement stays a small share of the sweep
+    (``work``: variant-layers the sweep will run); the largest size within 10% of
+    the best throughput wins (fewer passes, less per-pass overhead).
     """
     if most <= 2:
         return most
@@ -137,18 +143,21 @@ def fastest(model: CircuitModel, key: tuple[object, ...], most: int, time_pass: 
     )  # fmt: skip
     if full in _FASTEST:
         return _FASTEST[full]
-    best_n, best_rate, spent, n = 1, 0.0, 0.0, 1
+    time_pass(1)  # warm the kernels and the allocator
+    rates: dict[int, float] = {}
+    spent, n = 0.0, 1
     while True:
-        seconds = min(time_pass(n), time_pass(n))
-        spent += 2 * seconds
-        rate = n / max(seconds, 1e-9)
-        if rate >= best_rate:
-            best_n, best_rate = n, rate
-        if n >= most or spent > CALIBRATION_SECONDS or rate < 0.7 * best_rate:
+        seconds = time_pass(n)
+        spent += seconds
+        rates[n] = n / max(seconds, 1e-9)
+        allowed = max(CALIBRATION_SECONDS, CALIBRATION_SHARE * work * seconds / n)
+        if n >= most or spent > allowed or rates[n] < 0.9 * max(rates.values()):
             break
         n = min(most, 2 * n)
-    _FASTEST[full] = best_n
-    return best_n
+    best = max(rates.values())
+    choice = max(size for size, rate in rates.items() if rate >= 0.9 * best)
+    _FASTEST[full] = choice
+    return choice
 
 
 def balanced(count: int, step: int) -> list[tuple[int, int]]:
@@ -161,7 +170,7 @@ def balanced(count: int, step: int) -> list[tuple[int, int]]:
 
 
 def clock(fn: Callable[[], object]) -> float:
-    """Seconds ``fn()`` takes."""
-    start = time.perf_counter()
+    """CPU seconds of this process while ``fn()`` runs."""
+    start = time.process_time()
     fn()
-    return time.perf_counter() - start
+    return time.process_time() - start

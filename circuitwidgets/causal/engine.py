@@ -203,7 +203,8 @@ def sweep(
     out = np.full(cells.shape, np.nan)
     todo = list(range(model.cfg.n_layers)) if layers is None else list(layers)
     counts = {layer: cells.per_layer if chosen is None else len(chosen.get(layer, [])) for layer in todo}
-    step = pass_size(model, base, cells, metric, freeze_norms, min(most, max(counts.values(), default=1)))
+    work = sum(count * (model.cfg.n_layers - layer) for layer, count in counts.items())
+    step = pass_size(model, base, cells, metric, freeze_norms, min(most, max(counts.values(), default=1)), work)
     layer_axis = cells.by.index("layer")
     rest_axes = [cells.by.index(d) for d in cells.rest]
     suffix = suffix_only(base, cells, metric)
@@ -274,8 +275,11 @@ def mixer(
     return mix
 
 
-def pass_size(model: CircuitModel, base: BaseRun, cells: Cells, metric: Metric, freeze_norms: bool, most: int) -> int:
-    """Variants per pass: the fastest measured on this device and shape, up to ``most`` (cached)."""
+def pass_size(
+    model: CircuitModel, base: BaseRun, cells: Cells, metric: Metric, freeze_norms: bool, most: int, work: int
+) -> int:
+    """Variants per pass: the fastest measured on this device and shape, up to ``most`` (cached); ``work``: the
+    sweep's variant-layers, which bound the measurement's share of the time."""
     last = model.cfg.n_layers - 1
     batch, n_pos = base.tokens.shape
     positions = metric.positions_at(n_pos)
@@ -288,7 +292,7 @@ def pass_size(model: CircuitModel, base: BaseRun, cells: Cells, metric: Metric, 
         return clock(lambda: evaluate_variants(model, base, metric, last, cells.site, _unchanged, n, freeze_norms))
 
     with torch.no_grad():
-        return fastest(model, key, most, time_pass)
+        return fastest(model, key, most, time_pass, work)
 
 
 def _unchanged(value: torch.Tensor) -> torch.Tensor:
