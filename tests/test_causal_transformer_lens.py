@@ -245,9 +245,10 @@ PATCHES: dict[str, tuple[str, tuple[str, ...]]] = {
     "get_act_patch_attn_head_k_by_pos": ("k", ("layer", "pos", "head")),
     "get_act_patch_attn_head_pattern_all_pos": ("pattern", ("layer", "head")),
     "get_act_patch_attn_head_pattern_by_pos": ("pattern", ("layer", "head", "pos")),
+    "get_act_patch_attn_head_pattern_dest_src_pos": ("pattern", ("layer", "head", "dest", "src")),
 }
 #: The 12-head model's by-position head sweeps take TransformerLens 2 × 16 × 12 forwards each: all-position ones only.
-SLOW_ON_12_HEADS = {name for name, (_, by) in PATCHES.items() if len(by) == 3}
+SLOW_ON_12_HEADS = {name for name, (_, by) in PATCHES.items() if len(by) >= 3}
 CASES = [(model, fn) for model in BUILDERS for fn in PATCHES]
 
 

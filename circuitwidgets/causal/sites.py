@@ -3,7 +3,8 @@
 A site is a hook point of :meth:`circuitwidgets.CircuitModel.run_with_cache`
 (TransformerLens's names). Its value, after the batch axis, has named axes:
 ``resid_*``/``attn_out``/``mlp_out`` ``[pos, d_model]``; ``q, k, v, z`` ``[pos, head, d_head]``;
-``result`` ``[pos, head, d_model]``; ``pattern`` ``[head, pos (destination), src]``;
+``result`` ``[pos, head, d_model]``; ``pattern`` ``[head, pos (destination), src]`` (``dest`` is accepted for
+its ``pos``, as TransformerLens's ``…_pattern_dest_src_pos`` names it);
 ``mlp_pre``/``mlp_post`` ``[pos, neuron]``. A sweep's ``by`` names ``layer``
 and any of the site's ``pos``, ``head``, ``neuron``: one cell per combination, and
 a cell patches exactly that slice (the other axes whole).
@@ -34,7 +35,7 @@ SITE_AXES: dict[str, tuple[str | None, ...]] = {
     "v": ("pos", "head", None),
     "z": ("pos", "head", None),
     "result": ("pos", "head", None),
-    "pattern": ("head", "pos", None),
+    "pattern": ("head", "pos", "src"),
     "mlp_pre": ("pos", "neuron"),
     "mlp_post": ("pos", "neuron"),
 }
@@ -122,6 +123,8 @@ def check_site(model: CircuitModel, site: object, by: object, n_pos: int) -> Cel
         by = (by,)
     if not isinstance(by, (tuple, list)) or not all(isinstance(d, str) for d in by):
         raise ArgumentTypeError(f"by: expected a tuple of dim names such as ('layer', 'pos'), got {by!r}")
+    if site == "pattern":  # TransformerLens's name for the destination position
+        by = tuple("pos" if d == "dest" else d for d in by)
     allowed = {"layer", *(a for a in SITE_AXES[site] if a is not None)}
     bad = [d for d in by if d not in allowed]
     if bad or "layer" not in by or len(set(by)) != len(by):
@@ -129,5 +132,5 @@ def check_site(model: CircuitModel, site: object, by: object, n_pos: int) -> Cel
             f"by: site {site!r} sweeps over 'layer' and any of {sorted(allowed - {'layer'})} (each once), got {tuple(by)!r}"
         )
     cfg = model.cfg
-    sizes = {"layer": cfg.n_layers, "pos": n_pos, "head": cfg.n_heads, "neuron": cfg.d_mlp or 0}
+    sizes = {"layer": cfg.n_layers, "pos": n_pos, "src": n_pos, "head": cfg.n_heads, "neuron": cfg.d_mlp or 0}
     return Cells(site, tuple(by), {d: sizes[d] for d in by})
