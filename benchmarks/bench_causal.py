@@ -1,38 +1,41 @@
-"""Causal benchmark: activation-patching sweeps against TransformerLens and against the layer evaluations they need.
+"""Causal benchmark: the issue's table — activation-patching sweeps against TransformerLens 4.3 and against their floor.
 
-Shapes (random weights, built offline, float32):
+Shapes (random Hugging Face GPT-2 weights built offline, float32, read by ``circuitwidgets.from_hf`` and bridged
+by TransformerLens ``TransformerBridge.boot_transformers`` from the same object):
 
-- ``gpt2``: GPT-2-small, 12 layers × 12 heads, d_model 768, d_mlp 3,072, d_vocab 50,257, a Hugging Face
-  ``GPT2LMHeadModel`` read by ``circuitwidgets.from_hf`` and bridged by TransformerLens
-  (``TransformerBridge.boot_transformers``) from the same object; 2 prompts × 12 tokens (n_ctx 64);
-- ``llama1b``: Llama-3.2-1B, 16 layers, 32 heads, 8 key/value heads, d_model 2,048, d_mlp 8,192,
-  d_vocab 128,256, tied embeddings; a 128-token pair; ours only unless ``--tl`` (TransformerLens runs
-  one whole forward per cell: 512 of them).
+- ``tiny``: 2 layers × 4 heads, d_model 64, d_vocab 512, 8 prompts × 20 tokens: every site and ``by`` that
+  TransformerLens's ``patching`` module has (13 sweeps);
+- ``medium``: 4 layers × 8 heads, d_model 256, d_vocab 2,048, 8 prompts × 32 tokens: ``z`` by layer × pos × head and
+  ``resid_pre`` by layer × pos; and the induction study: 8 prompts of 25 random tokens repeated (50), ``z`` by
+  layer × head under a corruption of the first half, the metric the mean log-prob of the next token over 49
+  positions written as a Python function (TransformerLens: the same function through its ``patching`` hook loop;
+  ours: the function as given, and the same metric declared, ``causal.loss``);
+- ``gpt2``: GPT-2-small, 12 layers × 12 heads, d_model 768, d_vocab 50,257, 2 prompts × 12 tokens:
+  ``resid_pre`` by layer × pos, ``pattern`` and ``z`` by layer × head;
+- ``llama1b`` (only when asked): Llama-3.2-1B's shape, ``z`` by layer × head on a 128-token pair, ours only.
 
-Sweeps, each one call of ``causal.patch`` with ``causal.logit_diff`` (TransformerLens: ``transformer_lens.patching``
-with the same logit difference written as a plain function, the clean cache's run included in its time):
+Every sweep runs with default settings (``memory_budget`` default, the metric ``causal.logit_diff`` at the last
+position unless stated), checked for the same numbers as TransformerLens (max |Δ|).
 
-- ``resid_pre`` by layer × position (``get_act_patch_resid_pre``);
-- ``pattern`` by layer × head (``get_act_patch_attn_head_pattern_all_pos``);
-- ``z`` by layer × head (``get_act_patch_attn_head_out_all_pos``).
+**The floor** of a sweep is the least work any exact patching must do, counted in FLOPs and timed at the rate this
+machine runs one Hugging Face decoder layer of the same model (best of 3, measured in the same run on the sweep's
+own token count): for each cell at layer ``l`` whose patch starts at position ``p`` (``p = 0`` for cells that do not
+split positions), ``batch`` prompts through layers ``l … L−1`` at positions ``p … P−1`` only (earlier positions are
+unchanged by causal attention), attending to every earlier key; in the last layer the keys and values of those
+positions and the rest of the layer only at the positions the metric reads; then the final norm and the metric's
+logits. A ratio to the floor above 1 is overhead (Python, hooks, the per-pass set-up, tensors below the machine's
+best size); the floor's rate is the best a layer reaches here, so the ratio is not below 1 by construction except
+for noise.
 
-Each is checked for the same numbers (max |Δ| against TransformerLens) and set against its floor, the layer
-evaluations no sweep can avoid: a cell at layer ``l`` needs ``batch`` prompts through layers ``l … L−1`` and the
-final norm and unembedding at the metric's position (two ids). The floor is ``Σ_l (L − l) · t_layer(cells(l) ·
-batch) + t_unembed``, with ``t_layer(n)`` one decoder layer of the Hugging Face model forward on ``n`` sequences
-timed here, in the same run (best of 5, once per cell count: on a shared machine the best is the
-least disturbed), and ``t_unembed`` the final norm plus the two unembedding columns of
-every variant. Peak memory is the resident set above the level before the call (sampled every millisecond,
-glibc made to return freed memory; torch allocations are invisible to tracemalloc), so the model's weights
-are not counted.
+Peak memory is the resident set above the level before the call, sampled every millisecond.
 
-Run from the repository root::
+Run from the repository root (the machine's load, ``uptime``, is printed; on a shared machine figures are noisy)::
 
-    nice -n 10 .venv/bin/python benchmarks/bench_causal.py                        # GPT-2 small, with TransformerLens
-    .venv/bin/python benchmarks/bench_causal.py --no-tl --sweeps z                 # ours only, one sweep
-    nice -n 10 .venv/bin/python benchmarks/bench_causal.py --shape llama1b         # Llama-3.2-1B shape, z only (long on 2 cores)
+    nice -n 10 .venv/bin/python benchmarks/bench_causal.py                     # tiny, medium, GPT-2-small, with TL
+    .venv/bin/python benchmarks/bench_causal.py --shapes gpt2 --no-tl          # one shape, ours only
+    nice -n 10 .venv/bin/python benchmarks/bench_causal.py --shapes llama1b    # Llama-3.2-1B shape, z only (long)
 
-Prints a markdown table. Not part of the test suite.
+Prints the issue's table in markdown. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import psutil  # type: ignore[import-untyped]
 import torch
 from bench_engine import Measurement, measure
 
@@ -57,46 +59,75 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach a hub
 import circuitwidgets as cw
 from circuitwidgets import causal
 
-#: sweep -> (our site, by, TransformerLens function)
-SWEEPS = {
-    "resid_pre": ("resid_pre", ("layer", "pos"), "get_act_patch_resid_pre"),
-    "pattern": ("pattern", ("layer", "head"), "get_act_patch_attn_head_pattern_all_pos"),
-    "z": ("z", ("layer", "head"), "get_act_patch_attn_head_out_all_pos"),
+#: TransformerLens's patching function for each (site, by) it has.
+TL_FUNCTIONS = {
+    ("resid_pre", ("layer", "pos")): "get_act_patch_resid_pre",
+    ("resid_mid", ("layer", "pos")): "get_act_patch_resid_mid",
+    ("attn_out", ("layer", "pos")): "get_act_patch_attn_out",
+    ("mlp_out", ("layer", "pos")): "get_act_patch_mlp_out",
+    ("z", ("layer", "head")): "get_act_patch_attn_head_out_all_pos",
+    ("z", ("layer", "pos", "head")): "get_act_patch_attn_head_out_by_pos",
+    ("q", ("layer", "head")): "get_act_patch_attn_head_q_all_pos",
+    ("k", ("layer", "head")): "get_act_patch_attn_head_k_all_pos",
+    ("v", ("layer", "head")): "get_act_patch_attn_head_v_all_pos",
+    ("q", ("layer", "pos", "head")): "get_act_patch_attn_head_q_by_pos",
+    ("k", ("layer", "pos", "head")): "get_act_patch_attn_head_k_by_pos",
+    ("pattern", ("layer", "head")): "get_act_patch_attn_head_pattern_all_pos",
+    ("pattern", ("layer", "head", "pos")): "get_act_patch_attn_head_pattern_by_pos",
 }
 
 
 @dataclass(frozen=True)
 class Shape:
     name: str
+    layers: int
+    heads: int
+    d_model: int
+    vocab: int
+    batch: int
     n_pos: int
-    sweeps: tuple[str, ...]
-    tl_default: bool
+    sweeps: tuple[tuple[str, tuple[str, ...]], ...]
+    goal: str
+    induction: bool = False
 
 
 SHAPES = {
-    "gpt2": Shape("GPT-2-small shape, 2 prompts × 12 tokens", 12, ("resid_pre", "pattern", "z"), True),
-    "llama1b": Shape("Llama-3.2-1B shape, 2 prompts × 128 tokens", 128, ("z",), False),
-}
+    "tiny": Shape("tiny (2L, 4H, d 64, 8 × 20)", 2, 4, 64, 512, 8, 20, tuple(TL_FUNCTIONS), "≥ 3× faster"),
+    "medium": Shape(
+        "medium (4L, 8H, d 256, 8 × 32)", 4, 8, 256, 2048, 8, 32,
+        (("z", ("layer", "pos", "head")), ("resid_pre", ("layer", "pos"))), "≥ 4× faster", induction=True,
+    ),
+    "gpt2": Shape(
+        "GPT-2-small (12L, 12H, d 768, V 50,257, 2 × 12)", 12, 12, 768, 50257, 2, 12,
+        (("resid_pre", ("layer", "pos")), ("pattern", ("layer", "head")), ("z", ("layer", "head"))),
+        "≥ 8× (resid_pre), ≥ 5× (pattern, z)",
+    ),
+}  # fmt: skip
 
 
-def build(key: str) -> Any:
-    """The random Hugging Face model of ``key`` (float32, eval, eager attention)."""
+def build(shape: Shape) -> Any:
+    """The random GPT-2-style Hugging Face model of ``shape`` (float32, eval, eager attention)."""
     import transformers
 
     torch.manual_seed(0)
-    if key == "gpt2":
-        config = transformers.GPT2Config(
-            vocab_size=50257, n_positions=64, n_embd=768, n_layer=12, n_head=12, n_inner=3072
-        )
-        model = transformers.GPT2LMHeadModel(config)
-    else:
-        config = transformers.LlamaConfig(
-            vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-            num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=256, tie_word_embeddings=True,
-            rope_parameters={"rope_type": "llama3", "rope_theta": 500_000.0, "factor": 32.0, "low_freq_factor": 1.0,
-                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-        )  # fmt: skip
-        model = transformers.LlamaForCausalLM(config)
+    config = transformers.GPT2Config(
+        vocab_size=shape.vocab, n_positions=64, n_embd=shape.d_model, n_layer=shape.layers, n_head=shape.heads,
+        n_inner=4 * shape.d_model, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config)
+    model.config._attn_implementation = "eager"
+    return model.eval()
+
+
+def build_llama1b() -> Any:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=256, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config)
     model.config._attn_implementation = "eager"
     return model.eval()
 
@@ -112,51 +143,67 @@ def bridge_of(hf: Any) -> Any:
     return TransformerBridge.boot_transformers("local-bench", hf_model=hf, tokenizer=tokenizer).eval()
 
 
-def decoder_layers(hf: Any) -> Any:
-    return hf.transformer.h if hasattr(hf, "transformer") else hf.model.layers
+# ---------------------------------------------------------------------------------------------------- the floor
+@dataclass(frozen=True)
+class Counts:
+    """FLOPs per token of one GPT-2-style decoder layer's parts (a multiply-add is 2 FLOPs)."""
+
+    kv: float  # key and value projections
+    rest: float  # query and output projections, the MLP
+    per_key: float  # scores and mixing, per key attended
+
+    @staticmethod
+    def of(hf: Any) -> Counts:
+        c = hf.config
+        d = c.hidden_size
+        inner = getattr(c, "n_inner", None) or getattr(c, "intermediate_size", None) or 4 * d
+        gated = 3 if hasattr(c, "intermediate_size") else 2
+        return Counts(kv=2 * 2 * d * d, rest=2 * 2 * d * d + 2 * gated * d * inner, per_key=2 * 2 * d)
 
 
-def layer_seconds(hf: Any, n: int, n_pos: int, repeats: int = 5) -> float:
-    """Best wall time of one decoder layer of ``hf`` forward on ``n`` sequences of ``n_pos`` tokens."""
-    layer = decoder_layers(hf)[0]
-    d = hf.config.hidden_size
-    x = torch.randn(n, n_pos, d)
+def floor_flops(hf: Any, counts: Counts, starts: dict[int, list[int]], batch: int, n_pos: int, read: int) -> float:
+    """The floor's FLOPs: ``starts[l]`` holds each cell of layer ``l``'s first recomputed position (module docstring)."""
+    L = hf.config.num_hidden_layers if hasattr(hf.config, "num_hidden_layers") else hf.config.n_layer
+    d, V = hf.config.hidden_size, 2  # the metric's two logits
+    total = 0.0
+    for layer, firsts in starts.items():
+        for p in firsts:
+            for j in range(layer, L):
+                tokens = range(p, n_pos)
+                if j == L - 1:  # keys and values of the suffix; the rest only where the metric reads
+                    total += len(tokens) * counts.kv + read * (counts.rest + counts.per_key * n_pos)
+                else:
+                    total += sum(counts.kv + counts.rest + counts.per_key * (t + 1) for t in tokens)
+            total += read * 2 * d * V
+    return batch * total
+
+
+def layer_rate(hf: Any, n: int, n_pos: int, counts: Counts, repeats: int = 3) -> float:
+    """FLOPs per second of one Hugging Face decoder layer on ``n`` sequences of ``n_pos`` tokens (best of ``repeats``)."""
+    layer = hf.transformer.h[0] if hasattr(hf, "transformer") else hf.model.layers[0]
+    x = torch.randn(n, n_pos, hf.config.hidden_size)
     kwargs: dict[str, Any] = {}
-    if not hasattr(hf, "transformer"):  # Llama's layers take the rotary angles and a causal mask
-        positions = torch.arange(n_pos)[None]
-        kwargs["position_embeddings"] = hf.model.rotary_emb(x, positions)
+    if not hasattr(hf, "transformer"):
+        kwargs["position_embeddings"] = hf.model.rotary_emb(x, torch.arange(n_pos)[None])
         kwargs["attention_mask"] = torch.full((n_pos, n_pos), -math.inf).triu(1)[None, None]
+    flops = n * sum(counts.kv + counts.rest + counts.per_key * (t + 1) for t in range(n_pos))
     best = math.inf
     with torch.no_grad():
         for _ in range(repeats):
             start = time.perf_counter()
             layer(x, **kwargs)
             best = min(best, time.perf_counter() - start)
-    return best
+    return flops / best
 
 
-def unembed_seconds(hf: Any, n: int, repeats: int = 5) -> float:
-    """The final norm and two unembedding columns at one position of ``n`` sequences."""
-    norm = hf.transformer.ln_f if hasattr(hf, "transformer") else hf.model.norm
-    W = hf.lm_head.weight[:2].detach()
-    x = torch.randn(n, 1, hf.config.hidden_size)
-    best = math.inf
-    with torch.no_grad():
-        for _ in range(repeats):
-            start = time.perf_counter()
-            norm(x) @ W.T
-            best = min(best, time.perf_counter() - start)
-    return best
+def starts_of(site: str, by: tuple[str, ...], L: int, H: int, n_pos: int) -> dict[int, list[int]]:
+    """Each cell's first position that must be recomputed, by layer."""
+    per_pos = "pos" in by
+    heads = H if "head" in by else 1
+    return {layer: [p for p in range(n_pos) for _ in range(heads)] if per_pos else [0] * heads for layer in range(L)}
 
 
-def floor_seconds(hf: Any, cells_per_layer: int, batch: int, n_pos: int) -> float:
-    """``Σ_l (L − l) · t_layer(cells · batch) + L · t_unembed(cells · batch)`` (module docstring)."""
-    L = len(decoder_layers(hf))
-    t_layer = layer_seconds(hf, cells_per_layer * batch, n_pos)
-    t_unembed = unembed_seconds(hf, cells_per_layer * batch)
-    return sum((L - layer) * t_layer for layer in range(L)) + L * t_unembed
-
-
+# ---------------------------------------------------------------------------------------------------------- runs
 def tl_metric(correct: torch.Tensor, wrong: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
     rows = torch.arange(correct.shape[0])
 
@@ -174,88 +221,153 @@ def tl_sweep(bridge: Any, fn: str, clean: torch.Tensor, corrupted: torch.Tensor,
         return getattr(patching, fn)(bridge, corrupted, cache, metric).numpy()  # type: ignore[no-any-return]
 
 
-Row = tuple[str, Measurement, float, Measurement | None, str]
+@dataclass
+class Row:
+    shape: str
+    sweep: str
+    ours: Measurement
+    floor: float
+    tl: Measurement | None
+    delta: float | None
+    goal: str
 
 
-def run(key: str, use_tl: bool, sweeps: list[str]) -> list[Row]:
+def run_shape(key: str, use_tl: bool) -> list[Row]:
     shape = SHAPES[key]
-    print(f"{shape.name}: building the model", file=sys.stderr, flush=True)
-    hf = build(key)
+    print(f"{shape.name}: building", file=sys.stderr, flush=True)
+    hf = build(shape)
     ours = cw.from_hf(hf)
     bridge = bridge_of(hf) if use_tl else None
-    V = hf.config.vocab_size
+    counts = Counts.of(hf)
     gen = torch.Generator().manual_seed(0)
-    clean = torch.randint(100, V, (2, shape.n_pos), generator=gen)
+    B, P, L, H = shape.batch, shape.n_pos, shape.layers, shape.heads
+    clean = torch.randint(1, shape.vocab, (B, P), generator=gen)
     corrupted = clean.clone()
-    corrupted[:, shape.n_pos // 2] = torch.randint(100, V, (2,), generator=gen)
-    correct, wrong = clean[:, -1], torch.tensor([17, 17])
+    corrupted[:, P // 2] = torch.randint(1, shape.vocab, (B,), generator=gen)
+    correct, wrong = clean[:, -1], torch.full((B,), 17)
     metric = causal.logit_diff(correct.tolist(), wrong.tolist())
-    from circuitwidgets.causal.engine import SWEEP_MEMORY_BUDGET, chunk_size
-
-    chunk = chunk_size(ours, 2, shape.n_pos, SWEEP_MEMORY_BUDGET)
-    print(f"  variants per pass (1 GiB budget): {chunk}", file=sys.stderr, flush=True)
+    rate = layer_rate(hf, B * P, P, counts)
     rows: list[Row] = []
-    floors: dict[int, float] = {}
-    for name in sweeps:
-        site, by, fn = SWEEPS[name]
-        cells = shape.n_pos if "pos" in by else ours.cfg.n_heads
-        if cells not in floors:
-            floors[cells] = floor_seconds(hf, cells, 2, shape.n_pos)
-        floor = floors[cells]
-        print(f"  floor {name}: {floor:.2f} s", file=sys.stderr, flush=True)
-        mine = measure(lambda s=site, b=by: causal.patch(ours, clean, corrupted, metric, site=s, by=b), f"ours {name}")
-        theirs = None
-        note = f"{ours.cfg.n_layers * cells} cells"
+    for site, by in shape.sweeps:
+        floor = floor_flops(hf, counts, starts_of(site, by, L, H, P), B, P, 1) / rate
+        mine = measure(lambda s=site, b=by: causal.patch(ours, clean, corrupted, metric, site=s, by=b).values,
+                       f"ours {site} {by}")  # fmt: skip
+        theirs, delta = None, None
         if bridge is not None:
-            theirs = measure(
-                lambda f=fn: tl_sweep(bridge, f, clean, corrupted, tl_metric(correct, wrong)), f"TransformerLens {name}"
-            )
+            fn = TL_FUNCTIONS[(site, by)]
+            theirs = measure(lambda f=fn: tl_sweep(bridge, f, clean, corrupted, tl_metric(correct, wrong)), f"TL {fn}")
             delta = float(np.abs(np.asarray(mine.result) - theirs.result).max())
-            note += f"; max |Δ| {delta:.1e}; ours {theirs.seconds / mine.seconds:.1f}× faster"
-        rows.append((f"`{site}` by {' × '.join(by)}", mine, floor, theirs, note))
+        rows.append(Row(shape.name, f"`{site}` by {' × '.join(by)}", mine, floor, theirs, delta, shape.goal))
         gc.collect()
+    if shape.induction:
+        rows += induction_rows(shape, hf, ours, bridge, counts, rate)
     return rows
 
 
-def print_table(title: str, rows: list[Row]) -> None:
-    print(f"\n### {title}\n")
-    print("| sweep | circuitwidgets | peak extra | floor | ratio to floor | TransformerLens | TL peak extra | notes |")
-    print("|---|---|---|---|---|---|---|---|")
-    for task, mine, floor, tl, note in rows:
-        tl_t, tl_m = ("—", "—") if tl is None else (f"{tl.seconds:.2f} s", f"{tl.peak_bytes / 2**20:,.0f} MB")
-        print(
-            f"| {task} | {mine.seconds:.2f} s | {mine.peak_bytes / 2**20:,.0f} MB | {floor:.2f} s | "
-            f"{mine.seconds / floor:.2f}× | {tl_t} | {tl_m} | {note} |"
+def induction_rows(shape: Shape, hf: Any, ours: Any, bridge: Any, counts: Counts, rate: float) -> list[Row]:
+    """The induction study: repeated random tokens, ``z`` by layer × head, a Python-function metric over 49 positions."""
+    gen = torch.Generator().manual_seed(1)
+    half = torch.randint(1, shape.vocab, (shape.batch, 25), generator=gen)
+    tokens = torch.cat([half, half], dim=1)
+    corrupted = torch.cat([torch.randint(1, shape.vocab, (shape.batch, 25), generator=gen), half], dim=1)
+
+    def mean_log_prob(logits: torch.Tensor) -> torch.Tensor:  # the user's function: 49 positions, all ids
+        lp = logits[:, :-1].log_softmax(-1)
+        return lp.gather(-1, tokens[:, 1:, None])[..., 0].mean()
+
+    L, H = shape.layers, shape.heads
+    floor = floor_flops(hf, counts, starts_of("z", ("layer", "head"), L, H, 50), shape.batch, 50, 49) / rate
+    plain = measure(lambda: causal.patch(ours, tokens, corrupted, mean_log_prob, site="z", by=("layer", "head")).values,
+                    "ours induction, function")  # fmt: skip
+    declared = measure(
+        lambda: -causal.patch(ours, tokens, corrupted, causal.loss(tokens), site="z", by=("layer", "head")).values,
+        "ours induction, declared",
+    )
+    theirs, delta = None, None
+    if bridge is not None:
+        theirs = measure(
+            lambda: tl_sweep(bridge, "get_act_patch_attn_head_out_all_pos", tokens, corrupted, mean_log_prob),
+            "TL induction",
         )
+        delta = float(np.abs(np.asarray(plain.result) - theirs.result).max())
+    goal = "≥ 3× faster than hand-written TL hooks"
+    name = shape.name.split(" ")[0] + " (8 × 50, induction)"
+    d2 = None if theirs is None else float(np.abs(np.asarray(declared.result) - theirs.result).max())
+    return [
+        Row(name, "`z` by layer × head, Python-function metric over 49 positions", plain, floor, theirs, delta, goal),
+        Row(name, "the same, metric declared (`causal.loss`)", declared, floor, theirs, d2, goal),
+    ]
+
+
+def forward_rows(use_tl: bool) -> list[Row]:
+    """A plain forward over 200 × 64 tokens at the medium shape, against TransformerLens's."""
+    shape = SHAPES["medium"]
+    hf = build(shape)
+    ours = cw.from_hf(hf)
+    tokens = torch.randint(1, shape.vocab, (200, 64))
+    with torch.no_grad():
+        mine = measure(lambda: ours(tokens), "ours forward")
+        theirs = measure(lambda: bridge_of(hf)(tokens), "TL forward") if use_tl else None
+    delta = None if theirs is None else float((mine.result - theirs.result).abs().max())
+    counts = Counts.of(hf)
+    flops = 200 * shape.layers * sum(counts.kv + counts.rest + counts.per_key * (t + 1) for t in range(64))
+    flops += 200 * 64 * 2 * shape.d_model * shape.vocab
+    floor = flops / layer_rate(hf, 200, 64, counts)
+    return [Row("medium, 200 × 64 tokens", "forward pass", mine, floor, theirs, delta, "≥ 1×")]
+
+
+def print_table(rows: list[Row], load: str) -> None:
+    print(f"\nmachine: {torch.get_num_threads()} torch threads, float32, CPU; load before the run: {load}\n")
+    print(
+        "| shape | sweep | circuitwidgets | TransformerLens 4.3 | TL / ours | goal | floor | ours / floor | max abs Δ | peak extra |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        tl = "—" if r.tl is None else f"{r.tl.seconds:.2f} s"
+        ratio = "—" if r.tl is None else f"{r.tl.seconds / r.ours.seconds:.2f}×"
+        delta = "—" if r.delta is None else f"{r.delta:.1e}"
+        print(
+            f"| {r.shape} | {r.sweep} | {r.ours.seconds:.2f} s | {tl} | {ratio} | {r.goal} | {r.floor:.3f} s | "
+            f"{r.ours.seconds / r.floor:.2f}× | {delta} | {r.ours.peak_bytes / 2**20:,.0f} MB |"
+        )
+
+
+def llama_rows() -> list[Row]:
+    hf = build_llama1b()
+    ours = cw.from_hf(hf)
+    counts = Counts.of(hf)
+    gen = torch.Generator().manual_seed(0)
+    clean = torch.randint(100, 128256, (1, 128), generator=gen)
+    corrupted = clean.clone()
+    corrupted[:, 64] = 5
+    metric = causal.logit_diff(clean[:, -1].tolist(), [17])
+    rate = layer_rate(hf, 32, 128, counts)
+    floor = floor_flops(hf, counts, starts_of("z", ("layer", "head"), 16, 32, 128), 1, 128, 1) / rate
+    mine = measure(lambda: causal.patch(ours, clean, corrupted, metric, site="z", by=("layer", "head")).values, "z")
+    return [Row("Llama-3.2-1B shape, 1 × 128", "`z` by layer × head", mine, floor, None, None, "—")]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shape", default="gpt2", choices=sorted(SHAPES))
-    parser.add_argument("--sweeps", default=None, help="comma-separated: resid_pre, pattern, z (default per shape)")
+    parser.add_argument("--shapes", default="tiny,medium,gpt2", help="comma-separated: tiny, medium, gpt2, llama1b")
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens")
-    parser.add_argument("--tl", action="store_true", help="run TransformerLens on llama1b too (512 whole forwards)")
+    parser.add_argument("--no-forward", action="store_true", help="skip the plain forward pass row")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default torch's choice)")
     args = parser.parse_args()
-    shape = SHAPES[args.shape]
-    sweeps = args.sweeps.split(",") if args.sweeps else list(shape.sweeps)
-    unknown = sorted(set(sweeps) - set(SWEEPS))
+    keys = args.shapes.split(",")
+    unknown = sorted(set(keys) - {*SHAPES, "llama1b"})
     if unknown:
-        parser.error(f"--sweeps: expected some of {', '.join(SWEEPS)}, got {', '.join(unknown)}")
+        parser.error(f"--shapes: expected some of tiny, medium, gpt2, llama1b, got {', '.join(unknown)}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    use_tl = not args.no_tl and (shape.tl_default or args.tl)
-    print(
-        f"machine: {torch.get_num_threads()} torch threads, {psutil.virtual_memory().total / 2**30:.0f} GiB; "
-        f"device cpu; float32"
-    )
-    rows = run(args.shape, use_tl, sweeps)
-    print_table(shape.name, rows)
-    if args.shape == "llama1b":
-        print(
-            "\nMemory: the weights are 4.9 GB in float32 (held twice while the Hugging Face model is alive); "
-            "a sweep adds its 1 GiB variant budget and the base runs' caches."
-        )
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    rows: list[Row] = []
+    for key in keys:
+        rows += llama_rows() if key == "llama1b" else run_shape(key, not args.no_tl)
+    if not args.no_forward:
+        rows += forward_rows(not args.no_tl)
+    print_table(rows, load)
+    print(f"\nload after the run: {', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min)")
 
 
 if __name__ == "__main__":

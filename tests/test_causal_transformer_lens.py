@@ -46,6 +46,7 @@ from transformer_lens import patching as tl_patching  # noqa: E402
 
 import circuitwidgets as cw  # noqa: E402
 from circuitwidgets import causal  # noqa: E402
+from circuitwidgets.errors import ArgumentError  # noqa: E402
 from circuitwidgets.model import CircuitModel  # noqa: E402
 
 #: Both sides in float64; TransformerLens's bridges over Hugging Face models agree with ours to ~1e-7 on logits.
@@ -244,9 +245,10 @@ PATCHES: dict[str, tuple[str, tuple[str, ...]]] = {
     "get_act_patch_attn_head_k_by_pos": ("k", ("layer", "pos", "head")),
     "get_act_patch_attn_head_pattern_all_pos": ("pattern", ("layer", "head")),
     "get_act_patch_attn_head_pattern_by_pos": ("pattern", ("layer", "head", "pos")),
+    "get_act_patch_attn_head_pattern_dest_src_pos": ("pattern", ("layer", "head", "dest", "src")),
 }
 #: The 12-head model's by-position head sweeps take TransformerLens 2 × 16 × 12 forwards each: all-position ones only.
-SLOW_ON_12_HEADS = {name for name, (_, by) in PATCHES.items() if len(by) == 3}
+SLOW_ON_12_HEADS = {name for name, (_, by) in PATCHES.items() if len(by) >= 3}
 CASES = [(model, fn) for model in BUILDERS for fn in PATCHES]
 
 
@@ -325,6 +327,29 @@ def test_logit_attribution_by_head_and_component_equal_transformer_lens(model: s
     total = parts.values.sum(1) + sum(parts.extra["rest"].values())
     b_U = p.compat.b_U.double()[answers] if p.compat.b_U is not None else 0.0
     np.testing.assert_allclose(total, (sum(tl_parts.values()) + b_U).numpy(), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("model", ["gpt2-ln-mlp", "llama-gqa-rotary"])
+def test_logit_attribution_at_every_position_in_one_call_equals_transformer_lens(model: str) -> None:
+    """``pos=slice(None, -1)`` with each position's next token as its answer ``[batch, pos − 1]``, against
+    TransformerLens's head results at every position (``pos_slice=None``) dotted with each answer's direction."""
+    p = pair_for(model)
+    c, nxt = p.ours.cfg, p.clean[:, 1:]
+    with torch.no_grad():
+        _, cache = p.compat.run_with_cache(p.clean)
+        directions = p.compat.tokens_to_residual_directions(nxt)  # [batch, pos − 1, d_model]
+        heads = cache.stack_head_results(layer=-1, pos_slice=None, apply_ln=True)[:, :, :-1]
+        heads = heads.view(c.n_layers, c.n_heads, *heads.shape[1:])  # [L, H, batch, pos − 1, d_model]
+        theirs = torch.einsum("lhbpd,bpd->bplh", heads, directions)
+    ours = causal.logit_attribution(p.ours, p.clean, nxt, by="head", pos=slice(None, -1), reduce="none")
+    assert ours.dims == ("batch", "pos", "layer", "head")
+    np.testing.assert_allclose(ours.values, theirs.numpy(), atol=TOL, rtol=0)
+    one = causal.logit_attribution(p.ours, p.clean, nxt[:, 2], by="head", pos=2, reduce="none")
+    np.testing.assert_allclose(ours.values[:, 2], one.values, atol=1e-12, rtol=0)
+    every = causal.logit_attribution(p.ours, p.clean, nxt[:, -1], by="component", pos="all")
+    assert every.dims == ("pos", "component") and every.values.shape[0] == p.clean.shape[1]
+    with pytest.raises(ArgumentError, match="pos: expected a position, a list of positions, a slice or 'all'"):
+        causal.logit_attribution(p.ours, p.clean, nxt[:, -1], pos="last")  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------ logit lens and loss

@@ -117,6 +117,7 @@ def test_lens_and_loss_match_the_native_engine(family: str) -> None:
     np.testing.assert_array_equal(b.top_ids, a.top_ids)
     np.testing.assert_allclose(b.top_log_probs, a.top_log_probs, atol=TOL)
     np.testing.assert_allclose(b.log_prob([5, 9]), a.log_prob([5, 9]), atol=TOL)
+    np.testing.assert_allclose(b.log_prob(next_tokens=True), a.log_prob(next_tokens=True), atol=TOL)
     np.testing.assert_array_equal(b.rank(5), a.rank(5))
 
 

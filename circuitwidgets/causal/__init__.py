@@ -14,6 +14,7 @@ convention (norms recomputed or frozen, centring), model and prompts.
 from __future__ import annotations
 
 from circuitwidgets.causal.attribution import attribution_patch, logit_attribution
+from circuitwidgets.causal.declared import log_prob, loss, reads
 from circuitwidgets.causal.lens import LogitLens, logit_lens, per_token_loss
 from circuitwidgets.causal.metrics import LogitDiff, logit_diff, normalised
 from circuitwidgets.causal.patching import ablate, patch, path_patch
@@ -25,11 +26,14 @@ __all__ = [
     "Sweep",
     "ablate",
     "attribution_patch",
+    "log_prob",
     "logit_attribution",
     "logit_diff",
     "logit_lens",
+    "loss",
     "normalised",
     "patch",
     "path_patch",
     "per_token_loss",
+    "reads",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import torch
@@ -17,8 +17,8 @@ from circuitwidgets.causal.metrics import as_metric, scalar
 from circuitwidgets.causal.precision import full_precision
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import SITE_AXES, check_site, site_alias
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError
-from circuitwidgets.model import CircuitModel
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NotCoveredError
+from circuitwidgets.model import ActivationCache, CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
 
 
@@ -122,7 +122,7 @@ def logit_attribution(
     tokens: torch.Tensor | Sequence[int] | str,
     answers: object,
     by: Literal["component", "layer", "head", "neuron"] = "component",
-    pos: int = -1,
+    pos: int | slice | Sequence[int] | str = -1,
     *,
     reduce: Literal["mean", "none"] = "mean",
 ) -> Sweep:
@@ -140,6 +140,8 @@ def logit_attribution(
         ``[batch, 2]`` tensor of ``(correct, wrong)`` rows: the logit difference; strings
         (``" the"``, one token each under the model's tokenizer) wherever an id goes;
         a float tensor ``[d_model]``: any direction read after the final norm.
+        With several positions, also integer ids ``[batch, n_positions]``: one answer per prompt and
+        position (with exactly two positions, such a tensor is read this way, not as pairs).
     by
         ``"component"``: embedding, positions, each layer's attention (heads and
         ``b_O``) and MLP, the unembedding's bias; ``"layer"``: each layer's
@@ -147,36 +149,48 @@ def logit_attribution(
         MLP neuron ``[layer, neuron]``. What ``values`` leaves out is in
         ``extra["rest"]``; ``values.sum() + sum(rest.values())`` is the logit.
     pos
-        the position read.
+        the position read; or several (a list, a slice, or ``"all"``), read from one
+        forward pass: the result gains a ``pos`` dim (after ``batch``).
     reduce
         ``"mean"`` over prompts, or ``"none"``: a leading ``batch`` dim.
     """
     if nnsight_backend.dispatch(model):  # cw.from_nnsight(lm): one trace, only the projections come back
+        if not isinstance(pos, int):
+            raise NotCoveredError("pos: several positions in one call run natively only; call once per position")
         return nnsight_attribution.logit_attribution(model, tokens, answers, by, pos, reduce=reduce)
     model, upcast = full_precision(model)
     t = model._check_tokens(tokens)
-    check_attribution(by, reduce, pos, t.shape[1])
+    batch, n_pos = t.shape
+    positions = read_positions(pos, n_pos)
+    check_attribution(by, reduce, -1 if positions is not None else pos, n_pos)
     if by == "neuron" and not model.cfg.has_mlp:
         raise ArgumentError(f"by: 'neuron' needs a model with MLPs; {model.name!r} has none")
-    batch, n_pos = t.shape
-    parsed = parse_answers(answers, batch, model.cfg.d_vocab, model.cfg.d_model, model.tokenizer.encode)
-    direction, bias = _directions(model, parsed, batch)
+    per_position = (
+        isinstance(answers, torch.Tensor) and positions is not None and answers.ndim == 2
+        and not answers.is_floating_point() and answers.shape == (batch, len(positions))
+    )  # fmt: skip
+    columns = [answers[:, j] for j in range(len(positions or []))] if per_position else None  # type: ignore[index]
+    parsed = [
+        parse_answers(
+            answers if columns is None else columns[j],
+            batch,
+            model.cfg.d_vocab,
+            model.cfg.d_model,
+            model.tokenizer.encode,
+        )
+        for j in range(1 if positions is None else len(positions))
+    ]
     names = ["embed", "pos_embed", "result", "mlp_out", "mlp_post", "per_layer_out", "resid_final", "scale_final"]
     logits, cache = model.run_with_cache(t, names=names)
-    parts = components_at(model, cache, pos % n_pos, by)  # name -> [batch, *shape, d_model]
-    scale = cache["scale_final"][:, pos % n_pos]  # [batch, 1]
-    centred = model.cfg.normalization == "ln_pre"
-    out: dict[str, torch.Tensor] = {}
-    for key, part in parts.items():
-        x = part - part.mean(-1, keepdim=True) if centred else part
-        x = x / scale.double().view(batch, *([1] * (x.ndim - 1)))
-        out[key] = torch.einsum("b...d,bd->b...", x, direction.double())
-    values = out.pop("values")
-    rest = dict(out)
-    rest["unembed bias"] = bias.double()
-    final = cache["resid_final"][:, pos % n_pos].double()
-    normed = final - final.mean(-1, keepdim=True) if centred else final
-    logit = ((normed / scale.double()) * direction.double()).sum(-1) + bias.double()
+    read = positions if positions is not None else [cast(int, pos) % n_pos]
+    parts = [_attribute_at(model, cache, logits, p, parsed[min(j, len(parsed) - 1)], by) for j, p in enumerate(read)]
+    if positions is None:
+        values, rest, logit, model_logit = parts[0]
+    else:  # a pos dim after batch
+        values = torch.stack([part[0] for part in parts], dim=1)
+        rest = {key: torch.stack([part[1][key] for part in parts], dim=1) for key in parts[0][1]}
+        logit = torch.stack([part[2] for part in parts], dim=1)
+        model_logit = torch.stack([part[3] for part in parts], dim=1)
 
     def reduced(x: torch.Tensor) -> np.ndarray:
         x = x.double()
@@ -186,19 +200,65 @@ def logit_attribution(
     dims, labels = attribution_dims(
         by, reduce, component_labels(model), (cfg.n_layers, cfg.n_heads, cfg.d_mlp or 0), batch
     )
+    if positions is not None:
+        at = 1 if reduce == "none" else 0
+        dims = (*dims[:at], "pos", *dims[at:])
+        labels = {**labels, "pos": [f"{p}" for p in positions]}
+    centred = model.cfg.normalization == "ln_pre"
     convention = (
         "final norm's scale frozen from the run, centring applied"
         if centred
         else ("final norm's scale frozen from the run" if model.cfg.normalization != "none" else "model has no norms")
     )
     return Sweep(
-        reduced(values), dims, labels, "direct logit attribution", parsed.name, site=None,
+        reduced(values), dims, labels, "direct logit attribution", parsed[0].name, site=None,
         convention=convention + upcast, model=model.name, prompts=prompts_of(model, tokens=t),
         extra={
             "rest": {k: reduced(v) for k, v in rest.items()},
             "logit": reduced(logit),
-            "pos": pos,
+            "pos": pos if positions is None else positions,
             "softcap": model.cfg.final_softcap,
-            "model_logits": reduced(answer_logit(logits[:, pos % n_pos], parsed)),
+            "model_logits": reduced(model_logit),
         },
     )  # fmt: skip
+
+
+def read_positions(pos: object, n_pos: int) -> list[int] | None:
+    """Several positions (a list, a slice or ``"all"``) as indices, or ``None`` for one int position (checked later)."""
+    if isinstance(pos, int) and not isinstance(pos, bool):
+        return None
+    if pos == "all":
+        return list(range(n_pos))
+    if isinstance(pos, slice):
+        out = list(range(n_pos))[pos]
+    elif isinstance(pos, (list, tuple)) and all(isinstance(p, int) and not isinstance(p, bool) for p in pos):
+        out = list(pos)
+    else:
+        raise ArgumentError(f"pos: expected a position, a list of positions, a slice or 'all', got {pos!r:.80}")
+    bad = [p for p in out if not -n_pos <= p < n_pos]
+    if not out or bad:
+        raise ArgumentError(f"pos: expected positions in [{-n_pos}, {n_pos}), got {pos!r:.80}")
+    return [p % n_pos for p in out]
+
+
+def _attribute_at(
+    model: CircuitModel, cache: ActivationCache, logits: torch.Tensor, p: int, parsed: Answers, by: str
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """At position ``p``: the parts' values ``[batch, ...]``, the rest by name, the pre-cap logit and the model's."""
+    batch = logits.shape[0]
+    direction, bias = _directions(model, parsed, batch)
+    parts = components_at(model, cache, p, by)  # name -> [batch, *shape, d_model]
+    scale = cache["scale_final"][:, p]  # [batch, 1]
+    centred = model.cfg.normalization == "ln_pre"
+    out: dict[str, torch.Tensor] = {}
+    for key, part in parts.items():
+        x = part - part.mean(-1, keepdim=True) if centred else part
+        x = x / scale.double().view(batch, *([1] * (x.ndim - 1)))
+        out[key] = torch.einsum("b...d,bd->b...", x, direction.double())
+    values = out.pop("values")
+    rest = dict(out)
+    rest["unembed bias"] = bias.double()
+    final = cache["resid_final"][:, p].double()
+    normed = final - final.mean(-1, keepdim=True) if centred else final
+    logit = ((normed / scale.double()) * direction.double()).sum(-1) + bias.double()
+    return values, rest, logit, answer_logit(logits[:, p], parsed).double()

@@ -18,14 +18,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from circuitwidgets.causal.budget import DENSE_SITES, Need, balanced, check_fits, clock, fastest, sweep_need
 from circuitwidgets.causal.metrics import Metric, scalar
-from circuitwidgets.causal.sites import Cells
+from circuitwidgets.causal.sites import SITE_AXES, Cells
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import ActivationCache, CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
 from circuitwidgets.model.run import SCALE_NAMES
 
-#: Default bytes the patched variants of one chunk may hold at once (the model's weights are extra).
+#: Default bytes a sweep may hold at once: its base runs, results and one pass of variants (the weights are extra).
 SWEEP_MEMORY_BUDGET = 2**30
 
 
@@ -62,24 +63,54 @@ class BaseRun:
 
 
 def run_base(model: CircuitModel, tokens: torch.Tensor, metric: Metric, names: Sequence[str]) -> BaseRun:
-    """Run ``tokens`` keeping ``names`` (and the norm scales) and evaluate ``metric`` on the whole logits."""
-    logits, cache = model.run_with_cache(tokens, names=[*names, *SCALE_NAMES])
+    """Run ``tokens`` keeping ``names`` (and the norm scales) and evaluate ``metric`` on the logits it reads.
+
+    Only the metric's positions and ids are unembedded (all of them for a metric
+    that does not declare what it reads), so the base run's logits count in the
+    sweep's budget as what they are.
+    """
+    store: dict[str, torch.Tensor] = {}
     positions = metric.positions_at(tokens.shape[1])
-    sub = logits if positions is None else logits[:, positions]
-    if metric.columns is not None:
-        sub = sub[..., metric.columns.to(sub.device)]
+    columns = metric.columns.to(model.device) if metric.columns is not None else None
+    with torch.no_grad():
+        record = Recorder(store, {*names, *SCALE_NAMES})
+        sub = model.run_from(tokens, 0, None, record, positions=positions, columns=columns)
     value = scalar(metric.batched(sub[None], tokens.shape[0])[0], metric.name)
-    return BaseRun(tokens, cache, float(value))
+    return BaseRun(tokens, ActivationCache(store), float(value))
 
 
-def chunk_size(model: CircuitModel, batch: int, n_pos: int, memory_budget: int) -> int:
-    """Variants per pass: how many ``batch``-prompt copies fit in ``memory_budget`` (at least 1)."""
-    per_variant = model.forward_bytes(batch, n_pos, names=set())
-    return max(1, memory_budget // max(per_variant, 1))
+def plan(
+    model: CircuitModel,
+    cells: Cells,
+    metric: Metric,
+    tokens: torch.Tensor,
+    budget: int,
+    base_names: Sequence[Sequence[str]],
+    what: str,
+    top: int | None = None,
+    results: int | None = None,
+) -> int:
+    """The most variants per pass that ``budget`` allows for the whole call, checked before any work.
+
+    Counts the base runs keeping ``base_names`` (one list per run), the result
+    arrays and one pass; raises :class:`~circuitwidgets.errors.MemoryBudgetError`
+    when the cells' results or one variant cannot fit (:mod:`circuitwidgets.causal.budget`).
+    ``results``: values the result holds when not one per cell (path patching from every sender).
+    """
+    batch, n_pos = tokens.shape
+    positions = metric.positions_at(n_pos)
+    n_read = None if positions is None else len(positions)
+    n_columns = None if metric.columns is None else len(metric.columns)
+    arrays = 1 if top is None else 2
+    count = cells.count if results is None else results
+    need = sweep_need(model, cells.site, batch, n_pos, base_names, n_read, n_columns, count, arrays)
+    if top is not None:  # attribution patching's forward keeps what its backward pass reads
+        need = Need(need.fixed + model.forward_bytes(batch, n_pos), need.per_variant, need.cells, arrays)
+    return check_fits(need, budget, what, cells.by, top)
 
 
 def frozen_scale_hooks(
-    model: CircuitModel, base: BaseRun, start: int, positions: Sequence[int] | None
+    model: CircuitModel, base: BaseRun, start: int, positions: Sequence[int] | None, offset: int = 0
 ) -> dict[tuple[str, int | None], Hook]:
     """Hooks replaying the base run's norm scales for variants stacked on the batch axis (layers from ``start`` on;
     the final norm's at the logits' ``positions``)."""
@@ -93,8 +124,8 @@ def frozen_scale_hooks(
         frozen = base.cache.get(key)
         if frozen is None:
             continue
-        if key[0] == "scale_final" and positions is not None:
-            frozen = frozen[:, list(positions)]
+        if key[0] != "scale_final" or positions is None:  # (the base run's final scales are the metric's already)
+            frozen = frozen[:, offset:]
 
         def replay(value: torch.Tensor, frozen: torch.Tensor = frozen) -> torch.Tensor:
             return frozen.repeat(value.shape[0] // frozen.shape[0], *([1] * (frozen.ndim - 1)))
@@ -112,18 +143,27 @@ def evaluate_variants(
     mix: Callable[[torch.Tensor], torch.Tensor],
     n: int,
     freeze_norms: bool,
+    offset: int = 0,
 ) -> torch.Tensor:
-    """The metric of ``n`` variants whose ``site`` at ``layer`` is ``mix(base value repeated n times)``: ``[n]``."""
+    """The metric of ``n`` variants whose ``site`` at ``layer`` is ``mix(base value repeated n times)``: ``[n]``.
+
+    ``offset``: the variants agree with the base run before that position, so the pass computes positions
+    ``offset …`` only, attending to the base run's keys and values (kept in its cache) before it.
+    """
     start = model.restart_layer(layer)
     batch, n_pos = base.tokens.shape
     tokens = base.tokens.repeat(n, 1)
-    resid = base.cache["resid_pre", start].repeat(n, 1, 1) if start > 0 else None
+    resid = base.cache["resid_pre", start][:, offset:].repeat(n, 1, 1) if start > 0 else None
     positions = metric.positions_at(n_pos)
     hooks: dict[tuple[str, int | None], Hook] = (
-        frozen_scale_hooks(model, base, start, positions) if freeze_norms else {}
+        frozen_scale_hooks(model, base, start, positions, offset) if freeze_norms else {}
     )
     hooks[(site, layer)] = mix
-    record = Recorder({}, set(), hooks)
+
+    def prefix(at: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return base.cache["k", at][:, :offset], base.cache["v", at][:, :offset]
+
+    record = Recorder({}, set(), hooks, prefix if offset else None, offset)
     columns = metric.columns.to(model.device) if metric.columns is not None else None
     logits = model.run_from(tokens, start, resid, record, positions=positions, columns=columns)
     values = metric.batched(logits.view(n, batch, *logits.shape[1:]), batch)
@@ -144,7 +184,7 @@ def sweep(
     metric: Metric,
     *,
     freeze_norms: bool,
-    memory_budget: int,
+    most: int,
     desc: str,
     layers: Sequence[int] | None = None,
     chosen: dict[int, list[tuple[int, ...]]] | None = None,
@@ -153,44 +193,116 @@ def sweep(
 
     ``source(layer)`` is the replacement value ``[batch, ...]`` of the site at that
     layer (a clean run's, zeros, a mean …); a cell patches only its slice.
+    ``most``: variants per pass the memory budget allows (:func:`plan`); the pass
+    size used is the fastest measured up to it (:func:`~circuitwidgets.causal.budget.fastest`).
     ``chosen``: only these cells of each layer (as :meth:`Cells.at_layer` gives them)
-    are run; the others stay NaN.
+    are run; the others stay NaN. Cells are index arithmetic, never one object each.
+    When cells split positions (:func:`suffix_only`), each pass recomputes only the
+    positions from its earliest patched one on.
     """
     out = np.full(cells.shape, np.nan)
-    batch, n_pos = base.tokens.shape
     todo = list(range(model.cfg.n_layers)) if layers is None else list(layers)
-    run = {layer: cells.at_layer() if chosen is None else chosen.get(layer, []) for layer in todo}
-    step = chunk_size(model, batch, n_pos, memory_budget)
-    rest = [d for d in cells.by if d != "layer"]
-    with (
-        torch.no_grad(),
-        tqdm(total=sum(map(len, run.values())), desc=desc, delay=1.0, leave=False, disable=None) as bar,
-    ):
+    counts = {layer: cells.per_layer if chosen is None else len(chosen.get(layer, [])) for layer in todo}
+    work = sum(count * (model.cfg.n_layers - layer) for layer, count in counts.items())
+    step = pass_size(model, base, cells, metric, freeze_norms, min(most, max(counts.values(), default=1)), work)
+    layer_axis = cells.by.index("layer")
+    rest_axes = [cells.by.index(d) for d in cells.rest]
+    suffix = suffix_only(base, cells, metric)
+    pos_col = cells.rest.index("pos") if suffix else None
+    if suffix:  # a pass spans at most a quarter of the positions, so most passes skip a prefix (62% of whole work)
+        step = min(step, max(1, -(-max(counts.values(), default=1) // SUFFIX_GROUPS)))
+    with torch.no_grad(), tqdm(total=sum(counts.values()), desc=desc, delay=1.0, leave=False, disable=None) as bar:
         for layer in todo:
-            per_layer = run[layer]
-            if not per_layer:
+            if not counts[layer]:
                 continue
             src = source(layer)
-            for c0 in range(0, len(per_layer), step):
-                chunk = per_layer[c0 : c0 + step]
-                n = len(chunk)
-                mask = cells.mask(chunk, tuple(src.shape[1:]), src.device).to(src.dtype)
-
-                def mix(
-                    value: torch.Tensor, mask: torch.Tensor = mask, src: torch.Tensor = src, n: int = n
-                ) -> torch.Tensor:
-                    v = value.view(n, batch, *value.shape[1:])
-                    return (v + mask * (src[None] - v)).view_as(value)
-
-                values = evaluate_variants(model, base, metric, layer, cells.site, mix, n, freeze_norms)
-                for cell, v in zip(chunk, values.tolist(), strict=True):
-                    index = [0] * len(cells.by)
-                    index[cells.by.index("layer")] = layer
-                    for j, d in enumerate(rest):
-                        index[cells.by.index(d)] = cell[j]
-                    out[tuple(index)] = v
-                bar.update(n)
+            picked = None if chosen is None else np.asarray(chosen[layer], dtype=np.int64).reshape(-1, len(rest_axes))
+            if (
+                picked is not None and pos_col is not None
+            ):  # earliest positions first, so a pass's suffix is long only when it must be
+                picked = picked[np.argsort(picked[:, pos_col], kind="stable")]
+            for c0, c1 in balanced(counts[layer], step):
+                rows = cells.rows(c0, c1, first="pos" if suffix else None) if picked is None else picked[c0:c1]
+                offset = min(int(rows[:, pos_col].min()), suffix) if pos_col is not None else 0
+                mix = mixer(cells, rows, src, base, offset)
+                values = evaluate_variants(model, base, metric, layer, cells.site, mix, c1 - c0, freeze_norms, offset)
+                index: list[np.ndarray | int] = [0] * len(cells.by)
+                index[layer_axis] = layer
+                for j, axis in enumerate(rest_axes):
+                    index[axis] = rows[:, j]
+                out[tuple(index)] = values.cpu().numpy().reshape(np.shape(out[tuple(index)]))
+                bar.update(c1 - c0)
     return out
+
+
+#: Passes per layer a suffix-only sweep splits its positions into at least (work ≈ (1 + 1/k)/2 of whole passes).
+SUFFIX_GROUPS = 4
+
+
+def base_names(cells: Cells, metric: Metric) -> list[str]:
+    """What the base run keeps: the residual streams every variant restarts from and the site's values, and the
+    keys and values when passes may skip the positions before their cells (:func:`suffix_only`)."""
+    names = ["resid_pre", cells.site]
+    if "pos" in cells.rest and metric.positions is not None:
+        names += ["k", "v"]
+    return names
+
+
+def suffix_only(base: BaseRun, cells: Cells, metric: Metric) -> int:
+    """How far a pass may skip positions: the metric's earliest read position when the cells split positions, the
+    metric declares what it reads and the base run kept its keys and values (else 0: whole passes).
+
+    A patch at position ``p`` changes nothing before ``p`` (causal attention), so a pass whose cells all sit at or
+    after ``p`` needs only positions ``p …``, reading the earlier keys and values from the base run; exact for every
+    family (rotary offsets, windows, shared keys and values, per-layer inputs are all per position or per key).
+    """
+    positions = metric.positions_at(base.tokens.shape[1])
+    if "pos" not in cells.rest or positions is None or ("k", 0) not in base.cache or ("v", 0) not in base.cache:
+        return 0
+    return min(positions)
+
+
+def mixer(
+    cells: Cells, rows: np.ndarray, src: torch.Tensor, base: BaseRun, offset: int = 0
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The hook of one pass: each variant's site value with its cell's slice taken from ``src`` (positions from
+    ``offset`` on, in a suffix-only pass)."""
+    n, batch = len(rows), base.tokens.shape[0]
+    mask = cells.mask(rows, tuple(src.shape[1:]), src.device).to(src.dtype)
+    if offset:
+        axis = SITE_AXES[cells.site].index("pos")
+        src = src.narrow(1 + axis, offset, src.shape[1 + axis] - offset)
+        mask = mask.narrow(2 + axis, offset, mask.shape[2 + axis] - offset)
+
+    def mix(value: torch.Tensor) -> torch.Tensor:
+        v = value.view(n, batch, *value.shape[1:])
+        return (v + mask * (src[None] - v)).view_as(value)
+
+    return mix
+
+
+def pass_size(
+    model: CircuitModel, base: BaseRun, cells: Cells, metric: Metric, freeze_norms: bool, most: int, work: int
+) -> int:
+    """Variants per pass: the fastest measured on this device and shape, up to ``most`` (cached); ``work``: the
+    sweep's variant-layers, which bound the measurement's share of the time."""
+    last = model.cfg.n_layers - 1
+    batch, n_pos = base.tokens.shape
+    positions = metric.positions_at(n_pos)
+    key = (
+        batch, n_pos, cells.site in DENSE_SITES, None if positions is None else len(positions),
+        None if metric.columns is None else len(metric.columns), freeze_norms, model.restart_layer(last),
+    )  # fmt: skip
+
+    def time_pass(n: int) -> float:
+        return clock(lambda: evaluate_variants(model, base, metric, last, cells.site, _unchanged, n, freeze_norms))
+
+    with torch.no_grad():
+        return fastest(model, key, most, time_pass, work)
+
+
+def _unchanged(value: torch.Tensor) -> torch.Tensor:
+    return value
 
 
 def normalise(values: np.ndarray, metric: Metric, clean: float, corrupted: float) -> tuple[np.ndarray, float, float]:

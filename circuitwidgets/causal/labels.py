@@ -15,6 +15,7 @@ def dim_labels(model: CircuitModel, cells: Cells, tokens: torch.Tensor) -> dict[
         "layer": [f"L{i}" for i in range(model.cfg.n_layers)],
         "head": [f"H{i}" for i in range(model.cfg.n_heads)],
         "pos": [f"{i} {s!r}" for i, s in enumerate(strs)],
+        "src": [f"{i} {s!r}" for i, s in enumerate(strs)],
         "neuron": [f"N{i}" for i in range(model.cfg.d_mlp or 0)],
     }
     return {d: table[d] for d in cells.by}

@@ -44,6 +44,7 @@ class LogitLens:
     _normed: torch.Tensor  # [L + 1, batch, pos, d_model], after the final norm
     _lse: torch.Tensor  # [L + 1, batch, pos]
     _model: CircuitModel
+    _ids: torch.Tensor  # [batch, pos], the prompts' token ids
 
     def _logits(self, ids: torch.Tensor | None) -> torch.Tensor:
         W_U = self._model.W_U if ids is None else self._model.W_U[:, ids]
@@ -56,9 +57,40 @@ class LogitLens:
     def _vocab(self) -> int:
         return self._model.cfg.d_vocab
 
-    def log_prob(self, ids: int | Sequence[int] | torch.Tensor) -> NDArray[np.float64]:
+    def _next_logits(self) -> torch.Tensor:
+        """Each position's logit of the prompt's next token ``[L + 1, batch, pos − 1]``: one column per position."""
+        if type(self)._logits is not LogitLens._logits:  # another unembedding (nnsight): the few ids those are
+            unique, where = torch.unique(self._ids[:, 1:].to(self._normed.device), return_inverse=True)
+            logits = self._logits(unique)[:, :, :-1]
+            return logits.gather(-1, where[None, ..., None].expand(logits.shape[0], -1, -1, 1))[..., 0]
+        nxt = self._ids[:, 1:].to(self._normed.device)
+        columns = self._model.W_U[:, nxt]  # [d_model, batch, pos − 1]
+        out = torch.einsum("lbpd,dbp->lbp", self._normed[:, :, :-1], columns.to(self._normed.dtype))
+        b_U = self._model.weight("b_U")
+        if b_U is not None:
+            out = out + b_U[nxt]
+        return soft_cap(out, self._model.cfg.final_softcap)
+
+    def log_prob(
+        self, ids: int | Sequence[int] | torch.Tensor | None = None, *, next_tokens: bool = False
+    ) -> NDArray[np.float64]:
         """Log-probability of token ``ids`` at every (layer, prompt, position): ``[L + 1, batch, pos]`` for one id,
-        ``[L + 1, batch, pos, len(ids)]`` for several; exact (from the kept streams, not the top-k)."""
+        ``[L + 1, batch, pos, len(ids)]`` for several; exact (from the kept streams, not the top-k).
+
+        ``next_tokens=True`` (no ``ids``): the log-probability of each position's actual next token,
+        ``[L + 1, batch, pos − 1]`` (the lens's usual question), one unembedding column per position.
+        """
+        if next_tokens is not False and next_tokens is not True:
+            raise ArgumentTypeError(f"next_tokens: expected a bool, got {next_tokens!r}")
+        if next_tokens:
+            if ids is not None:
+                raise ArgumentError(f"ids: pass either ids or next_tokens=True, got ids={ids!r:.40} as well")
+            if self._ids.shape[1] < 2:
+                raise ShapeError("next_tokens: the prompts have one position, so no next token")
+            with torch.no_grad():
+                return cast(NDArray[np.float64], (self._next_logits() - self._lse[:, :, :-1]).double().cpu().numpy())
+        if ids is None:
+            raise ArgumentError("ids: expected token ids (or next_tokens=True), got None")
         t = torch.as_tensor(ids, device=self._normed.device)
         if t.dtype.is_floating_point or t.dtype == torch.bool:
             raise ArgumentTypeError(f"ids: expected token ids, got dtype {t.dtype}")
@@ -125,6 +157,7 @@ def logit_lens(model: CircuitModel, tokens: torch.Tensor | Sequence[int] | str, 
         torch.stack(normed),
         torch.stack(lse).to(model.dtype),
         model,
+        t,
     )
 
 
@@ -203,5 +236,5 @@ def _traced_logit_lens(h: NNsightModel, tokens: object, k: int) -> LogitLens:
     return TracedLogitLens(
         top_ids.detach().cpu().numpy().astype(np.int64), top_lp.detach().cpu().numpy().astype(np.float32),
         [f"before L{i}" for i in range(h.n_layers)] + ["final"], [h.to_str_tokens(row) for row in t], h.name,
-        kept.detach(), lse.detach(), cast(CircuitModel, None), unembed, h.d_vocab,
+        kept.detach(), lse.detach(), cast(CircuitModel, None), t, unembed, h.d_vocab,
     )  # fmt: skip

@@ -1,9 +1,11 @@
 """Metrics of a causal sweep: a function of the logits, evaluated for many patched variants at once.
 
 A metric is what TransformerLens takes: ``metric(logits [batch, pos, d_vocab]) -> scalar``.
-Ours (:func:`logit_diff`) also declare the positions and token ids they read,
-so a sweep computes only those logits (the unembedding at one position and two
-ids instead of ``pos × d_vocab``), and evaluate every variant in one call.
+Ours (:func:`logit_diff`, and :mod:`circuitwidgets.causal.declared`'s ``log_prob``,
+``loss`` and ``reads``) also declare the positions and token ids they read, so a
+sweep computes only those logits (the unembedding at one position and two ids
+instead of ``pos × d_vocab``), and evaluate every variant in one call. The
+protocol: any object with a method ``metric(vocab) -> Metric`` declares itself.
 """
 
 from __future__ import annotations
@@ -41,12 +43,48 @@ class Metric:
         """``positions`` as non-negative indices into ``n_pos`` positions (checked)."""
         if self.positions is None:
             return None
+        if isinstance(self.positions, LazyPositions):
+            return self.positions.resolve(n_pos)
         out = []
         for p in self.positions:
             if not -n_pos <= p < n_pos:
                 raise ArgumentError(f"metric: reads position {p}, outside a prompt of {n_pos} tokens")
             out.append(p % n_pos)
         return out
+
+
+Positions = int | slice | Sequence[int]
+
+
+class LazyPositions(list[int]):
+    """Positions a metric reads, given as an int, list or slice and resolved once the prompt length is known
+    (:meth:`Metric.positions_at`); ``owner.extra["n_pos"]`` records that length."""
+
+    def __init__(self, pos: Positions, owner: Metric) -> None:
+        super().__init__()
+        self.pos, self.owner = pos, owner
+
+    def resolve(self, n_pos: int) -> list[int]:
+        """The positions as indices into ``n_pos`` positions, in the order given (checked, naming ``pos``)."""
+        self.owner.extra["n_pos"] = n_pos
+        if isinstance(self.pos, slice):
+            out: list[object] = [*range(n_pos)[self.pos]]
+        elif isinstance(self.pos, int) and not isinstance(self.pos, bool):
+            out = [self.pos]
+        elif isinstance(self.pos, Sequence) and not isinstance(self.pos, str):
+            out = list(self.pos)
+        else:
+            out = []
+        if not out or not all(isinstance(p, int) and not isinstance(p, bool) for p in out):
+            raise ArgumentError(f"pos: expected positions (an int, a list of ints or a slice), got {self.pos!r}")
+        resolved = []
+        for p in out:
+            assert isinstance(p, int)
+            if not -n_pos <= p < n_pos:
+                raise ArgumentError(f"pos: position {p} is outside a prompt of {n_pos} tokens")
+            resolved.append(p % n_pos)
+        self[:] = resolved
+        return resolved
 
 
 class LogitDiff:
@@ -146,8 +184,13 @@ def as_metric(metric: object, vocab: int) -> Metric:
         inner.normalise, inner.clean, inner.corrupted = True, metric.clean, metric.corrupted
         inner.name = f"normalised {inner.name}"
         return inner
-    if isinstance(metric, LogitDiff):
-        return metric.metric(vocab)
+    declare = getattr(metric, "metric", None)
+    if callable(
+        declare
+    ):  # the protocol: metric(vocab) -> Metric says what it reads (logit_diff, log_prob, loss, reads)
+        declared = declare(vocab)
+        if isinstance(declared, Metric):
+            return declared
     if not callable(metric):
         raise ArgumentTypeError(
             f"metric: expected a function of the logits returning a scalar, got {type(metric).__name__}"

@@ -56,6 +56,8 @@ def check_cells(h: NNsightModel, site: object, by: object, n_pos: int) -> Cells:
         by = (by,)
     if not isinstance(by, (tuple, list)) or not all(isinstance(d, str) for d in by):
         raise ArgumentTypeError(f"by: expected a tuple of dim names such as ('layer', 'pos'), got {by!r}")
+    if "src" in by or "dest" in by:
+        raise NotCoveredError("by: pattern cells by source position run natively only; sweep ('layer', 'head', 'pos')")
     allowed = {"layer", *(a for a in SITE_AXES[site] if a is not None)}
     if any(d not in allowed for d in by) or "layer" not in by or len(set(by)) != len(by):
         raise ArgumentError(

@@ -20,7 +20,16 @@ import torch
 from circuitwidgets._checks import check_bool
 from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_paths, nnsight_sites
 from circuitwidgets.causal.attribution import attribution_patch
-from circuitwidgets.causal.engine import BaseRun, check_budget, check_pair, normalise, run_base, sweep
+from circuitwidgets.causal.engine import (
+    BaseRun,
+    base_names,
+    check_budget,
+    check_pair,
+    normalise,
+    plan,
+    run_base,
+    sweep,
+)
 from circuitwidgets.causal.labels import convention, dim_labels, path_dims, prompts_of
 from circuitwidgets.causal.metrics import as_metric
 from circuitwidgets.causal.precision import full_precision
@@ -64,7 +73,9 @@ def patch(
     freeze_norms
         replay the corrupted run's norm scales in every patched run.
     memory_budget
-        bytes the patched variants of one pass may hold (default 1 GiB).
+        bytes the whole call may hold (default 1 GiB): base runs, results and one
+        pass of variants, counted before any work (:class:`MemoryBudgetError` when
+        they cannot fit); the pass size within it is the fastest measured.
     top
         patch only the ``top`` cells whose attribution-patching estimate
         (:func:`~circuitwidgets.causal.attribution_patch`, one backward pass) is
@@ -85,13 +96,15 @@ def patch(
     m = as_metric(metric, model.cfg.d_vocab)
     budget = check_budget(memory_budget)
     n_top = check_top(top, cells)
+    kept = base_names(cells, m)
+    most = plan(model, cells, m, b, budget, [[site], kept], f"patch of {site!r}", n_top)
     estimate = attribution_patch(model, a, b, metric, site, cells.by) if n_top is not None else None
     chosen = top_cells(estimate.values, cells, n_top) if estimate is not None and n_top is not None else None
     source = run_base(model, a, m, [site])
-    base = run_base(model, b, m, ["resid_pre", site])
+    base = run_base(model, b, m, kept)
     values = sweep(
         model, base, lambda layer: source.cache[site, layer], cells, m,
-        freeze_norms=freeze_norms, memory_budget=budget, desc=f"patch {site}", chosen=chosen,
+        freeze_norms=freeze_norms, most=most, desc=f"patch {site}", chosen=chosen,
     )  # fmt: skip
     values, clean_value, corrupted_value = normalise(values, m, source.value, base.value)
     technique, extra = "activation patching", {}
@@ -197,7 +210,10 @@ def ablate(
             )
         if kind == "mean" and ref.shape[1] != t.shape[1]:
             raise ShapeError(f"reference: expected prompts of {t.shape[1]} tokens for kind='mean', got {ref.shape[1]}")
-    base = run_base(model, t, m, ["resid_pre", site])
+    references = [[site]] if kind in ("mean", "resample") else []
+    kept = base_names(cells, m)
+    most = plan(model, cells, m, t, budget, [kept, *references], f"{kind} ablation of {site!r}")
+    base = run_base(model, t, m, kept)
     reference_cache = None
     if kind in ("mean", "resample"):
         _, reference_cache = model.run_with_cache(ref if ref is not None else t, names=[site])
@@ -211,9 +227,7 @@ def ablate(
             return ref_value.mean(dim=0, keepdim=True).expand_as(value)
         return ref_value
 
-    values = sweep(
-        model, base, source, cells, m, freeze_norms=freeze_norms, memory_budget=budget, desc=f"ablate {site}"
-    )
+    values = sweep(model, base, source, cells, m, freeze_norms=freeze_norms, most=most, desc=f"ablate {site}")
     values, clean_value, _ = normalise(values, m, base.value, base.value) if m.normalise else (values, base.value, 0.0)
     return Sweep(
         values, cells.by, dim_labels(model, cells, t), f"{kind} ablation", m.name, clean_value, None, site,
@@ -304,6 +318,8 @@ def path_patch(
     m = as_metric(metric, model.cfg.d_vocab)
     budget = check_budget(memory_budget)
     cells = check_site(model, via, ("layer", "head"), a.shape[1])
+    names = [["result"], ["resid_pre", "result", via]]
+    most = plan(model, cells, m, b, budget, names, "path patching", results=L * H * (1 if sender else L * H))
     source = run_base(model, a, m, ["result"])
     base = run_base(model, b, m, ["resid_pre", "result", via])
     senders = [sender] if sender is not None else [(l1, h1) for l1 in range(L - 1) for h1 in range(H)]
@@ -313,7 +329,7 @@ def path_patch(
         inputs = {l2: _receiver_inputs(model, base, l2, delta, via, freeze_norms) for l2 in range(l1 + 1, L)}
         out[l1, h1] = sweep(
             model, base, inputs.__getitem__, cells, m, freeze_norms=freeze_norms,
-            memory_budget=budget, desc=f"path patch L{l1}H{h1} → {via}", layers=list(inputs),
+            most=most, desc=f"path patch L{l1}H{h1} → {via}", layers=list(inputs),
         )  # fmt: skip
     values = out[sender[0], sender[1]] if sender is not None else out
     values, clean_value, corrupted_value = normalise(values, m, source.value, base.value)

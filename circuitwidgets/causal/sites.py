@@ -3,7 +3,8 @@
 A site is a hook point of :meth:`circuitwidgets.CircuitModel.run_with_cache`
 (TransformerLens's names). Its value, after the batch axis, has named axes:
 ``resid_*``/``attn_out``/``mlp_out`` ``[pos, d_model]``; ``q, k, v, z`` ``[pos, head, d_head]``;
-``result`` ``[pos, head, d_model]``; ``pattern`` ``[head, pos (destination), src]``;
+``result`` ``[pos, head, d_model]``; ``pattern`` ``[head, pos (destination), src]`` (``dest`` is accepted for
+its ``pos``, as TransformerLens's ``…_pattern_dest_src_pos`` names it);
 ``mlp_pre``/``mlp_post`` ``[pos, neuron]``. A sweep's ``by`` names ``layer``
 and any of the site's ``pos``, ``head``, ``neuron``: one cell per combination, and
 a cell patches exactly that slice (the other axes whole).
@@ -11,11 +12,13 @@ a cell patches exactly that slice (the other axes whole).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
 from typing import TypeVar
 
+import numpy as np
 import torch
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, WeightsAbsentError
@@ -34,7 +37,7 @@ SITE_AXES: dict[str, tuple[str | None, ...]] = {
     "v": ("pos", "head", None),
     "z": ("pos", "head", None),
     "result": ("pos", "head", None),
-    "pattern": ("head", "pos", None),
+    "pattern": ("head", "pos", "src"),
     "mlp_pre": ("pos", "neuron"),
     "mlp_post": ("pos", "neuron"),
 }
@@ -62,14 +65,46 @@ class Cells:
         rest = [d for d in self.by if d != "layer"]
         return list(product(*(range(self.sizes[d]) for d in rest)))
 
-    def mask(self, cells: Sequence[tuple[int, ...]], value_shape: Sequence[int], device: torch.device) -> torch.Tensor:
+    @property
+    def rest(self) -> tuple[str, ...]:
+        """The dims other than ``layer``, in ``by`` order."""
+        return tuple(d for d in self.by if d != "layer")
+
+    @property
+    def per_layer(self) -> int:
+        """How many cells one layer has (the product of the other dims' sizes)."""
+        return math.prod(self.sizes[d] for d in self.rest)
+
+    @property
+    def count(self) -> int:
+        """How many cells the sweep has, computed from the sizes (no cell is built)."""
+        return self.sizes["layer"] * self.per_layer
+
+    def rows(self, start: int, stop: int, first: str | None = None) -> np.ndarray:
+        """Cells ``start … stop − 1`` of one layer as indices ``[n, len(rest)]`` (columns in ``rest`` order).
+
+        The order is :meth:`at_layer`'s, or with dim ``first`` varying slowest when given (and swept).
+        """
+        order = list(self.rest)
+        if first in order:
+            order.remove(first)
+            order.insert(0, first)
+        flat = np.arange(start, stop)
+        if not order:
+            return np.zeros((len(flat), 0), dtype=np.int64)
+        columns = np.unravel_index(flat, tuple(self.sizes[d] for d in order))
+        return np.stack([columns[order.index(d)] for d in self.rest], axis=1)
+
+    def mask(
+        self, cells: Sequence[tuple[int, ...]] | np.ndarray, value_shape: Sequence[int], device: torch.device
+    ) -> torch.Tensor:
         """``[n, 1, *value_shape-with-ones]``: 1 on each cell's slice of a site value, 0 elsewhere."""
         axes = SITE_AXES[self.site]
-        rest = [d for d in self.by if d != "layer"]
+        index = np.asarray(cells, dtype=np.int64).reshape(len(cells), len(self.rest))
         mask = torch.ones(len(cells), 1, *([1] * len(value_shape)), device=device)
-        for j, dim in enumerate(rest):
+        for j, dim in enumerate(self.rest):
             axis = axes.index(dim)
-            idx = torch.tensor([c[j] for c in cells], device=device)
+            idx = torch.as_tensor(index[:, j], device=device)
             onehot = torch.nn.functional.one_hot(idx, value_shape[axis]).float()
             shape = [len(cells), 1] + [1] * len(value_shape)
             shape[2 + axis] = value_shape[axis]
@@ -113,6 +148,8 @@ def check_site(model: CircuitModel, site: object, by: object, n_pos: int) -> Cel
         by = (by,)
     if not isinstance(by, (tuple, list)) or not all(isinstance(d, str) for d in by):
         raise ArgumentTypeError(f"by: expected a tuple of dim names such as ('layer', 'pos'), got {by!r}")
+    if site == "pattern":  # TransformerLens's name for the destination position
+        by = tuple("pos" if d == "dest" else d for d in by)
     allowed = {"layer", *(a for a in SITE_AXES[site] if a is not None)}
     bad = [d for d in by if d not in allowed]
     if bad or "layer" not in by or len(set(by)) != len(by):
@@ -120,5 +157,5 @@ def check_site(model: CircuitModel, site: object, by: object, n_pos: int) -> Cel
             f"by: site {site!r} sweeps over 'layer' and any of {sorted(allowed - {'layer'})} (each once), got {tuple(by)!r}"
         )
     cfg = model.cfg
-    sizes = {"layer": cfg.n_layers, "pos": n_pos, "head": cfg.n_heads, "neuron": cfg.d_mlp or 0}
+    sizes = {"layer": cfg.n_layers, "pos": n_pos, "src": n_pos, "head": cfg.n_heads, "neuron": cfg.d_mlp or 0}
     return Cells(site, tuple(by), {d: sizes[d] for d in by})

@@ -84,10 +84,16 @@ class Recorder:
         store: dict[str, torch.Tensor],
         keep: set[str] | None,
         hooks: Mapping[tuple[str, int | None], Hook] | None = None,
+        prefix: Callable[[int], tuple[torch.Tensor, torch.Tensor]] | None = None,
+        offset: int = 0,
     ) -> None:
         self.store, self.keep = store, keep
         self.hooks = dict(hooks or {})
         self._hooked = {name for name, _ in self.hooks}
+        # A suffix-only pass (the causal engine's): this pass computes positions ``offset …`` only, and layer ``l``'s
+        # keys and values of the earlier positions are ``prefix(l)`` (``[batch, offset, heads, d_head]``, from a run
+        # that agrees with this one before ``offset``: causal attention leaves those positions unchanged).
+        self.prefix, self.offset = prefix, offset
 
     def keeps(self, name: str) -> bool:
         """Whether ``name`` is kept or hooked (at some layer)."""

@@ -77,14 +77,15 @@ def soft_cap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
     return x if cap is None else cap * torch.tanh(x / cap)
 
 
-def attention_mask(n_pos: int, window: int | None, device: torch.device) -> torch.Tensor:
+def attention_mask(n_pos: int, window: int | None, device: torch.device, offset: int = 0) -> torch.Tensor:
     """``[dest, src]`` True where a query may attend: causal, and within ``window`` when given.
 
     A window ``w`` lets position ``i`` see keys ``i − w + 1 … i`` (Hugging Face's
-    ``kv_idx > q_idx − sliding_window``).
+    ``kv_idx > q_idx − sliding_window``). ``offset``: the queries are positions
+    ``offset … offset + n_pos − 1`` of ``offset + n_pos`` keys (a suffix-only pass).
     """
-    dest = torch.arange(n_pos, device=device)[:, None]
-    src = torch.arange(n_pos, device=device)[None, :]
+    dest = torch.arange(offset, offset + n_pos, device=device)[:, None]
+    src = torch.arange(offset + n_pos, device=device)[None, :]
     allowed = src <= dest
     if window is not None:
         allowed &= src > dest - window
@@ -96,7 +97,13 @@ ATTENTION_CHUNK_BYTES = 64 * 2**20
 
 
 def chunked_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, softcap: float | None, window: int | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    softcap: float | None,
+    window: int | None,
+    offset: int = 0,
 ) -> torch.Tensor:
     """``z = softmax(mask(softcap(q kᵀ / scale))) v`` for ``q, k, v [batch, pos, heads, d_head]``, rows in chunks.
 
@@ -104,21 +111,23 @@ def chunked_attention(
     only a chunk of query rows' scores exists at once, and a chunk skips the columns its
     mask hides: ``O(chunk · pos)`` memory instead of ``O(pos²)``, so that long texts can be
     run when no pattern is kept. Cost: ``O(batch · heads · pos² · d_head)`` time (about half).
+    ``offset``: ``q`` holds positions ``offset …`` only, ``k`` and ``v`` every position from 0.
     """
     b, p, h, _ = q.shape
-    rows = max(1, ATTENTION_CHUNK_BYTES // (4 * b * h * p))
+    rows = max(1, ATTENTION_CHUNK_BYTES // (4 * b * h * (p + offset)))
     z = torch.empty(b, p, h, v.shape[-1], dtype=v.dtype, device=v.device)
     for r0 in range(0, p, rows):
         r1 = min(p, r0 + rows)
-        c0 = 0 if window is None else max(0, r0 - window + 1)
-        scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q[:, r0:r1], k[:, c0:r1]) / scale, softcap)
-        dest = torch.arange(r0, r1, device=q.device)[:, None]
-        src = torch.arange(c0, r1, device=q.device)[None, :]
+        c0 = 0 if window is None else max(0, offset + r0 - window + 1)
+        keys = k[:, c0 : offset + r1]
+        scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q[:, r0:r1], keys) / scale, softcap)
+        dest = torch.arange(offset + r0, offset + r1, device=q.device)[:, None]
+        src = torch.arange(c0, offset + r1, device=q.device)[None, :]
         allowed = src <= dest
         if window is not None:
             allowed &= src > dest - window
         weights = scores.masked_fill_(~allowed, float("-inf")).softmax(dim=-1)
-        z[:, r0:r1] = torch.einsum("bhqk,bkhe->bqhe", weights, v[:, c0:r1])
+        z[:, r0:r1] = torch.einsum("bhqk,bkhe->bqhe", weights, v[:, c0 : offset + r1])
     return z
 
 

@@ -225,9 +225,10 @@ class Runner(Sublayers):
     ) -> torch.Tensor:
         cfg = self.cfg
         batch, n_pos = t.shape
-        embed = self.W_E[t]
-        per_layer = self._per_layer_inputs(t, embed)
-        pos = self.W_pos[:n_pos][None] if self.W_pos is not None else None
+        offset = record.offset  # a suffix-only pass computes positions offset … n_pos − 1 (Recorder)
+        embed = self.W_E[t[:, offset:]]
+        per_layer = self._per_layer_inputs(t[:, offset:], embed)
+        pos = self.W_pos[offset:n_pos][None] if self.W_pos is not None else None
         if start == 0 or resid is None:
             resid = record("embed", None, embed)
             if pos is not None:
@@ -241,7 +242,7 @@ class Runner(Sublayers):
             resid = self._layer(layer, resid, pos, frozen, replaced, shared, per_layer, record)
         resid = record("resid_final", None, resid)
         if positions is not None:
-            resid = resid[:, list(positions)]
+            resid = resid[:, [p - offset for p in positions]]
         final = self._normalize(resid, record, "scale_final", None)
         W_U = self.W_U if columns is None else self.W_U[:, columns]
         logits = final @ W_U

@@ -132,7 +132,8 @@ class Sublayers:
         cfg = self.cfg
         x = self._normalize(resid, record, "scale", layer)
         qk_in = x + pos if cfg.positional_embedding_type == "shortformer" and pos is not None else x
-        positions = torch.arange(resid.shape[1], device=resid.device)
+        offset = record.offset
+        positions = torch.arange(offset, offset + resid.shape[1], device=resid.device)
         q = self._qk_norm(self._project(qk_in, layer, "Q"), layer, "q_norm")
         freq = self.rotary_freq(layer)
         if freq is not None:
@@ -143,12 +144,15 @@ class Sublayers:
         q = record("q", layer, q)
         k = record("k", layer, k)
         v = record("v", layer, v)
+        if record.prefix is not None and offset:  # a suffix-only pass: the earlier keys and values, unchanged
+            k, v = _with_prefix(record.prefix(layer), k, v)
         if frozen is None and not (record.keeps("attn_scores") or record.keeps("pattern")):
-            z = record("z", layer, chunked_attention(q, k, v, cfg.scale, cfg.attn_softcap, cfg.window(layer)))
+            z = chunked_attention(q, k, v, cfg.scale, cfg.attn_softcap, cfg.window(layer), offset)
+            z = record("z", layer, z)
             return self._head_outputs(layer, z, replaced, record)
         if frozen is None:
             scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q, k) / cfg.scale, cfg.attn_softcap)
-            mask = attention_mask(resid.shape[1], cfg.window(layer), resid.device)
+            mask = attention_mask(resid.shape[1], cfg.window(layer), resid.device, offset)
             scores = record("attn_scores", layer, scores.masked_fill(~mask, float("-inf")))
             pattern = scores.softmax(dim=-1)
         else:
@@ -241,3 +245,13 @@ class Sublayers:
         if scalar is not None:
             resid = resid * scalar[layer]
         return record("resid_post", layer, resid)
+
+
+def _with_prefix(
+    prefix: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A suffix-only pass's keys and values: the earlier positions' (``prefix``, one copy per base prompt, repeated
+    for the variants stacked on the batch axis) before this pass's own."""
+    pk, pv = prefix
+    copies = k.shape[0] // pk.shape[0]
+    return torch.cat([pk.repeat(copies, 1, 1, 1), k], dim=1), torch.cat([pv.repeat(copies, 1, 1, 1), v], dim=1)

@@ -1,0 +1,196 @@
+"""A sweep's ``memory_budget`` bounds the whole call (base runs included), is checked before any work, and huge
+sweeps are refused from their cell count alone; the pass size is the fastest measured within it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import circuitwidgets as cw
+from circuitwidgets import causal
+from circuitwidgets.causal import budget as budget_module
+from circuitwidgets.causal import engine
+from circuitwidgets.causal.metrics import as_metric
+from circuitwidgets.causal.sites import Cells, check_site
+from circuitwidgets.errors import MemoryBudgetError
+from circuitwidgets.model import CircuitModel
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def gelu() -> CircuitModel:
+    return cw.load_pretrained("gelu-2l").to(torch.float64)
+
+
+@pytest.fixture(scope="module")
+def prompts() -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    clean = torch.randint(1, 2048, (2, 10), generator=gen)
+    corrupted = clean.clone()
+    corrupted[:, 3] = torch.randint(1, 2048, (2,), generator=gen)
+    return clean, corrupted
+
+
+def _no_pass(monkeypatch: pytest.MonkeyPatch, model: CircuitModel) -> list[int]:
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        raise AssertionError("a pass ran before the budget was checked")
+
+    monkeypatch.setattr(model, "run_from", counted)
+    monkeypatch.setattr(model, "run_with_cache", counted)
+    return calls
+
+
+def test_a_budget_that_cannot_hold_one_variant_is_refused_before_work(
+    gelu: CircuitModel, prompts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clean, corrupted = prompts
+    metric = causal.logit_diff(clean[:, -1].tolist(), [5, 6])
+    calls = _no_pass(monkeypatch, gelu)
+    with pytest.raises(MemoryBudgetError, match=r"needs .* MiB.*memory_budget=100,000 bytes") as info:
+        causal.patch(gelu, clean, corrupted, metric, site="z", by=("layer", "head"), memory_budget=100_000)
+    assert "per patched variant" in str(info.value) and not calls
+    with pytest.raises(MemoryBudgetError, match="memory_budget=100,000"):
+        causal.ablate(gelu, corrupted, metric, site="z", memory_budget=100_000)
+    with pytest.raises(MemoryBudgetError, match="memory_budget=100,000"):
+        causal.path_patch(gelu, clean, corrupted, metric, sender=(0, 1), memory_budget=100_000)
+    assert not calls
+
+
+def test_a_huge_sweep_is_refused_from_its_cell_count_without_building_cells(
+    gelu: CircuitModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens = torch.randint(1, 2048, (1, 256))
+    metric = causal.logit_diff(5, 6)
+    calls = _no_pass(monkeypatch, gelu)
+    monkeypatch.setattr(Cells, "at_layer", lambda self: pytest.fail("a tuple per cell was built"))
+    start = time.perf_counter()
+    with pytest.raises(
+        MemoryBudgetError, match=r"4\.0 MiB for the results of its 524,288 cells.*smaller by.*top=N"
+    ) as info:
+        causal.patch(
+            gelu, tokens, tokens.flip(1), metric, site="mlp_post", by=("layer", "pos", "neuron"),
+            memory_budget=95 * 2**20,
+        )  # fmt: skip
+    assert time.perf_counter() - start < 1.0 and not calls
+    assert "memory_budget=99,614,720" in str(info.value)
+    with pytest.raises(
+        MemoryBudgetError, match=r"8\.0 MiB for the results of its 524,288 cells"
+    ):  # top=: estimates too
+        causal.patch(
+            gelu, tokens, tokens.flip(1), metric, site="mlp_post", by=("layer", "pos", "neuron"),
+            memory_budget=100 * 2**20, top=10,
+        )  # fmt: skip
+
+
+def test_passes_never_exceed_what_the_budget_allows(
+    gelu: CircuitModel, prompts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clean, corrupted = prompts
+    metric = causal.logit_diff(clean[:, -1].tolist(), [5, 6])
+    cells = check_site(gelu, "resid_pre", ("layer", "pos"), 10)
+    m = as_metric(metric, gelu.cfg.d_vocab)
+    need = budget_module.sweep_need(gelu, "resid_pre", 2, 10, [["resid_pre"], ["resid_pre"]], 1, 4, cells.count)
+    budget = need.fixed + 3 * need.per_variant + 1
+    assert engine.plan(gelu, cells, m, clean, budget, [["resid_pre"], ["resid_pre"]], "patch") == 3
+    sizes: list[int] = []
+    real = engine.evaluate_variants
+
+    def spy(*args: Any) -> torch.Tensor:
+        sizes.append(args[6])
+        return real(*args)
+
+    monkeypatch.setattr(engine, "evaluate_variants", spy)
+    limited = causal.patch(gelu, clean, corrupted, metric, memory_budget=budget)
+    assert max(sizes) <= 3
+    monkeypatch.setattr(engine, "evaluate_variants", real)
+    whole = causal.patch(gelu, clean, corrupted, metric, memory_budget=2 * budget)
+    np.testing.assert_allclose(limited.values, whole.values, atol=1e-10)
+
+
+def test_the_fastest_pass_size_is_measured_once_and_cached(gelu: CircuitModel) -> None:
+    tried: list[int] = []
+
+    def time_pass(n: int) -> float:  # 8 variants per pass is the sweet spot of this made-up device
+        tried.append(n)
+        return n * (1.0 + abs(n - 8) / 8) * 1e-4
+
+    key = ("test", time.time_ns())
+    assert budget_module.fastest(gelu, key, 64, time_pass, work=10**6) == 8
+    assert max(tried) <= 16  # stopped once past the peak
+    tried.clear()
+    assert budget_module.fastest(gelu, key, 64, time_pass, work=10**6) == 8 and not tried
+    flat = budget_module.fastest(gelu, ("flat", time.time_ns()), 64, lambda n: 1e-3 * n, work=10**6)
+    assert flat == 64  # equal throughput: the largest pass (fewest passes)
+    small = budget_module.fastest(gelu, ("small", time.time_ns()), 64, lambda n: 0.05 * n, work=40)
+    assert small < 64  # the measurement stays a small share of a small sweep
+    assert budget_module.balanced(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert budget_module.balanced(99, 64) == [(0, 50), (50, 99)]
+
+
+PEAK_SCRIPT = r"""
+import ctypes, json, sys, threading, time
+import psutil, torch, transformers
+import circuitwidgets as cw
+from circuitwidgets import causal
+
+torch.set_num_threads(1)
+budget = int(sys.argv[1])
+torch.manual_seed(0)
+config = transformers.GPT2Config(vocab_size=2048, n_positions=256, n_embd=256, n_layer=4, n_head=8, n_inner=1024)
+model = cw.from_hf(transformers.GPT2LMHeadModel(config).eval())
+tokens = torch.randint(0, 2048, (4, 64))
+corrupted = tokens.flip(0)
+metric = causal.logit_diff(tokens[:, -1].tolist(), [7] * 4)
+libc = ctypes.CDLL("libc.so.6")
+process = psutil.Process()
+peaks = {}
+for site in ("z", "pattern"):
+    causal.patch(model, tokens[:, :8], corrupted[:, :8], causal.logit_diff(tokens[:, 7].tolist(), [7] * 4), site=site,
+                 by=("layer",))  # warm the kernels
+    libc.malloc_trim(0)
+    before = process.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], process.memory_info().rss)
+            time.sleep(0.0005)
+
+    thread = threading.Thread(target=sample)
+    thread.start()
+    try:
+        causal.patch(model, tokens, corrupted, metric, site=site, by=("layer", "head"), memory_budget=budget)
+    finally:
+        done.set()
+        thread.join()
+    peaks[site] = peak[0] - before
+print(json.dumps(peaks))
+"""
+
+
+@pytest.mark.slow
+def test_measured_peaks_stay_within_the_budget() -> None:
+    """RSS sampled every half millisecond in a fresh process, above its level before each sweep (base runs included)."""
+    budget = 48 * 2**20
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", PEAK_SCRIPT, str(budget)], capture_output=True, text=True, env=env, timeout=300,
+        check=True,
+    )  # fmt: skip
+    peaks = json.loads(out.stdout.strip().splitlines()[-1])
+    for site, extra in peaks.items():
+        assert extra <= 1.2 * budget, f"{site}: peak {extra / 2**20:.1f} MiB above the start, budget 48 MiB"

@@ -1,0 +1,75 @@
+"""Sweeps by position recompute only the positions from each pass's earliest patched one, reading earlier keys and
+values from the base run: equal to the slow definition (one hooked whole run per cell, float64) on every family
+(rotary offsets, sliding windows, shared keys and values, per-layer inputs, soft-caps, QK-norm, output norms)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from families import CASES, VOCAB
+from test_causal import _slow_patch
+
+import circuitwidgets as cw
+from circuitwidgets import causal
+from circuitwidgets.causal import engine
+from circuitwidgets.model import CircuitModel
+from circuitwidgets.sources.huggingface import from_hf
+
+
+def _offsets(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    seen: list[int] = []
+    real = engine.evaluate_variants
+
+    def spy(*args: Any) -> torch.Tensor:
+        seen.append(args[8] if len(args) > 8 else 0)
+        return real(*args)
+
+    monkeypatch.setattr(engine, "evaluate_variants", spy)
+    return seen
+
+
+def _check_every_cell(model: CircuitModel, site: str, by: tuple[str, ...], clean: torch.Tensor, corrupted: torch.Tensor,
+                      metric: Any, every: int = 1, **kwargs: Any) -> None:  # fmt: skip
+    result = causal.patch(model, clean, corrupted, metric, site=site, by=by, **kwargs)
+    values = np.asarray(result.values)
+    for index in list(np.ndindex(values.shape))[::every]:
+        cell = dict(zip(by, index, strict=True))
+        expected = _slow_patch(model, clean, corrupted, metric, site, cell)
+        assert values[index] == pytest.approx(expected, abs=1e-9), (site, cell)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_suffix_only_passes_equal_the_definition_on_every_family(case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = from_hf(case.build(), dtype=torch.float64)
+    gen = torch.Generator().manual_seed(4)
+    clean = torch.randint(3, VOCAB, (2, 7), generator=gen)
+    corrupted = torch.randint(3, VOCAB, (2, 7), generator=gen)
+    metric = causal.logit_diff(clean[:, -1].tolist(), 4)
+    offsets = _offsets(monkeypatch)
+    _check_every_cell(model, "resid_pre", ("layer", "pos"), clean, corrupted, metric, memory_budget=2**24)
+    assert max(offsets) > 0  # the passes did skip positions
+    if case.id.startswith(("llama", "gemma4", "mistral")):  # a head site split by position, and frozen norms
+        _check_every_cell(model, "k", ("layer", "pos", "head"), clean, corrupted, metric, every=5)
+        frozen = causal.patch(model, clean, corrupted, metric, site="z", by=("layer", "pos"), freeze_norms=True)
+        whole = causal.patch(
+            model, clean, corrupted, lambda logits: metric(logits), site="z", by=("layer", "pos"), freeze_norms=True
+        )  # an undeclared metric: whole passes
+        np.testing.assert_allclose(frozen.values, whole.values, atol=1e-9, rtol=0)
+
+
+def test_pattern_by_destination_and_metric_positions_bound_the_suffix(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = cw.load_pretrained("gelu-2l").to(torch.float64)
+    gen = torch.Generator().manual_seed(5)
+    clean = torch.randint(1, 2048, (2, 8), generator=gen)
+    corrupted = clean.clone()
+    corrupted[:, 2] = torch.randint(1, 2048, (2,), generator=gen)
+    offsets = _offsets(monkeypatch)
+    _check_every_cell(model, "pattern", ("layer", "pos"), clean, corrupted, causal.logit_diff(clean[:, -1].tolist(), 4))
+    assert max(offsets) > 0
+    offsets.clear()
+    early = causal.log_prob(clean[:, 4], pos=3)  # reads position 3: no pass may start after it
+    _check_every_cell(model, "resid_pre", ("layer", "pos"), clean, corrupted, early)
+    assert max(offsets) <= 3
