@@ -189,7 +189,8 @@ def attribution_matrix(
     ----------
     transcoders
         One per layer (a list, or a dict whose values are transcoders), each with the
-        attributes of :class:`~circuitwidgets.graphs.transcoders.TranscoderLike`.
+        attributes of ``circuitwidgets.graphs.transcoders.TranscoderLike`` (a
+        ``circuitwidgets.features.Dictionary`` has them).
     tokens
         One prompt: ``[pos]`` or ``[1, pos]`` ids, or a text.
     max_logits, logit_prob

@@ -115,7 +115,7 @@ class NNsightModel:
         a local checkpoint directory (safetensors shards) for weight-space analyses.
     host, timeout
         the server (``None``: nnsight's configured NDIF host) and the seconds one
-        remote trace may take, connect to result (:data:`DEFAULT_REMOTE_TIMEOUT`).
+        remote trace may take, connect to result (``DEFAULT_REMOTE_TIMEOUT``, 600 s).
     """
 
     lm: Any
@@ -348,7 +348,7 @@ def from_nnsight(
         the server of ``remote=True`` (default: nnsight's configured NDIF host, ``NDIF_HOST``).
     timeout
         seconds one remote trace may take from connecting to its result (default
-        :data:`~circuitwidgets.sources.nnsight_remote.DEFAULT_REMOTE_TIMEOUT`, 600 s);
+        ``circuitwidgets.sources.nnsight_remote.DEFAULT_REMOTE_TIMEOUT``, 600 s);
         past it, or on any failure of the exchange, a :class:`RemoteRunError` names the host and the cause.
     """
     try:

@@ -263,6 +263,10 @@ def write_api_pages(app: Sphinx) -> None:
                     "",
                 ]
                 continue
+            home = _documented_elsewhere(module_name, name, obj)
+            if home is not None:  # a class documented on its own module's page: one description, two names
+                lines += [f".. py:class:: {name}", "", f"   The class :class:`{home}.{name}` (the same class).", ""]
+                continue
             lines.append(_api_entry(module_name, name, obj))
         _write(out / f"{module_name}.rst", lines)
     heading = "Supporting names: errors, activation cache, tokenizers, attention tiles"
@@ -277,6 +281,19 @@ def write_api_pages(app: Sphinx) -> None:
             )
         lines += [_api_entry(module_name, n, getattr(importlib.import_module(module_name), n)) for n in names]
     _write(out / "supporting.rst", lines)
+
+
+def _documented_elsewhere(module_name: str, name: str, obj: Any) -> str | None:
+    """The other API page that documents the non-widget class ``obj`` (Sphinx allows one description of a class)."""
+    import importlib
+    import inspect
+
+    if module_name != "circuitwidgets" or not inspect.isclass(obj) or getattr(obj, "_view", None) is not None:
+        return None
+    for other in API_PAGES:
+        if other not in (module_name, "circuitwidgets.widgets") and name in importlib.import_module(other).__all__:
+            return other
+    return None
 
 
 def _write(path: Path, lines: list[str]) -> None:
