@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -49,3 +50,23 @@ def make_random_model(
 def random_model() -> Callable[..., CircuitModel]:
     """Factory fixture: ``random_model(n_layers=2, ...)``."""
     return make_random_model
+
+
+@pytest.fixture(autouse=True)
+def _no_stale_event_loop(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Hide, outside browser tests, the event loop Playwright's sync API leaves registered as running.
+
+    The browser tests' session-scoped Playwright keeps its asyncio loop marked as the thread's running loop
+    between calls, so a later test would see a running loop that never turns: ``asyncio.run`` refuses to
+    start, and work a widget defers to "the kernel's loop" (``widgets.core.coalesce``) would never run.
+    Each non-browser test runs as a script does, with no running loop; the loop is put back afterwards.
+    """
+    stale = asyncio.events._get_running_loop()
+    if stale is None or request.node.get_closest_marker("e2e") is not None:
+        yield
+        return
+    asyncio.events._set_running_loop(None)
+    try:
+        yield
+    finally:
+        asyncio.events._set_running_loop(stale)

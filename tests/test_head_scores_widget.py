@@ -194,7 +194,9 @@ def test_report_shows_head_scores_linked_to_the_other_views(tmp_path: Any) -> No
         r'<div class="cw-widget"([^>]*)><script type="application/json" class="cw-state">(.{0,200})', page
     )
     heads = [attrs for attrs, state in blocks if '"_view":"headscores"' in state]
-    assert len(heads) == 1 and f'data-cw-link="{" ".join(LINKED)}"' in heads[0]
+    # (the report links through cw.link: each view lists the linked traits it has; head scores have no position)
+    assert len(heads) == 1 and 'data-cw-link="selected_layer selected_head"' in heads[0], heads
+    assert "data-cw-link-group=" in heads[0] and {"selected_layer", "selected_head"} <= set(LINKED)
     assert all("data-cw-link" in attrs for attrs, _ in blocks)
 
 

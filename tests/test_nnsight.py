@@ -174,6 +174,10 @@ class _Server:
         return None
 
 
+#: The host a remote handle names when none is given (nnsight's default NDIF host).
+HOST = "https://api.ndif.us"
+
+
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Any:
     from circuitwidgets.sources import nnsight_remote
@@ -181,9 +185,16 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Any:
     def make(fail: str | None = None) -> _Server:
         lm = _pair("llama-gqa2-biases-llama3rope")[1].lm
         fake = _Server(lm, fail)
-        backend = nnsight_remote._backend_class()  # the remote backend circuitwidgets runs (deadline, typed errors)
-        monkeypatch.setattr(backend, "request", lambda self, request, tracer: fake(self, request, tracer))
-        monkeypatch.setattr(lm, "repo_id", "org/tiny-llama", raising=False)  # a model NDIF can name
+        # nnsight's own backend stands in for ours here (ours, its deadline and typed failures, are tested against
+        # localhost servers in test_nnsight_remote): a trace ships its backend to the server, and ours travels by
+        # value with circuitwidgets, so a fake patched onto it would travel too, naming this test module, which
+        # the simulated server cannot import when this file is imported as tests.test_nnsight.
+        from nnsight.intervention.backends.remote import RemoteBackend
+
+        monkeypatch.setattr(RemoteBackend, "request", lambda self, request, tracer: fake(self, request, tracer))
+        monkeypatch.setattr(
+            nnsight_remote, "backend", lambda lm, host, timeout: RemoteBackend("tiny-llama", host=host or HOST)
+        )
         monkeypatch.setattr(
             type(_pair("llama-gqa2-biases-llama3rope")[1].lm), "to_model_key", lambda self: "tiny-llama"
         )

@@ -20,7 +20,7 @@ from circuitwidgets import causal
 from circuitwidgets.causal.nnsight_backend import _bytes_per_variant
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NotCoveredError
 from tests.families import CASES_BY_ID, Case, randomise_norms_and_biases
-from tests.test_nnsight import METRIC, TOL, _prompts, _Server, _tokenizer, cw, nnsight, transformers
+from tests.test_nnsight import HOST, METRIC, TOL, _prompts, _Server, _tokenizer, cw, nnsight, transformers
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 #: (family, key/value heads): one key head per query head, and grouped-query attention.
@@ -125,10 +125,16 @@ def deep_server(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The fake NDIF of tests/test_nnsight.py, serving the three-layer Llama with one key head per query head."""
     from nnsight.intervention.backends.remote import RemoteBackend
 
+    from circuitwidgets.sources import nnsight_remote
+
     lm = _deep("llama-gqa2-biases-llama3rope", 4)[1].lm
     fake = _Server(lm)
     monkeypatch.setattr(RemoteBackend, "request", lambda self, request, tracer: fake(self, request, tracer))
     monkeypatch.setattr(type(lm), "to_model_key", lambda self: "tiny-llama-3l")
+    # nnsight's own backend in place of ours, as tests/test_nnsight.py's server says why
+    monkeypatch.setattr(
+        nnsight_remote, "backend", lambda lm, host, timeout: RemoteBackend("tiny-llama-3l", host=host or HOST)
+    )
     return fake
 
 

@@ -169,6 +169,14 @@ def _project(h: NNsightModel, got: dict[str, Any], answers: Answers, by: str, ep
     return {"values": values, "rest": [*named.values(), bias, logit, model_logit]}
 
 
+def _parsed_answers(h: NNsightModel, answers: object, batch: int) -> Answers:
+    """``answers`` checked, strings encoded with the handle's tokenizer. A function of its own because a trace
+    sends its frame's locals to the server: a tokenizer there would be pickled with it (and a local class fails)."""
+    tokenizer = getattr(h.lm, "tokenizer", None)
+    encode = (lambda text: list(tokenizer.encode(text, add_special_tokens=False))) if tokenizer is not None else None
+    return parse_answers(answers, batch, h.d_vocab, h.d_model, encode)
+
+
 def logit_attribution(
     h: NNsightModel, tokens: object, answers: object, by: str = "component", pos: int = -1,
     *, reduce: Literal["mean", "none"] = "mean",
@@ -182,9 +190,7 @@ def logit_attribution(
     check_attribution(by, reduce, pos, t.shape[1])
     batch, n_pos = t.shape
     p = pos % n_pos
-    tokenizer = getattr(h.lm, "tokenizer", None)
-    encode = (lambda text: list(tokenizer.encode(text, add_special_tokens=False))) if tokenizer is not None else None
-    parsed = parse_answers(answers, batch, h.d_vocab, h.d_model, encode)
+    parsed = _parsed_answers(h, answers, batch)
     lay = h.layout
     first = h.module(0, f"{lay.attn}.{lay.o_proj}")
     rest = _rest_names(h, by, first.bias is not None or lay.attn_out_norm is not None)

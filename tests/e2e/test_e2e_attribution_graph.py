@@ -47,7 +47,7 @@ def test_attribution_graph_draws_by_position_prunes_and_selects(page_path: Path,
     slider.fill(size)
     wait_for(lambda: graph.locator(".cw-edge").count() == drawn, "all edges back")
     features.last.dispatch_event("click")  # (feature nodes of one cell overlap: no pointer position is needed)
-    status = wait_status(graph, r" selected; hover")
+    status = wait_status(graph, r"^L\d.* selected; hover")  # (not "Nothing selected; hover …")
     assert status.startswith("L") and " f" in status and "@" in status
     assert graph.locator("[data-cw-selected]").count() == 1
     page_log.assert_offline_clean()
