@@ -11,6 +11,7 @@ import pytest
 import torch
 from _features import mlp_model
 
+from circuitwidgets.errors import ArgumentError
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.objective import TrainingDictionary, sparse_step
 from circuitwidgets.features.train import DictionarySpec, DictionaryTrainConfig, train_dictionaries
@@ -103,3 +104,36 @@ def test_cli_refuses_a_bad_dictionary_spec(capsys: pytest.CaptureFixture[str]) -
 
     assert main(["train-dictionary", "-o", "unused", "--dict", "transcoder", "--tokens", "10"]) == 2
     assert "--dict: expected KIND[:SITE]@LAYER" in capsys.readouterr().err
+
+
+def test_a_time_limit_plans_fewer_rows_and_replans_when_the_run_slows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from circuitwidgets.features import train
+
+    ticks = iter(range(10_000))
+    # one "second" per reading of the clock for the first 20 readings, then three: the run slows down
+    monkeypatch.setattr(train, "_clock", lambda: float(sum(1 if i < 20 else 3 for i in range(next(ticks)))))
+    model = mlp_model(dtype=torch.float32)
+    corpus = np.random.default_rng(0).integers(0, 40, size=4000).astype(np.uint16)
+    cfg = DictionaryTrainConfig(tokens=64 * 10_000, batch_size=64, n_ctx=16, buffer_rows=512, windows_per_run=4,
+                                checkpoint_every=10_000, log_every=2, threads=1, time_limit=60.0, calibration_steps=4)  # fmt: skip
+    log = io.StringIO()
+    train_dictionaries(
+        model, [DictionarySpec("sae", 0, "resid_post", width=8, k=2)], tmp_path, cfg, corpus=corpus, log=log
+    )
+    plans = [int(line.split("planning ")[1].split()[0]) for line in log.getvalue().splitlines() if "planning" in line]
+    assert len(plans) >= 2 and plans == sorted(plans, reverse=True) and plans[-1] < plans[0] < 10_000, plans
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["step"] == plans[-1] and state["planned_tokens"] == plans[-1] * 64
+    assert state["seconds"] <= 60.0 * 1.05
+    hardware = json.loads((tmp_path / "hardware.json").read_text())
+    assert hardware[0]["from_step"] == 0 and hardware[0]["device"] == "cpu" and hardware[0]["cpus"]
+
+
+def test_a_time_limit_must_be_positive(tmp_path: Path) -> None:
+    model = mlp_model(dtype=torch.float32)
+    corpus = np.zeros(400, dtype=np.uint16)
+    with pytest.raises(ArgumentError, match="time_limit: expected a positive number of seconds"):
+        train_dictionaries(model, [DictionarySpec("sae", 0, "resid_post", width=8, k=2)], tmp_path,
+                           DictionaryTrainConfig(time_limit=0.0), corpus=corpus, log=None)  # fmt: skip

@@ -23,6 +23,12 @@ _OPTIONS: list[tuple[str, str, type, str]] = [
     ("--n-ctx", "n_ctx", int, "tokens per window run through the model"),
     ("--buffer-rows", "buffer_rows", int, "rows in the shuffle buffer"),
     ("--dead-tokens", "dead_tokens", int, "a feature silent for this many rows is dead (auxiliary loss)"),
+    ("--k-aux", "k_aux", int, "dead features in the auxiliary loss per row (default: half the output width)"),
+    ("--aux-coefficient", "aux_coefficient", float, "weight of the auxiliary loss"),
+    ("--warmup-steps", "warmup_steps", int, "steps of linear learning-rate warm-up"),
+    ("--windows-per-run", "windows_per_run", int, "windows per model pass when filling the buffer"),
+    ("--time-limit", "time_limit", float, "seconds of training: plan fewer tokens if --tokens would not fit"),
+    ("--calibration-steps", "calibration_steps", int, "steps timed before --time-limit fits the plan"),
     ("--seed", "seed", int, "seed of the window order and the initialisation"),
     ("--threads", "threads", int, "torch CPU threads (1 is fastest on a shared machine)"),
     ("--device", "device", str, "cpu or cuda"),
@@ -87,7 +93,11 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     given = {field: getattr(args, field) for _, field, _, _ in _OPTIONS if hasattr(args, field)}
-    model = CircuitModel.load(args.model) if Path(args.model).is_dir() else load_pretrained(args.model)
+    device = given.get("device", "cpu")  # the model runs where the dictionaries train: its pass feeds them
+    if Path(args.model).is_dir():
+        model = CircuitModel.load(args.model, device=device)
+    else:
+        model = load_pretrained(args.model, device=device)
     done = train_dictionaries(model, specs, args.out, DictionaryTrainConfig(**given), cache_dir=args.cache)
     for name in done:
         print(f"{name} written to {args.out / f'{name}.safetensors'}")

@@ -16,12 +16,14 @@ import argparse
 import json
 import os
 import platform
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from circuitwidgets.errors import ArgumentError
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.evaluate import evaluate
 from circuitwidgets.features.files import load, read_safetensors, save
@@ -61,31 +63,13 @@ def _measure(d: Dictionary, model: CircuitModel, tokens: torch.Tensor) -> dict[s
     return {name: round(float(got[name]), 5) for name in CARD_METRICS} | {"n_tokens": got["n_tokens"]}
 
 
-def publish(
-    run_dir: Path, model: CircuitModel, command: str, dest: Path | None = None, windows: int = 256,
-    ci_windows: int = 8, n_ctx: int = 128,
-) -> dict[str, Any]:  # fmt: skip
-    """Write the run's dictionaries (float16) and their card into ``dest`` (default: the package's folder)."""
-    dest = dest or dictionaries_dir(model.name)
-    dest.mkdir(parents=True, exist_ok=True)
+def _run_record(run_dir: Path, command: str) -> dict[str, Any]:
+    """What a run's card says of its training: the command, rows, time, config and where it ran."""
     state = json.loads((run_dir / "state.json").read_text())
     train_cfg = json.loads((run_dir / "train_config.json").read_text())
-    tokens = held_out_windows(model, windows, n_ctx)
-    entries: dict[str, Any] = {}
-    for spec in train_cfg["specs"]:
-        name = _name(spec)
-        finished = run_dir / f"{name}.safetensors"
-        d = load(finished) if finished.is_file() else from_checkpoint(run_dir / f"{name}.checkpoint.safetensors")
-        shipped = load(save(d, dest / f"{name}.safetensors", dtype=torch.float16))
-        entries[name] = {
-            **shipped.config(),
-            "file": f"{name}.safetensors",
-            "finished": finished.is_file(),
-            "metrics": _measure(shipped, model, tokens),
-            "ci_metrics": _measure(shipped, model, tokens[:ci_windows]),
-        }
-    card = {
-        "model": model.name,
+    hw_path = run_dir / "hardware.json"
+    stretches = json.loads(hw_path.read_text()) if hw_path.exists() else []
+    return {
         "command": command,
         "training": {
             "rows": state["tokens"],
@@ -96,14 +80,49 @@ def publish(
             "planned_rows": train_cfg["tokens"],
             "config": {k: v for k, v in train_cfg.items() if k != "specs"},
         },
-        "hardware": {
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
-            "threads": train_cfg["threads"],
-            "device": train_cfg["device"],
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-        },
+        # where it trained (recorded by the trainer; a run from before that record: this machine, flagged)
+        "hardware": stretches[-1] if stretches else {**_here(), "recorded_at_publish": True},
+    }
+
+
+def _here() -> dict[str, Any]:
+    return {"machine": platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
+            "python": platform.python_version()}  # fmt: skip
+
+
+def publish(
+    runs: Sequence[tuple[Path, str]], model: CircuitModel, dest: Path | None = None, windows: int = 256,
+    ci_windows: int = 8, n_ctx: int = 128, pick: Mapping[str, int] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Write the dictionaries of ``runs`` (``(run_dir, command)`` pairs) as float16 with one card.
+
+    Every dictionary of every run is shipped, unless ``pick`` maps the names to ship to the index of
+    the run each comes from (a name trained in two runs must be picked). ``dest`` defaults to the
+    package's folder for ``model``.
+    """
+    dest = dest or dictionaries_dir(model.name)
+    dest.mkdir(parents=True, exist_ok=True)
+    sources = _sources(runs, pick)
+    tokens = held_out_windows(model, windows, n_ctx)
+    entries: dict[str, Any] = {}
+    for name, i in sources.items():
+        run_dir, command = runs[i]
+        finished = run_dir / f"{name}.safetensors"
+        d = load(finished) if finished.is_file() else from_checkpoint(run_dir / f"{name}.checkpoint.safetensors")
+        shipped = load(save(d, dest / f"{name}.safetensors", dtype=torch.float16))
+        entries[name] = {
+            **shipped.config(),
+            "file": f"{name}.safetensors",
+            "finished": finished.is_file(),
+            **_run_record(run_dir, command),
+            "metrics": _measure(shipped, model, tokens),
+            "ci_metrics": _measure(shipped, model, tokens[:ci_windows]),
+        }
+        print(f"{name}: {entries[name]['metrics']}", flush=True)
+    for stale in set(p.name for p in dest.glob("*.safetensors")) - {e["file"] for e in entries.values()}:
+        (dest / stale).unlink()  # a dictionary no longer shipped must not stay loadable without a card entry
+    card = {
+        "model": model.name,
         "evaluation": {
             "held_out_windows": int(tokens.shape[0]),
             "n_ctx": n_ctx,
@@ -118,36 +137,62 @@ def publish(
     return card
 
 
+def _sources(runs: Sequence[tuple[Path, str]], pick: Mapping[str, int] | None) -> dict[str, int]:
+    """Which run each shipped dictionary comes from."""
+    trained: dict[str, list[int]] = {}
+    for i, (run_dir, _) in enumerate(runs):
+        for spec in json.loads((run_dir / "train_config.json").read_text())["specs"]:
+            trained.setdefault(_name(spec), []).append(i)
+    if pick is None:
+        twice = sorted(n for n, where in trained.items() if len(where) > 1)
+        if twice:
+            raise ArgumentError(f"pick: {twice} trained in several runs; name the run each is shipped from")
+        return {n: where[0] for n, where in trained.items()}
+    for n, i in pick.items():
+        if i not in trained.get(n, []):
+            raise ArgumentError(f"pick: {n!r} was not trained in run {i} (trained: {trained})")
+    return dict(pick)
+
+
 def _name(spec: dict[str, Any]) -> str:
     short = {"transcoder": "tc", "skip-transcoder": "stc"}
     return f"L{spec['layer']}.{short.get(spec['kind'], spec['site'])}"
 
 
 def _readme(card: dict[str, Any]) -> str:
-    t = card["training"]
+    e = card["evaluation"]
     lines = [
         f"# Sparse dictionaries of `{card['model']}`",
         "",
-        "Loaded by `circuitwidgets.features.load_pretrained(" + json.dumps(card["model"]) + ")`. Reproduce:",
-        "",
-        f"    {card['command']}",
-        "",
-        f"Trained on {t['rows']:,} rows ({t['distinct_tokens']:,} distinct tokens of the Python standard library, "
-        f"each used {t['passes']}×) in {t['train_seconds']:,.0f} s on {card['hardware']['cpus']} shared CPU cores "
-        f"({card['hardware']['threads']} thread, torch {card['hardware']['torch']}). Measured on "
-        f"{card['evaluation']['held_out_windows']} windows of {card['evaluation']['n_ctx']} held-out tokens, "
-        "with the float16 weights shipped here:",
+        "Loaded by `circuitwidgets.features.load_pretrained(" + json.dumps(card["model"]) + ")`. Measured on "
+        f"{e['held_out_windows']} windows of {e['n_ctx']} held-out tokens (Python standard library files never "
+        "trained on), with the float16 weights shipped here:",
         "",
         "| dictionary | kind | width | k | L0 | explained variance | CE loss recovered | KL score | dead | dense |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, e in card["dictionaries"].items():
-        m = e["metrics"]
+    for name, d in card["dictionaries"].items():
+        m = d["metrics"]
         lines.append(
-            f"| {name} | {e['kind']} ({e['in_site']} → {e['out_site']}) | {e['d_sae']} | {e['k']} | {m['l0']:.1f} | "
+            f"| {name} | {d['kind']} ({d['in_site']} → {d['out_site']}) | {d['d_sae']} | {d['k']} | {m['l0']:.1f} | "
             f"{m['explained_variance']:.3f} | {m['ce_loss_recovered']:.3f} | {m['kl_score']:.3f} | "
             f"{m['dead_fraction']:.1%} | {m['dense_fraction']:.1%} |"
         )
+    lines += [
+        "",
+        "How each was trained (the command reproduces it; `--time-limit` runs train as many rows as fit):",
+        "",
+    ]
+    for name, d in card["dictionaries"].items():
+        t, hw = d["training"], d["hardware"]
+        where = hw.get("cuda_device") or f"{hw.get('cpus')} CPU cores ({hw.get('threads', '?')} threads)"
+        lines += [
+            f"- **{name}**: {t['rows']:,} rows ({t['distinct_tokens']:,} distinct token positions, each used "
+            f"{t['passes']}×) in {t['train_seconds']:,.0f} s on {where}, torch {hw.get('torch')}:",
+            "",
+            f"      {d['command']}",
+            "",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -155,14 +200,23 @@ def main() -> None:
     """``python -m circuitwidgets.features.publish RUN_DIR --model NAME --command "..."``."""
     from circuitwidgets.sources.pretrained import load_pretrained
 
-    parser = argparse.ArgumentParser(description="ship a dictionary run's results with a card")
-    parser.add_argument("run_dir", type=Path)
+    parser = argparse.ArgumentParser(description="ship dictionary runs' results with one card")
+    parser.add_argument("run_dirs", type=Path, nargs="+")
     parser.add_argument("--model", default="gelu-2l")
-    parser.add_argument("--command", required=True, help="the command that reproduces the run (for the card)")
+    parser.add_argument(
+        "--command", action="append", required=True, help="the command that reproduced each run (one per run, in order)"
+    )
+    parser.add_argument(
+        "--pick", action="append", default=None, metavar="NAME=RUN", help="ship NAME from run RUN (0-based)"
+    )
     parser.add_argument("--windows", type=int, default=256)
     args = parser.parse_args()
+    if len(args.command) != len(args.run_dirs):
+        parser.error(f"--command: expected one per run directory ({len(args.run_dirs)}), got {len(args.command)}")
+    pick = None if args.pick is None else {p.split("=")[0]: int(p.split("=")[1]) for p in args.pick}
     torch.set_num_threads(1)
-    card = publish(args.run_dir, load_pretrained(args.model), args.command, windows=args.windows)
+    runs = list(zip(args.run_dirs, args.command, strict=True))
+    card = publish(runs, load_pretrained(args.model), windows=args.windows, pick=pick)
     print(_readme(card))
 
 

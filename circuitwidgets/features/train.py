@@ -14,12 +14,21 @@ seconds), each dictionary's ``<name>.checkpoint.safetensors`` (weights, Adam's
 moments, steps since each feature last fired, the threshold estimate) are
 written every ``checkpoint_every`` steps; rerunning the same command continues.
 Nothing is pickled. Progress is plain text lines (also in ``log.jsonl``).
+
+``time_limit`` (seconds of this invocation's training) fits a run to a lease (a lent
+GPU, a session): after ``calibration_steps``, and again at every progress line until
+the learning rate starts to decay, the run measures its own speed and, if ``tokens``
+would not finish in time, plans fewer (never more), so that the learning rate still
+decays to 0 at the end. The planned rows are kept in ``state.json`` (a resumed run keeps them) and
+``hardware.json`` says where each stretch of the run trained.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -38,6 +47,8 @@ from circuitwidgets.features.objective import TrainingDictionary, normalise_deco
 from circuitwidgets.features.sites import site_width
 from circuitwidgets.features.stream import ActivationStream, corpus_tokens
 from circuitwidgets.model import CircuitModel
+
+_clock = time.perf_counter  # the run's clock (a test slows it down to exercise the time limit)
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,8 @@ class DictionaryTrainConfig:
     device: str = "cpu"
     checkpoint_every: int = 100
     log_every: int = 50
+    time_limit: float | None = None  # seconds of training (after loading): plan fewer tokens to finish in time
+    calibration_steps: int = 200  # steps measured before a time limit shortens the plan
     specs: list[DictionarySpec] = field(default_factory=list)
 
     @property
@@ -140,6 +153,43 @@ def _new_trainee(
     return _Trainee(td, opt, torch.zeros(spec.width, dtype=torch.float64, device=cfg.device))
 
 
+def _fitted(cfg: DictionaryTrainConfig, step: int, elapsed: float, recent: tuple[int, float]) -> DictionaryTrainConfig:
+    """``cfg`` with ``tokens`` cut so that the run, at its recent speed, ends within ``time_limit``.
+
+    ``recent`` is an earlier ``(step, elapsed)`` reading: the speed since then (not since the start,
+    which a slower stretch later would make too hopeful) prices the steps left.
+    """
+    then_step, then = recent
+    if cfg.time_limit is None or elapsed <= then or step <= then_step:
+        return cfg
+    margin = 0.97  # the last checkpoint and the final save are not in the measured speed
+    rate = (step - then_step) / (elapsed - then)
+    steps = step + int(max(0.0, cfg.time_limit * margin - elapsed) * rate)
+    return replace(cfg, tokens=min(cfg.tokens, max(step + 1, steps) * cfg.batch_size))
+
+
+def _before_decay(cfg: DictionaryTrainConfig, step: int) -> bool:
+    return step < cfg.steps - int(cfg.steps * cfg.decay_fraction)
+
+
+def hardware() -> dict[str, object]:
+    """Where a run trains: machine, CPU count, torch's threads, the CUDA device's name when one is used."""
+    info: dict[str, object] = {
+        "machine": platform.machine(), "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "python": platform.python_version(),
+    }  # fmt: skip
+    if torch.cuda.is_available():
+        info["cuda_device"] = torch.cuda.get_device_name()
+    return info
+
+
+def _record_hardware(out: Path, cfg: DictionaryTrainConfig, step: int) -> None:
+    path = out / "hardware.json"
+    stretches = json.loads(path.read_text()) if path.exists() else []
+    stretches.append({"from_step": step, "device": cfg.device, **hardware()})
+    path.write_text(json.dumps(stretches, indent=1))
+
+
 def _lr(cfg: DictionaryTrainConfig, step: int) -> float:
     warm = min(1.0, (step + 1) / max(1, cfg.warmup_steps))
     decay_steps = int(cfg.steps * cfg.decay_fraction)
@@ -195,6 +245,9 @@ def train_dictionaries(
     cfg = replace(config or DictionaryTrainConfig(), specs=[_check_spec(model, s) for s in specs])
     if not cfg.specs:
         raise ArgumentError("specs: expected at least one dictionary to train, got none")
+    if cfg.time_limit is not None and not cfg.time_limit > 0:
+        raise ArgumentError(f"time_limit: expected a positive number of seconds or None, got {cfg.time_limit!r}")
+    check_int("calibration_steps", cfg.calibration_steps, 1)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
@@ -211,13 +264,19 @@ def train_dictionaries(
     for name, t in trainees.items():
         if state and (out / f"{name}.checkpoint.safetensors").exists():
             _load_trainee(out / f"{name}.checkpoint.safetensors", t)
+    if "planned_tokens" in state:  # a time-limited run keeps the plan it fitted (and may shorten it further)
+        cfg = replace(cfg, tokens=state["planned_tokens"])
     (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
     step, seconds = state.get("step", 0), state.get("seconds", 0.0)
+    _record_hardware(out, cfg, step)
+    fitted = "planned_tokens" in state
+    start, readings = step, list[tuple[int, float]]()  # (step, seconds) at each refit: the recent speed
+    fit_at = step + cfg.calibration_steps if cfg.time_limit is not None else -1
     _log(
         log,
         f"training {', '.join(trainees)} on {model.name}: {cfg.steps} steps of {cfg.batch_size} rows, from step {step}",
     )
-    t0, last = time.perf_counter(), time.perf_counter()
+    t0, last = _clock(), _clock()
     while step < cfg.steps:
         lr = _lr(cfg, step)
         records: dict[str, dict[str, float]] = {}
@@ -225,8 +284,25 @@ def train_dictionaries(
             name = _name(spec)
             records[name] = _train_step(trainees[name], batch, spec, cfg, lr, step)
         step += 1
+        if (
+            fit_at >= 0
+            and step >= fit_at
+            and (step == fit_at or step % cfg.log_every == 0)
+            and _before_decay(cfg, step)
+        ):
+            # refitted at every progress line until the decay starts: a run slows as its buffer cycles and
+            # other work shares the device, and the first steps' speed alone overran a lease by a third
+            planned, now = cfg.steps, _clock() - t0
+            readings.append((step, now))
+            cfg, fitted = (
+                _fitted(cfg, step, now, readings[max(0, len(readings) - 6)] if step > fit_at else (start, 0.0)),
+                True,
+            )
+            if cfg.steps != planned:
+                (out / "train_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+                _log(log, f"time limit {cfg.time_limit:.0f} s: planning {cfg.steps} steps ({cfg.tokens:,} rows)")
         if step % cfg.log_every == 0 or step == cfg.steps:
-            now = time.perf_counter()
+            now = _clock()
             rate = cfg.log_every * cfg.batch_size / max(now - last, 1e-9) if step % cfg.log_every == 0 else float("nan")
             last = now
             _write_log(out, log, step, step * cfg.batch_size, seconds + now - t0, rate, lr, records)
@@ -234,7 +310,9 @@ def train_dictionaries(
             for name, t in trainees.items():
                 _save_trainee(out / f"{name}.checkpoint.safetensors", t)
             new_state = {"step": step, "tokens": step * cfg.batch_size, "window": stream.window,
-                         "seconds": round(seconds + time.perf_counter() - t0, 1)}  # fmt: skip
+                         "seconds": round(seconds + _clock() - t0, 1)}  # fmt: skip
+            if fitted:
+                new_state["planned_tokens"] = cfg.tokens
             (out / "state.json").write_text(json.dumps(new_state))
         if step < cfg.steps:
             batch = stream.next(cfg.batch_size)
