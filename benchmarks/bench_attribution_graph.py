@@ -19,6 +19,11 @@ Run from the repository root::
     nice -n 10 .venv/bin/python benchmarks/bench_attribution_graph.py                    # 64 tokens on gelu-2l
     nice -n 10 .venv/bin/python benchmarks/bench_attribution_graph.py --tokens 64 1024 4096 --ctracer .venv-peers/ctracer/bin/python
 
+Both run on ``--threads`` (default 1) with ``OMP_NUM_THREADS`` set to match: on a shared machine an idle
+OpenMP thread spins and a second one waits for a busy core, which made 2-thread timings meaningless here.
+Wall seconds and CPU seconds of the call itself are reported (CPU seconds vary less with the machine's load);
+the speed-up is circuit-tracer's over ours, both measured in the same run, one after the other.
+
 Prints a markdown table. Not part of the test suite.
 """
 
@@ -108,6 +113,57 @@ def one(n_tokens: int, kind: str, batch: int, max_nodes: int, device: str, threa
     }  # fmt: skip
 
 
+def _child_env(extra: dict[str, str], threads: int) -> dict[str, str]:
+    """The environment of a measured subprocess: OpenMP capped at ``threads`` (no spinning extra threads)."""
+    return {**os.environ, **extra, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def _ours(args: argparse.Namespace, n: int) -> dict[str, object]:
+    cmd = [sys.executable, __file__, "--one", str(n), "--transcoders", args.transcoders, "--batch", str(args.batch),
+           "--max-feature-nodes", str(args.max_feature_nodes), "--device", args.device,
+           "--threads", str(args.threads)]  # fmt: skip
+    load = os.getloadavg()[0]
+    child = subprocess.run(cmd, capture_output=True, text=True, env=_child_env({"PYTHONPATH": str(ROOT)}, args.threads))
+    if child.returncode:
+        sys.exit(f"{n} tokens failed:\n{child.stderr[-3000:]}")
+    found = json.loads(next(line for line in child.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    return {**found, "load": load}
+
+
+def _theirs(args: argparse.Namespace, n: int) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    cmd = [args.ctracer, str(ROOT / "scripts" / "ctracer_reference.py"), "bench", str(n), str(args.batch),
+           str(args.max_feature_nodes), str(args.threads)]  # fmt: skip
+    load = os.getloadavg()[0]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=_child_env(env, args.threads),
+                              timeout=args.ctracer_timeout)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"timeout": args.ctracer_timeout, "load": load}
+    line = next((s for s in done.stdout.splitlines() if s.startswith("RESULT ")), None)
+    return {**json.loads(line[7:]), "load": load} if line else {"error": done.stderr.strip().splitlines()[-1:]}
+
+
+def _row(ours: dict, theirs: dict | None) -> str:
+    """One markdown row: ours, circuit-tracer's, and the ratios (theirs / ours) of wall and CPU seconds."""
+    if theirs is None:
+        ct_s = ct_m = ratio = "—"
+    elif "seconds" in theirs:
+        ct_s = f"{theirs['seconds']:.1f} ({theirs['cpu_seconds']:.1f})"
+        ct_m = f"{theirs['peak_gb']:.2f}"
+        ratio = f"{theirs['seconds'] / ours['seconds']:.1f}× ({theirs['cpu_seconds'] / ours['cpu_seconds']:.1f}×)"
+    elif "timeout" in theirs:
+        ct_s, ct_m = f"> {theirs['timeout']:.0f} (stopped)", "—"
+        ratio = f"> {theirs['timeout'] / ours['seconds']:.1f}×"
+    else:
+        ct_s, ct_m, ratio = str(theirs.get("error")), "—", "—"
+    feats = min(ours["active"], ours["max_nodes"])
+    gpu = f" ({ours['gpu_peak_gb']:.2f})" if ours.get("gpu_peak_gb") is not None else ""
+    load = f"{ours['load']:.1f}" + (f" / {theirs['load']:.1f}" if theirs else "")
+    return (f"| {ours['tokens']} | {ours['model']} | {ours['device']}, {ours['threads']} | {load} | {feats} ({ours['active']}) | "
+            f"{ours['seconds']:.1f} ({ours['cpu_seconds']:.1f}) | {ours['peak_gb']:.2f}{gpu} | {ct_s} | {ct_m} | {ratio} |")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[64])
@@ -115,8 +171,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--max-feature-nodes", type=int, default=7500)
     parser.add_argument("--ctracer", type=str, default=None, help="circuit-tracer 0.5 environment's python")
+    parser.add_argument("--ctracer-max-tokens", type=int, default=1024, help="longest prompt circuit-tracer runs")
+    parser.add_argument("--ctracer-timeout", type=float, default=1800, help="seconds before circuit-tracer is stopped")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
@@ -124,42 +182,18 @@ def main() -> None:
         print("RESULT " + json.dumps(result))
         return
     rows = []
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for n in args.tokens:
-        cmd = [sys.executable, __file__, "--one", str(n), "--transcoders", args.transcoders, "--batch", str(args.batch),
-               "--max-feature-nodes", str(args.max_feature_nodes), "--device", args.device,
-               "--threads", str(args.threads)]  # fmt: skip
-        child = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if child.returncode:
-            sys.exit(f"{n} tokens failed:\n{child.stderr[-3000:]}")
-        out = child.stdout
-        ours = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
-        theirs = None
-        if args.ctracer:
-            ct_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-            ct_cmd = [args.ctracer, str(ROOT / "scripts" / "ctracer_reference.py"), "bench", str(n), str(args.batch),
-                      str(args.max_feature_nodes)]  # fmt: skip
-            done = subprocess.run(ct_cmd, capture_output=True, text=True, env=ct_env)
-            line = next((s for s in done.stdout.splitlines() if s.startswith("RESULT ")), None)
-            theirs = json.loads(line[7:]) if line else {"error": done.stderr.strip().splitlines()[-1:]}
+        ours = _ours(args, n)
+        theirs = _theirs(args, n) if args.ctracer and n <= args.ctracer_max_tokens else None
         rows.append((ours, theirs))
         print(json.dumps({"ours": ours, "circuit-tracer": theirs}), file=sys.stderr, flush=True)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}\n")
-    print("| tokens | model | device, threads | feature nodes (active) | ours s (CPU s) | peak RSS GB (GPU GB) "
-          "| circuit-tracer s | its peak GB | ratio |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"torch {torch.__version__}, {args.threads} thread(s) each, load average (1 min) now {os.getloadavg()[0]:.1f}, "
+          f"{os.cpu_count()} CPUs\n")  # fmt: skip
+    print("| tokens | model | device, threads | load at start (ours / theirs) | feature nodes (active) | ours s (CPU s) "
+          "| peak RSS GB (GPU GB) | circuit-tracer s (CPU s) | its peak RSS GB | speed-up wall (CPU) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for ours, theirs in rows:
-        ct_s = (
-            f"{theirs['seconds']:.1f}"
-            if theirs and "seconds" in theirs
-            else (str(theirs.get("error")) if theirs else "—")
-        )
-        ct_m = f"{theirs['peak_gb']:.2f}" if theirs and "peak_gb" in theirs else "—"
-        ratio = f"{theirs['seconds'] / ours['seconds']:.1f}×" if theirs and "seconds" in theirs else "—"
-        feats = min(ours["active"], ours["max_nodes"])
-        gpu = f" ({ours['gpu_peak_gb']:.2f})" if ours.get("gpu_peak_gb") is not None else ""
-        print(f"| {ours['tokens']} | {ours['model']} | {ours['device']}, {ours['threads']} | {feats} ({ours['active']}) | "
-              f"{ours['seconds']:.1f} ({ours['cpu_seconds']:.1f}) | {ours['peak_gb']:.2f}{gpu} | {ct_s} | {ct_m} | {ratio} |")  # fmt: skip
+        print(_row(ours, theirs))
 
 
 if __name__ == "__main__":

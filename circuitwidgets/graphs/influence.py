@@ -34,22 +34,37 @@ def influence(normalised: torch.Tensor, weights: torch.Tensor, max_iter: int = 1
     raise RuntimeError(f"influence: the series did not end after {max_iter} steps; the graph has a cycle")
 
 
-def partial_influences(rows: torch.Tensor, logit_p: torch.Tensor, row_node: torch.Tensor) -> torch.Tensor:
-    """Influence over all nodes ``[n_nodes]`` from the rows computed so far (``rows[i]`` is node ``row_node[i]``'s).
+def partial_influences(
+    rows: torch.Tensor, row_sums: torch.Tensor, logit_p: torch.Tensor, row_node: torch.Tensor, block: int = 512
+) -> torch.Tensor:
+    """Influence over the features ``[n_features]`` from the rows computed so far.
 
-    Used to choose which features to compute next: the logits' rows are first,
-    then each step adds the rows of the most influential features so far.
+    ``rows`` ``[r, n_features]`` are the computed rows' feature columns (``rows[i]``
+    is node ``row_node[i]``'s; the logits' rows come first, the logits are the
+    last nodes), ``row_sums`` their absolute sums over all columns. Used to choose
+    which features to compute next: each step adds the rows of the most influential
+    features so far. Each power of the normalised matrix is applied a block of rows
+    at a time, so no normalised copy of the rows is held.
     """
-    normalised = rows.abs()
-    normalised /= normalised.sum(dim=1, keepdim=True).clamp(min=1e-8)  # circuit-tracer's floor here
-    total = torch.zeros(rows.shape[1], dtype=rows.dtype)
-    current = torch.zeros(rows.shape[1], dtype=rows.dtype)
-    current[-len(logit_p) :] = logit_p
+    n = rows.shape[1]
+    scale = 1 / row_sums.clamp(min=1e-8)  # circuit-tracer's floor here
+    n_logits = len(logit_p)
+    n_nodes = int(row_node.max()) + 1
+    total = torch.zeros(n, dtype=rows.dtype)
+    current = torch.zeros(n_nodes, dtype=rows.dtype)
+    current[-n_logits:] = logit_p
     for _ in range(1000):
-        current = current[row_node] @ normalised
-        if not bool(current.any()):
+        weights = current[row_node] * scale
+        step = torch.zeros(n, dtype=rows.dtype)
+        for c in range(0, len(rows), block):
+            w = weights[c : c + block]
+            if bool(w.any()):
+                step += w @ rows[c : c + block].abs()
+        if not bool(step.any()):
             return total
-        total += current
+        total += step
+        current = torch.zeros(n_nodes, dtype=rows.dtype)
+        current[:n] = step
     raise RuntimeError("influence: the series did not end after 1000 steps; the graph has a cycle")
 
 
