@@ -13,12 +13,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from circuitwidgets.graphs.influence import partial_influences
 from circuitwidgets.graphs.replacement import FrozenRun
 from circuitwidgets.graphs.transcoders import TranscoderLike
-from circuitwidgets.graphs.transposed import TransposedReplacement, Visit
+from circuitwidgets.graphs.transposed import Gradient, TransposedReplacement, Visit
 from circuitwidgets.model import CircuitModel
 
 #: Elements of one ``[B, n, d_model]`` gradient a backward pass may hold; larger batches are split (exact either way).
@@ -46,59 +47,62 @@ class AdjacencyRows:
             self.embeds = model.W_E[run.tokens[0]].detach().to(dtype)
         self.n_sources = len(run.values) + (len(transcoders) + 1) * run.n_pos
 
-    def features(self, targets: torch.Tensor) -> torch.Tensor:
-        """Rows ``[B, n_sources]`` of feature targets (indices into ``run.active``, all of one layer, best sorted)."""
+    def features(self, targets: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows ``[B, n_sources]`` of feature targets (indices into ``run.active``, all of one layer, best sorted),
+        written into ``out`` (zeros) when given."""
         chosen = self.run.active[targets]
         layer = int(chosen[0, 0])
 
         def push(part: slice, visit: Visit) -> None:
             self.transposed.features(layer, chosen[part, 1], chosen[part, 2], visit)
 
-        return self._split(chosen[:, 1], push)
+        return self._split(chosen[:, 1], push, out)
 
-    def logits(self, vectors: torch.Tensor) -> torch.Tensor:
-        """Rows ``[B, n_sources]`` of logit targets ``vectors`` ``[B, d_model]`` (centred unembedding columns)."""
+    def logits(self, vectors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows ``[B, n_sources]`` of logit targets ``vectors`` ``[B, d_model]`` (centred unembedding columns),
+        written into ``out`` (zeros) when given."""
         last = torch.full((len(vectors),), self.run.n_pos - 1, dtype=torch.long, device=vectors.device)
 
         def push(part: slice, visit: Visit) -> None:
             self.transposed.logits(vectors[part], visit)
 
-        return self._split(last, push)
+        return self._split(last, push, out)
 
-    def _split(self, pos: torch.Tensor, push: Callable[[slice, Visit], None]) -> torch.Tensor:
+    def _split(self, pos: torch.Tensor, push: Callable[[slice, Visit], None], out: torch.Tensor | None) -> torch.Tensor:
         """Rows for targets at positions ``pos``, in parts whose gradients stay within :data:`GRAD_ELEMENTS`."""
         n = int(pos.max()) + 1
         step = max(1, GRAD_ELEMENTS // (n * self.model.cfg.d_model))
-        out = torch.zeros(len(pos), self.n_sources, dtype=self.model.dtype, device=pos.device)
+        if out is None:
+            out = torch.zeros(len(pos), self.n_sources, dtype=self.model.dtype, device=pos.device)
         for c in range(0, len(pos), step):
             rows = out[c : c + step]  # a view: the contraction fills it
 
-            def visit(layer: int, grad: torch.Tensor, rows: torch.Tensor = rows) -> None:
+            def visit(layer: int, grad: Gradient, rows: torch.Tensor = rows) -> None:
                 self._contract(rows, layer, grad)
 
             with torch.no_grad():
                 push(slice(c, c + step), visit)
         return out
 
-    def _contract(self, out: torch.Tensor, layer: int, grad: torch.Tensor) -> None:
-        """Fill ``out``'s columns of the nodes writing where ``grad`` ``[B, n, d]`` is (each write · the gradient)."""
-        n, n_pos = grad.shape[1], self.run.n_pos
+    def _contract(self, out: torch.Tensor, layer: int, grad: Gradient) -> None:
+        """Fill ``out``'s columns of the nodes writing where ``grad`` is (each write · the gradient there)."""
+        n, n_pos = grad.n, self.run.n_pos
         L = len(self.transcoders)
         if layer < 0:
             start = len(self.run.values) + L * n_pos
-            out[:, start : start + n] = torch.einsum("bpd,pd->bp", grad, self.embeds[:n])
+            out[:, start : start + n] = grad.dots(self.embeds)
             return
         start = len(self.run.values) + layer * n_pos
-        out[:, start : start + n] = torch.einsum("bpd,pd->bp", grad, self.errors[layer, :n])
+        out[:, start : start + n] = grad.dots(self.errors[layer])
         (s, _), (pos, write) = self.spans[layer], self.writes[layer]
         count = int(torch.searchsorted(pos, n))  # the layer's features before position n (sorted by position)
         if count == 0:
             return
-        padded = self.padded[layer]
+        full, padded = grad.full(), self.padded[layer]
         if padded is None:
-            out[:, s : s + count] = _dots(grad, pos[:count], write[:count])
+            out[:, s : s + count] = _dots(full, pos[:count], write[:count])
         else:
-            out[:, s : s + count] = _padded_dots(grad, padded[0][:n], padded[1][:count])
+            out[:, s : s + count] = _padded_dots(full, padded[0][:n], padded[1][:count])
 
 
 def _starts(layers: torch.Tensor, n_layers: int) -> list[int]:
@@ -138,20 +142,36 @@ def _dots(grad: torch.Tensor, pos: torch.Tensor, write: torch.Tensor, chunk: int
 
 class RowStore:
     """The computed rows ``[rows, nodes]`` (float64 for a float64 model, else float32), which node each is, and
-    each one's absolute sum (the influence estimates normalise by it)."""
+    for each its absolute sum (the influence estimates normalise by it) and the end of its non-zero feature columns
+    (a feature is only reached from earlier layers and positions: the estimates skip the rest)."""
 
-    def __init__(self, n_rows: int, n_nodes: int, n_active: int, dtype: torch.dtype) -> None:
+    def __init__(self, n_rows: int, n_nodes: int, n_sources: int, n_active: int, dtype: torch.dtype) -> None:
         store = torch.float64 if dtype == torch.float64 else torch.float32
-        self.edges = torch.zeros(n_rows, n_nodes, dtype=store)
+        # numpy's zeros come from calloc: pages untouched by any row (a feature is reached only from earlier
+        # layers and positions) are never written, so they take no memory
+        self.edges = torch.from_numpy(
+            np.zeros((n_rows, n_nodes), dtype=np.float64 if store == torch.float64 else np.float32)
+        )
         self.row_node = torch.zeros(n_rows, dtype=torch.long)
         self.row_sums = torch.zeros(n_rows, dtype=store)
-        self.n_active, self.filled = n_active, 0
+        self.row_ends = torch.zeros(n_rows, dtype=torch.long)
+        self.n_sources, self.n_active, self.filled = n_sources, n_active, 0
 
-    def put(self, computed: torch.Tensor, nodes: torch.Tensor) -> None:
-        """Append rows ``computed`` ``[B, sources]`` (every node but the logits) of the nodes ``nodes`` ``[B]``."""
+    def fill(
+        self, compute: Callable[[torch.Tensor | None], torch.Tensor], nodes: torch.Tensor, like: torch.Tensor
+    ) -> None:
+        """Append the rows of ``nodes`` ``[B]``: ``compute(out)`` writes them into ``out`` (the store's own rows when
+        ``like``'s dtype and device are the store's, no copy) or, given ``None``, returns them."""
         here = slice(self.filled, self.filled + len(nodes))
-        self.edges[here, : computed.shape[1]] = computed.cpu().to(self.edges.dtype)
-        self.row_sums[here] = self.edges[here].abs().sum(1)
+        rows = self.edges[here, : self.n_sources]
+        if like.dtype == rows.dtype and like.device.type == "cpu":
+            compute(rows)
+        else:
+            rows.copy_(compute(None).cpu().to(rows.dtype))
+        self.row_sums[here] = torch.linalg.vector_norm(rows, ord=1, dim=1)
+        nonzero = rows[:, : self.n_active] != 0
+        last = self.n_active - nonzero.flip(1).to(torch.uint8).argmax(1)
+        self.row_ends[here] = torch.where(nonzero.any(1), last, 0)
         self.row_node[here] = nodes
         self.filled += len(nodes)
 
@@ -159,7 +179,7 @@ class RowStore:
         """Each feature's influence on the logits ``[n_active]`` estimated from the rows so far."""
         f = self.filled
         return partial_influences(self.edges[:f, : self.n_active], self.row_sums[:f], logit_p.to(self.edges.dtype),
-                                  self.row_node[:f])  # fmt: skip
+                                  self.row_node[:f], self.row_ends[:f])  # fmt: skip
 
     def square(self, selected: torch.Tensor) -> torch.Tensor:
         """The adjacency ``[n, n]`` over the ``selected`` features, the errors, tokens and logits, copied from the

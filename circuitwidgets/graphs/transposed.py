@@ -24,15 +24,54 @@ against circuit-tracer 0.5.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
-from circuitwidgets.graphs.replacement import FrozenRun, final_input, normalised
+from circuitwidgets.graphs.replacement import FrozenRun, final_input
 from circuitwidgets.graphs.transcoders import TranscoderLike, transcoder_input
 from circuitwidgets.model import CircuitModel
 
-#: ``visit(layer, grad)``: the gradient ``[B, n, d_model]`` at layer ``layer``'s MLP output (``-1``: the embeddings).
-Visit = Callable[[int, torch.Tensor], None]
+
+@dataclass
+class Gradient:
+    """A batch's gradient ``[B, n, d_model]`` at one site: ``dense``, or (the layer below a target's own attention
+    when nothing more is pushed through it) ``Σ_h rows[h, b, k] · per_head[b, h]`` plus ``at[b]`` at ``pos[b]``."""
+
+    dense: torch.Tensor | None = None
+    rows: torch.Tensor | None = None  # [H, B, n]
+    per_head: torch.Tensor | None = None  # [B, H, d]
+    at: torch.Tensor | None = None  # [B, d]
+    pos: torch.Tensor | None = None  # [B]
+
+    @property
+    def n(self) -> int:
+        """Positions covered (the batch's last target's position + 1)."""
+        return int(self.dense.shape[1] if self.dense is not None else self.rows.shape[-1])  # type: ignore[union-attr]
+
+    def full(self) -> torch.Tensor:
+        """The gradient ``[B, n, d]`` written out."""
+        if self.dense is not None:
+            return self.dense
+        assert self.rows is not None and self.per_head is not None and self.at is not None and self.pos is not None
+        grad = torch.einsum("hbk,bhd->bkd", self.rows, self.per_head)
+        grad[torch.arange(len(self.pos), device=self.pos.device), self.pos] += self.at
+        return grad
+
+    def dots(self, values: torch.Tensor) -> torch.Tensor:
+        """``[B, n]``: ``grad[b, k] · values[k]`` for ``values`` ``[≥ n, d]`` (one per position); unwritten, a single
+        ``(B·H × d) @ (d × n)`` product instead of a pass over ``[B, n, d]``."""
+        values = values[: self.n]
+        if self.dense is not None:
+            return torch.einsum("bpd,pd->bp", self.dense, values)
+        assert self.rows is not None and self.per_head is not None and self.at is not None and self.pos is not None
+        out = torch.einsum("hbk,bhk->bk", self.rows, self.per_head @ values.T)
+        out[torch.arange(len(self.pos), device=self.pos.device), self.pos] += (self.at * values[self.pos]).sum(-1)
+        return out
+
+
+#: ``visit(layer, grad)``: the gradient at layer ``layer``'s MLP output (``-1``: the embeddings).
+Visit = Callable[[int, Gradient], None]
 
 
 class TransposedReplacement:
@@ -45,13 +84,16 @@ class TransposedReplacement:
         W_V, W_O = model.weight("W_V"), model.weight("W_O")
         assert W_V is not None and W_O is not None
         with torch.no_grad():  # frozen copies: no autograd through the model's or a transcoder module's parameters
-            self.W_V = W_V.detach().to(dtype)  # [L, groups, d, dh]
+            # The attention input's norm, transposed, is folded into the weights: LayerNorm's centring into W_V
+            # (C W_V, C symmetric), the frozen per-position 1/scale into each pattern's key columns, so that no
+            # pass over a [B, n, d] gradient is spent on it.
+            W_V = W_V.detach().to(dtype)
+            self.W_V = W_V - W_V.mean(dim=-2, keepdim=True) if cfg.normalization == "ln_pre" else W_V  # [L, G, d, dh]
             self.W_O = W_O.detach().to(dtype)  # [L, H, dh, d]
             # per head (a key/value group's matrix repeated for each of its heads), for the single-position hop
             self.W_V_heads = self.W_V.repeat_interleave(cfg.group_size, dim=1) if cfg.group_size > 1 else self.W_V
             L = cfg.n_layers
-            self.patterns = [run.cache["pattern", layer][0].detach().to(dtype) for layer in range(L)]  # [H, P, P]
-            self.scale = [run.cache["scale", layer][0].detach().to(dtype) for layer in range(L)]  # [P, 1]
+            self.patterns = [_scaled_pattern(model, run, layer) for layer in range(L)]  # [H, P, P]
             self.scale_mlp = [run.cache["scale_mlp", layer][0].detach().to(dtype) for layer in range(L)]
             self.scale_final = run.cache["scale_final"][0].detach().to(dtype)
             self.W_enc = [tc.W_enc.detach().to(dtype) for tc in transcoders]
@@ -80,33 +122,36 @@ class TransposedReplacement:
         B, d = len(pos), self.cfg.d_model
         g_out = out if out is not None else torch.zeros(B, d, dtype=self.model.dtype, device=pos.device)
         if out is not None:
-            visit(top, _at(g_out, pos, n))
+            visit(top, Gradient(_at(g_out, pos, n)))
         cot = read if read is not None else torch.zeros_like(g_out)
         W_skip = self.W_skip[top]
         if W_skip is not None:
             cot = cot + g_out @ W_skip.T
         g_mid = g_out + transcoder_input(self.cfg, self.sites[top], cot, self.scale_mlp[top][pos])
-        grad = self._attention_at(top, g_mid, pos, n)
+        below = self._attention_at(top, g_mid, pos, n)
+        if top == 0:  # only the embeddings' dot products are needed: no [B, n, d] tensor
+            visit(-1, below)
+            return
+        grad = below.full()
         for layer in range(top - 1, -1, -1):
-            visit(layer, grad)
+            visit(layer, Gradient(grad))
             W_skip = self.W_skip[layer]
             if W_skip is not None:
                 grad = grad + transcoder_input(self.cfg, self.sites[layer], grad @ W_skip.T, self.scale_mlp[layer][:n])
             grad = grad + self._attention(layer, grad)
-        visit(-1, grad)
+        visit(-1, Gradient(grad))
 
-    def _attention_at(self, layer: int, g_mid: torch.Tensor, pos: torch.Tensor, n: int) -> torch.Tensor:
-        """``[B, n, d]``: the gradient before attention ``layer`` of cotangents ``g_mid`` ``[B, d]`` after it at one
-        position each: ``Σ_h P_h[pos, k] · (g W_O,hᵀ W_V,hᵀ)`` through the norm, plus ``g_mid`` itself at ``pos``."""
+    def _attention_at(self, layer: int, g_mid: torch.Tensor, pos: torch.Tensor, n: int) -> Gradient:
+        """The gradient before attention ``layer`` of cotangents ``g_mid`` ``[B, d]`` after it at one position each:
+        ``Σ_h P_h[pos, k] · (g W_O,hᵀ W_V,hᵀ)`` through the norm (folded into the pattern and ``W_V``), plus
+        ``g_mid`` itself at ``pos``; kept as those terms."""
         gz = torch.einsum("bd,hed->bhe", g_mid, self.W_O[layer])
         per_head = torch.einsum("bhe,hde->bhd", gz, self.W_V_heads[layer])  # [B, H, d]
-        rows = self.patterns[layer][:, pos, :n]  # [H, B, n]
-        grad = normalised(self.model, torch.einsum("hbk,bhd->bkd", rows, per_head), self.scale[layer][:n])
-        grad[torch.arange(len(pos), device=pos.device), pos] += g_mid
-        return grad
+        return Gradient(None, self.patterns[layer][:, pos, :n], per_head, g_mid, pos)
 
     def _attention(self, layer: int, grad: torch.Tensor) -> torch.Tensor:
-        """``[B, n, d]``: the transposed value path of attention ``layer`` (through its norm) applied to ``grad``."""
+        """``[B, n, d]``: the transposed value path of attention ``layer`` (through its norm, folded into the pattern
+        and ``W_V``) applied to ``grad``."""
         cfg = self.cfg
         B, n, d = grad.shape
         H, dh = cfg.n_heads, cfg.d_head
@@ -116,8 +161,16 @@ class TransposedReplacement:
         gv = torch.bmm(self.patterns[layer][:, :n, :n].transpose(1, 2), by_head).view(H, n, B, dh)
         if cfg.group_size > 1:  # heads sharing a key/value group add up
             gv = gv.view(H // cfg.group_size, cfg.group_size, n, B, dh).sum(1)
-        gx = torch.einsum("gkbe,gde->bkd", gv, self.W_V[layer])
-        return normalised(self.model, gx, self.scale[layer][:n])
+        return torch.einsum("gkbe,gde->bkd", gv, self.W_V[layer])
+
+
+def _scaled_pattern(model: CircuitModel, run: FrozenRun, layer: int) -> torch.Tensor:
+    """Attention ``layer``'s pattern ``[H, P, P]`` with each key column divided by the norm's frozen scale there."""
+    pattern = run.cache["pattern", layer][0].detach().to(model.dtype)
+    if model.cfg.normalization not in ("ln_pre", "rms_pre"):
+        return pattern
+    scale = run.cache["scale", layer][0, :, 0].detach().to(model.dtype)
+    return pattern / scale
 
 
 def _at(values: torch.Tensor, pos: torch.Tensor, n: int) -> torch.Tensor:
