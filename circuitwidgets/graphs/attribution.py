@@ -127,11 +127,11 @@ def attribution_matrix(
     n_logits = len(logit_idx)
     logit_offset = n_active + (L + 1) * n_pos
     n_keep = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
-    store = RowStore(n_keep + n_logits, logit_offset + n_logits, logit_offset, n_active, model.dtype)
+    store = RowStore(n_keep + n_logits, logit_offset + n_logits, n_active, model.dtype)
     like = run.values
     for i in range(0, n_logits, batch):
         vecs = logit_vecs[i : i + batch]
-        store.fill(partial(rows.logits, vecs), logit_offset + torch.arange(i, i + len(vecs)), like)
+        store.fill(partial(rows.logits, vecs), logit_offset + torch.arange(i, i + len(vecs)), rows.n_others, like)
     visited = torch.zeros(n_active, dtype=torch.bool)
     n_batches = 0
     layers = run.active[:, 0].cpu()
@@ -142,7 +142,7 @@ def attribution_matrix(
             rank = torch.argsort(store.influence(logit_p.cpu()), descending=True)
             pending = rank[~visited[rank]][: min(update_interval * batch, n_keep - int(visited.sum()))]
         for chunk in _batches(pending, layers, batch):
-            store.fill(partial(rows.features, chunk.to(run.active.device)), chunk, like)
+            store.fill(partial(rows.features, chunk.to(run.active.device)), chunk, rows.n_others, like)
             visited[chunk] = True
             n_batches += 1
             if progress and n_batches % update_interval == 0:

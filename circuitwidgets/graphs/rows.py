@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -24,6 +26,13 @@ from circuitwidgets.model import CircuitModel
 
 #: Elements of one ``[B, n, d_model]`` gradient a backward pass may hold; larger batches are split (exact either way).
 GRAD_ELEMENTS = 2**25
+
+
+class RowViews(NamedTuple):
+    """Rows ``[B, …]`` of an adjacency: their feature columns and their other columns (errors, then tokens)."""
+
+    features: torch.Tensor
+    others: torch.Tensor
 
 
 class AdjacencyRows:
@@ -45,11 +54,11 @@ class AdjacencyRows:
             self.padded = [_by_position(pos, w, run.n_pos) for pos, w in self.writes]
             self.errors = run.errors.to(dtype)
             self.embeds = model.W_E[run.tokens[0]].detach().to(dtype)
-        self.n_sources = len(run.values) + (len(transcoders) + 1) * run.n_pos
+        self.n_others = (len(transcoders) + 1) * run.n_pos
 
-    def features(self, targets: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Rows ``[B, n_sources]`` of feature targets (indices into ``run.active``, all of one layer, best sorted),
-        written into ``out`` (zeros) when given."""
+    def features(self, targets: torch.Tensor, out: RowViews | None = None) -> RowViews:
+        """Rows of feature targets (indices into ``run.active``, all of one layer, best sorted), written into
+        ``out`` (zeros) when given."""
         chosen = self.run.active[targets]
         layer = int(chosen[0, 0])
 
@@ -58,9 +67,9 @@ class AdjacencyRows:
 
         return self._split(chosen[:, 1], push, out)
 
-    def logits(self, vectors: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Rows ``[B, n_sources]`` of logit targets ``vectors`` ``[B, d_model]`` (centred unembedding columns),
-        written into ``out`` (zeros) when given."""
+    def logits(self, vectors: torch.Tensor, out: RowViews | None = None) -> RowViews:
+        """Rows of logit targets ``vectors`` ``[B, d_model]`` (centred unembedding columns), written into ``out``
+        (zeros) when given."""
         last = torch.full((len(vectors),), self.run.n_pos - 1, dtype=torch.long, device=vectors.device)
 
         def push(part: slice, visit: Visit) -> None:
@@ -68,41 +77,41 @@ class AdjacencyRows:
 
         return self._split(last, push, out)
 
-    def _split(self, pos: torch.Tensor, push: Callable[[slice, Visit], None], out: torch.Tensor | None) -> torch.Tensor:
+    def _split(self, pos: torch.Tensor, push: Callable[[slice, Visit], None], out: RowViews | None) -> RowViews:
         """Rows for targets at positions ``pos``, in parts whose gradients stay within :data:`GRAD_ELEMENTS`."""
         n = int(pos.max()) + 1
         step = max(1, GRAD_ELEMENTS // (n * self.model.cfg.d_model))
         if out is None:
-            out = torch.zeros(len(pos), self.n_sources, dtype=self.model.dtype, device=pos.device)
+            zeros = partial(torch.zeros, dtype=self.model.dtype, device=pos.device)
+            out = RowViews(zeros(len(pos), len(self.run.values)), zeros(len(pos), self.n_others))
         for c in range(0, len(pos), step):
-            rows = out[c : c + step]  # a view: the contraction fills it
+            rows = RowViews(out.features[c : c + step], out.others[c : c + step])  # views: the contraction fills them
 
-            def visit(layer: int, grad: Gradient, rows: torch.Tensor = rows) -> None:
+            def visit(layer: int, grad: Gradient, rows: RowViews = rows) -> None:
                 self._contract(rows, layer, grad)
 
             with torch.no_grad():
                 push(slice(c, c + step), visit)
         return out
 
-    def _contract(self, out: torch.Tensor, layer: int, grad: Gradient) -> None:
+    def _contract(self, out: RowViews, layer: int, grad: Gradient) -> None:
         """Fill ``out``'s columns of the nodes writing where ``grad`` is (each write · the gradient there)."""
         n, n_pos = grad.n, self.run.n_pos
-        L = len(self.transcoders)
         if layer < 0:
-            start = len(self.run.values) + L * n_pos
-            out[:, start : start + n] = grad.dots(self.embeds)
+            start = len(self.transcoders) * n_pos
+            out.others[:, start : start + n] = grad.dots(self.embeds)
             return
-        start = len(self.run.values) + layer * n_pos
-        out[:, start : start + n] = grad.dots(self.errors[layer])
+        start = layer * n_pos
+        out.others[:, start : start + n] = grad.dots(self.errors[layer])
         (s, _), (pos, write) = self.spans[layer], self.writes[layer]
         count = int(torch.searchsorted(pos, n))  # the layer's features before position n (sorted by position)
         if count == 0:
             return
         full, padded = grad.full(), self.padded[layer]
         if padded is None:
-            out[:, s : s + count] = _dots(full, pos[:count], write[:count])
+            out.features[:, s : s + count] = _dots(full, pos[:count], write[:count])
         else:
-            out[:, s : s + count] = _padded_dots(full, padded[0][:n], padded[1][:count])
+            out.features[:, s : s + count] = _padded_dots(full, padded[0][:n], padded[1][:count])
 
 
 def _starts(layers: torch.Tensor, n_layers: int) -> list[int]:
@@ -141,35 +150,40 @@ def _dots(grad: torch.Tensor, pos: torch.Tensor, write: torch.Tensor, chunk: int
 
 
 class RowStore:
-    """The computed rows ``[rows, nodes]`` (float64 for a float64 model, else float32), which node each is, and
-    for each its absolute sum (the influence estimates normalise by it) and the end of its non-zero feature columns
-    (a feature is only reached from earlier layers and positions: the estimates skip the rest)."""
+    """The computed rows (float64 for a float64 model, else float32), which node each is, and for each its absolute
+    sum (the influence estimates normalise by it) and the end of its non-zero feature columns (a feature is only
+    reached from earlier layers and positions: the estimates skip the rest).
 
-    def __init__(self, n_rows: int, n_nodes: int, n_sources: int, n_active: int, dtype: torch.dtype) -> None:
-        store = torch.float64 if dtype == torch.float64 else torch.float32
-        # numpy's zeros come from calloc: pages untouched by any row (a feature is reached only from earlier
-        # layers and positions) are never written, so they take no memory
-        self.edges = torch.from_numpy(
-            np.zeros((n_rows, n_nodes), dtype=np.float64 if store == torch.float64 else np.float32)
-        )
+    The feature columns ``[rows, n_active]`` and the others ``[rows, errors + tokens + logits]`` are two arrays,
+    the first from calloc: its pages that no row writes (a layer-0 target's, the positions after a target's) are
+    never touched and take no memory.
+    """
+
+    def __init__(self, n_rows: int, n_nodes: int, n_active: int, dtype: torch.dtype) -> None:
+        store = np.float64 if dtype == torch.float64 else np.float32
+        self.feats = torch.from_numpy(np.zeros((n_rows, n_active), dtype=store))
+        self.others = torch.from_numpy(np.zeros((n_rows, n_nodes - n_active), dtype=store))
         self.row_node = torch.zeros(n_rows, dtype=torch.long)
-        self.row_sums = torch.zeros(n_rows, dtype=store)
+        self.row_sums = torch.zeros(n_rows, dtype=self.feats.dtype)
         self.row_ends = torch.zeros(n_rows, dtype=torch.long)
-        self.n_sources, self.n_active, self.filled = n_sources, n_active, 0
+        self.n_active, self.filled = n_active, 0
 
-    def fill(
-        self, compute: Callable[[torch.Tensor | None], torch.Tensor], nodes: torch.Tensor, like: torch.Tensor
-    ) -> None:
+    def fill(self, compute: Callable[[RowViews | None], RowViews], nodes: torch.Tensor, n_others: int,
+             like: torch.Tensor) -> None:  # fmt: skip
         """Append the rows of ``nodes`` ``[B]``: ``compute(out)`` writes them into ``out`` (the store's own rows when
-        ``like``'s dtype and device are the store's, no copy) or, given ``None``, returns them."""
+        ``like``'s dtype and device are the store's: no copy) or, given ``None``, returns them; their first
+        ``n_others`` other columns (the logits' columns stay zero)."""
         here = slice(self.filled, self.filled + len(nodes))
-        rows = self.edges[here, : self.n_sources]
-        if like.dtype == rows.dtype and like.device.type == "cpu":
+        rows = RowViews(self.feats[here], self.others[here, :n_others])
+        if like.dtype == rows.features.dtype and like.device.type == "cpu":
             compute(rows)
         else:
-            rows.copy_(compute(None).cpu().to(rows.dtype))
-        self.row_sums[here] = torch.linalg.vector_norm(rows, ord=1, dim=1)
-        nonzero = rows[:, : self.n_active] != 0
+            found = compute(None)
+            rows.features.copy_(found.features.cpu().to(rows.features.dtype))
+            rows.others.copy_(found.others.cpu().to(rows.others.dtype))
+        norm = partial(torch.linalg.vector_norm, ord=1, dim=1)
+        self.row_sums[here] = norm(rows.features) + norm(rows.others)
+        nonzero = rows.features != 0
         last = self.n_active - nonzero.flip(1).to(torch.uint8).argmax(1)
         self.row_ends[here] = torch.where(nonzero.any(1), last, 0)
         self.row_node[here] = nodes
@@ -178,19 +192,19 @@ class RowStore:
     def influence(self, logit_p: torch.Tensor) -> torch.Tensor:
         """Each feature's influence on the logits ``[n_active]`` estimated from the rows so far."""
         f = self.filled
-        return partial_influences(self.edges[:f, : self.n_active], self.row_sums[:f], logit_p.to(self.edges.dtype),
-                                  self.row_node[:f], self.row_ends[:f])  # fmt: skip
+        return partial_influences(self.feats[:f], self.row_sums[:f], logit_p.to(self.feats.dtype), self.row_node[:f],
+                                  self.row_ends[:f])  # fmt: skip
 
     def square(self, selected: torch.Tensor) -> torch.Tensor:
         """The adjacency ``[n, n]`` over the ``selected`` features, the errors, tokens and logits, copied from the
         rows a block at a time (never a second copy of them all)."""
-        edges, row_node, n_active = self.edges, self.row_node, self.n_active
-        n_cols = edges.shape[1]
-        columns = torch.cat([selected, torch.arange(n_active, n_cols)])
-        n = len(columns)
+        row_node, n_active, k = self.row_node, self.n_active, len(selected)
+        n = k + self.others.shape[1]
         # each computed row's place: a feature's rank among the selected, a logit's after the tokens
-        dest = torch.where(row_node >= n_active, row_node - n_cols + n, torch.searchsorted(selected, row_node))
-        adjacency = torch.zeros(n, n, dtype=edges.dtype)
-        for c in range(0, len(edges), 1024):
-            adjacency[dest[c : c + 1024]] = edges[c : c + 1024].index_select(1, columns)
+        dest = torch.where(row_node >= n_active, row_node - n_active + k, torch.searchsorted(selected, row_node))
+        adjacency = torch.zeros(n, n, dtype=self.feats.dtype)
+        for c in range(0, self.filled, 1024):
+            rows = dest[c : c + 1024]
+            adjacency[rows, :k] = self.feats[c : c + 1024].index_select(1, selected)
+            adjacency[rows, k:] = self.others[c : c + 1024]
         return adjacency
