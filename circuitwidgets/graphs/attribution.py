@@ -10,12 +10,14 @@ A feature's value as a target is its pre-activation minus its encoder bias,
 dotted with the token's unembedding column minus the mean column (the logit
 minus the mean logit, less the biases). An edge ``s → t`` is ``t``'s change per
 unit of ``s``'s write (``a_s W_dec[s]``, the error vector, the embedding) in
-that linear model: one backward pass per batch of targets gives all sources.
+that linear model: one pass back through its transposed map
+(:mod:`circuitwidgets.graphs.transposed`) per batch of targets gives all sources.
 
 Targets are taken in order of estimated influence on the logits (circuit-tracer's
 ordering), so with ``max_feature_nodes`` smaller than the number of active
 features the graph keeps the most influential ones; memory is the rows of the
-kept targets times the nodes, never positions² per target.
+kept targets times the nodes they reach (:class:`~circuitwidgets.graphs.rows.RowStore`),
+never positions² per target.
 """
 
 from __future__ import annotations
@@ -109,7 +111,9 @@ def attribution_matrix(
     max_feature_nodes
         Feature nodes kept (the most influential, estimated as they are computed); ``None``: all.
     batch
-        Targets per backward pass (memory ``batch · pos · d_model`` per layer).
+        Targets per pass back (all of one layer, sorted by position); a pass whose
+        gradient ``[batch, pos, d_model]`` would exceed ``rows.GRAD_ELEMENTS`` is split
+        (the edges do not depend on it).
     progress
         Print a plain line per ``update_interval`` batches.
     """

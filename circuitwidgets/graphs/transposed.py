@@ -13,8 +13,12 @@ of targets runs only what its targets depend on:
 - the targets' own attention layer as pattern rows times per-head vectors: the
   cotangent sits at one position there, so the layer costs ``B · n · H · d``
   instead of the ``B · n · d²`` of a full transposed pass;
+- the attention input's norm (frozen) folded into ``W_V`` (LayerNorm's centring)
+  and the patterns' key columns (1/scale), so no pass is spent on it;
 - one layer's gradient at a time, handed to a callback (the caller contracts it
-  with the node writes) before the next layer's is computed.
+  with the node writes) before the next layer's is computed; below a layer-0
+  target only the embeddings' dot products are needed, taken from the per-head
+  vectors without writing the ``[B, n, d]`` gradient out (:class:`Gradient`).
 
 Everything is a sum of the same terms autograd would add; the tests check the
 edges against finite differences of the model's own frozen forward pass and
@@ -47,7 +51,10 @@ class Gradient:
     @property
     def n(self) -> int:
         """Positions covered (the batch's last target's position + 1)."""
-        return int(self.dense.shape[1] if self.dense is not None else self.rows.shape[-1])  # type: ignore[union-attr]
+        if self.dense is not None:
+            return int(self.dense.shape[1])
+        assert self.rows is not None
+        return int(self.rows.shape[-1])
 
     def full(self) -> torch.Tensor:
         """The gradient ``[B, n, d]`` written out."""
