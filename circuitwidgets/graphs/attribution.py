@@ -34,7 +34,7 @@ from circuitwidgets.graphs.graph import Graph
 from circuitwidgets.graphs.replacement import run_frozen
 from circuitwidgets.graphs.rows import AdjacencyRows, RowStore
 from circuitwidgets.graphs.transcoders import check_architecture, check_transcoders
-from circuitwidgets.model import CircuitModel
+from circuitwidgets.model import ActivationCache, CircuitModel
 
 #: circuit-tracer's defaults.
 MAX_FEATURE_NODES = 7500
@@ -126,6 +126,8 @@ def attribution_matrix(
     start = time.perf_counter()
     run = run_frozen(model, checked, t)
     rows = AdjacencyRows(model, checked, run)
+    # the transposed map keeps its own (scaled) patterns: let the run's go (heads × positions² per layer)
+    run.cache = ActivationCache({})
     logit_idx, logit_p, logit_vecs = salient_logits(run.last_logits, model.W_U, max_logits, float(logit_prob))
     n_active, n_pos, L = len(run.values), run.n_pos, model.cfg.n_layers
     n_logits = len(logit_idx)
@@ -155,11 +157,12 @@ def attribution_matrix(
                     flush=True,
                 )
     selected = torch.nonzero(visited)[:, 0]
+    active, values = run.active.cpu(), run.values.cpu()
+    del rows, run  # the patterns and node writes are not needed for the square matrix
     adjacency = store.square(selected)
     del store
-    active = run.active.cpu()
     return DenseAttribution(
-        adjacency, active[selected], run.values.cpu()[selected].to(adjacency.dtype), L, t[0].tolist(),
+        adjacency, active[selected], values[selected].to(adjacency.dtype), L, t[0].tolist(),
         model.to_str_tokens(t[0]), logit_idx.cpu(), logit_p.cpu().to(adjacency.dtype), n_active,
         {"model": model.name, "seconds": time.perf_counter() - start},
     )  # fmt: skip
