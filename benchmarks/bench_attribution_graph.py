@@ -28,24 +28,23 @@ Prints a markdown table and, for the issue's targets (:data:`GOAL_64_SECONDS`, :
 :data:`GOAL_1024_GB`), whether this run met them; ``--check`` exits 1 when one is missed. Not part of the test
 suite.
 
-Measured 2026-11-28 on the shared 2-core AMD EPYC machine (23 GB, about 7 people's jobs: load average 13 to 21),
+Measured 2026-11-28 on the shared 2-core AMD EPYC machine (23 GB, about 7 people's jobs: load average 21 to 23),
 torch 2.13.0+cpu, 1 thread each, random transcoders (``--transcoders random``); seconds of the call itself, CPU
-seconds in brackets; circuit-tracer 0.5.0 right after ours in the same run:
+seconds in brackets; circuit-tracer 0.5.0 right after ours in the same run (``--tokens 64 256 512 1024 4096
+--ctracer .venv-peers/ctracer/bin/python --ctracer-max-tokens 256 --check``):
 
 | tokens | feature nodes (active) | ours s (CPU s) | ours peak RSS | circuit-tracer s (CPU s) | its peak RSS | speed-up wall (CPU) |
 |---|---|---|---|---|---|---|
-| 64 | 4,032 (4,032) | 3.2 (1.0) | 0.48 GB | 30.6 (9.7) | 1.69 GB | 9.4× (9.7×) |
-| 256 | 7,500 (16,320) | 6.7 (1.5) | 0.71 GB | 236.2 (52.0) | 4.50 GB | 35× (34×) |
-| 512 | 7,500 (32,704) | 9.2 (2.4) | 0.86 GB | not run (its memory beside the other jobs) | | |
-| 1,024 | 7,500 (65,472) | 13.8 (4.4) | 1.16 GB | killed by the kernel (SIGKILL) | > 12 GB free then | |
-| 4,096 | 7,500 (262,080) | 96.2 (27.5) | 4.80 GB | — | | |
+| 64 | 4,032 (4,032) | 3.6 (1.0) | 0.48 GB | 40.6 (10.9) | 1.55 GB | 11.3× (10.6×) |
+| 256 | 7,500 (16,320) | 6.0 (1.6) | 0.70 GB | 196.3 (49.9) | 4.49 GB | 32.8× (30.4×) |
+| 512 | 7,500 (32,704) | 8.5 (2.3) | 0.76 GB | not run | | |
+| 1,024 | 7,500 (65,472) | 18.0 (4.4) | 0.97 GB | killed by the kernel (SIGKILL), run alone | > 12 GB | |
+| 4,096 | 7,500 (262,080) | 112.2 (27.3) | 2.91 GB | not run | | |
 
-Commands: ``--tokens 64 1024 --ctracer .venv-peers/ctracer/bin/python --ctracer-max-tokens 64 --check`` (rows 64
-and 1,024), ``--tokens 64 256 512 1024 4096 --ctracer … --ctracer-timeout 1200`` stopped after 256 (row 256:
-circuit-tracer's memory at 512 would not have fitted beside the other jobs), ``--tokens 512 1024`` and ``--tokens
-4096``; circuit-tracer at 1,024 tokens alone (``scripts/ctracer_reference.py bench 1024 256 7500 1``) was killed
-by the kernel's out-of-memory killer with about 12 GB available. Before this engine (autograd over batch copies), the same 64-token run gave ours 19.2 s (6.0 CPU s)
-against circuit-tracer's 33.9 s (9.7 CPU s).
+circuit-tracer at 1,024 tokens alone (``scripts/ctracer_reference.py bench 1024 256 7500 1``) was killed by the
+kernel's out-of-memory killer with about 12 GB available, so it is not run beyond 256 tokens here (at 512 its
+memory would not have fitted beside the other jobs). Before this engine (autograd over batch copies), a 64-token
+run gave ours 19.2 s (6.0 CPU s) against circuit-tracer's 33.9 s (9.7 CPU s), load 13.
 """
 
 from __future__ import annotations
