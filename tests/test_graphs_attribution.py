@@ -195,3 +195,9 @@ def test_batching_and_splitting_change_no_edge(monkeypatch: pytest.MonkeyPatch) 
     split_chosen = attribution_matrix(model, tcs, TOKENS, max_feature_nodes=30, batch=5, update_interval=1)
     assert split_chosen.features.tolist() == chosen.features.tolist()
     torch.testing.assert_close(split_chosen.adjacency, chosen.adjacency, rtol=1e-12, atol=1e-12)
+    # rows computed apart and copied in (an accelerator's or another dtype's path), not written in place
+    fill = rows_module.RowStore.fill
+    monkeypatch.setattr(rows_module.RowStore, "fill", lambda self, c, n, k, like: fill(self, c, n, k, like[:0].half()))
+    copied = attribution_matrix(model, tcs, TOKENS, max_feature_nodes=30, batch=5, update_interval=1)
+    assert copied.features.tolist() == chosen.features.tolist()
+    torch.testing.assert_close(copied.adjacency, chosen.adjacency, rtol=1e-12, atol=1e-12)
