@@ -122,9 +122,10 @@ def build(out: Path) -> None:
     )
 
 
-def bench(n_tokens: int, batch: int, max_nodes: int) -> None:
+def bench(n_tokens: int, batch: int, max_nodes: int, threads: int) -> None:
     """Time circuit-tracer's ``attribute`` on a TransformerLens model of gelu-2l's shape (random weights) with TopK
-    transcoders of the shipped width (2,048 features, k = 32), on 2 threads; print one ``RESULT`` JSON line."""
+    transcoders of the shipped width (2,048 features, k = 32), on ``threads`` threads; print one ``RESULT`` JSON
+    line (wall and CPU seconds of ``attribute``, the process's peak resident memory)."""
     import resource
     import time
 
@@ -134,7 +135,7 @@ def bench(n_tokens: int, batch: int, max_nodes: int) -> None:
     from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
     from transformer_lens import HookedTransformerConfig
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(threads)
     shape = {"n_layers": 2, "d_model": 256, "n_ctx": max(256, n_tokens), "d_head": 32, "n_heads": 8, "d_mlp": 1024,
              "d_vocab": 2048, "act_fn": "gelu", "normalization_type": "LN", "positional_embedding_type": "shortformer"}  # fmt: skip
     cfg = HookedTransformerConfig(**shape, seed=0, device="cpu", tokenizer_prepends_bos=False)
@@ -152,11 +153,12 @@ def bench(n_tokens: int, batch: int, max_nodes: int) -> None:
     CONFIG = {**CONFIG, "d_vocab": 2048}
     model = TransformerLensReplacementModel.from_config(cfg, tset, tokenizer=_tokenizer())
     tokens = torch.cat([torch.zeros(1, dtype=torch.long), torch.randint(1, 2048, (n_tokens - 1,), generator=g)])
-    start = time.perf_counter()
+    cpu0, start = time.process_time(), time.perf_counter()
     graph = attribute(tokens, model, max_feature_nodes=max_nodes, batch_size=batch)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print("RESULT " + json.dumps({"seconds": seconds, "peak_gb": peak, "nodes": int(graph.adjacency_matrix.shape[0])}))
+    nodes = int(graph.adjacency_matrix.shape[0])
+    print("RESULT " + json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_gb": peak, "nodes": nodes}))
 
 
 def validate(path: Path) -> None:
@@ -169,7 +171,7 @@ def validate(path: Path) -> None:
 if __name__ == "__main__":
     command = sys.argv[1]
     if command == "bench":
-        bench(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        bench(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 1)
     elif command == "build":
         build(Path(sys.argv[2]))
     else:

@@ -130,6 +130,8 @@ CASES: dict[str, dict[str, dict[str, Any]]] = {
     "rms-resid_mid-rotary": dict(
         model={"normalization": "rms_pre", "positions": "rotary"}, tc={"in_site": "resid_mid"}
     ),
+    # three layers: a layer-2 target goes back through two whole attention layers and a skip path between them
+    "ln-3-layers-skip": dict(model={"n_layers": 3, "seed": 5}, tc={"skip": True}),
 }
 
 
@@ -164,7 +166,9 @@ def test_incoming_edges_plus_constant_give_each_target(built: Built) -> None:
     _, model, tcs, graph = built
     ref = FrozenReference(model, tcs, TOKENS)
     full = _target_values(graph, *ref.targets({}, ref.zero()))
-    all_nodes = {layer: -(ref.features[layer] @ ref.tcs[layer].W_dec + ref.errors[layer]) for layer in range(2)}
+    all_nodes = {
+        layer: -(ref.features[layer] @ ref.tcs[layer].W_dec + ref.errors[layer]) for layer in range(model.cfg.n_layers)
+    }
     empty = _target_values(graph, *ref.targets(all_nodes, -model.W_E[TOKENS[0]]))
     rows = _rows(graph)
     torch.testing.assert_close(graph.adjacency[rows].sum(1), full - empty, rtol=1e-9, atol=1e-9)
@@ -174,3 +178,26 @@ def test_incoming_edges_plus_constant_give_each_target(built: Built) -> None:
     acts = torch.stack([ref.features[int(l_)][int(p), int(f)] for l_, p, f in graph.features])
     torch.testing.assert_close(graph.activations, acts)
     assert bool((pre + torch.stack([tcs[int(l_)].b_enc[int(f)] for l_, _, f in graph.features]) > 0).all())
+
+
+def test_batching_and_splitting_change_no_edge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of one layer sorted by position, split to bound memory: the same rows whatever the sizes."""
+    import circuitwidgets.graphs.rows as rows_module
+
+    model = mlp_model(n_layers=3, seed=2)
+    tcs = random_transcoders(model, skip=True)
+    whole = attribution_matrix(model, tcs, TOKENS, max_feature_nodes=None, batch=64)
+    chosen = attribution_matrix(model, tcs, TOKENS, max_feature_nodes=30, batch=5, update_interval=1)
+    # passes of 3 targets (more where the batch's last position is earlier)
+    monkeypatch.setattr(rows_module, "GRAD_ELEMENTS", 3 * TOKENS.shape[1] * model.cfg.d_model)
+    split = attribution_matrix(model, tcs, TOKENS, max_feature_nodes=None, batch=5)
+    torch.testing.assert_close(split.adjacency, whole.adjacency, rtol=1e-12, atol=1e-12)
+    split_chosen = attribution_matrix(model, tcs, TOKENS, max_feature_nodes=30, batch=5, update_interval=1)
+    assert split_chosen.features.tolist() == chosen.features.tolist()
+    torch.testing.assert_close(split_chosen.adjacency, chosen.adjacency, rtol=1e-12, atol=1e-12)
+    # rows computed apart and copied in (an accelerator's or another dtype's path), not written in place
+    fill = rows_module.RowStore.fill
+    monkeypatch.setattr(rows_module.RowStore, "fill", lambda self, c, n, k, like: fill(self, c, n, k, like[:0].half()))
+    copied = attribution_matrix(model, tcs, TOKENS, max_feature_nodes=30, batch=5, update_interval=1)
+    assert copied.features.tolist() == chosen.features.tolist()
+    torch.testing.assert_close(copied.adjacency, chosen.adjacency, rtol=1e-12, atol=1e-12)

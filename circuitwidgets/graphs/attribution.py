@@ -10,28 +10,31 @@ A feature's value as a target is its pre-activation minus its encoder bias,
 dotted with the token's unembedding column minus the mean column (the logit
 minus the mean logit, less the biases). An edge ``s → t`` is ``t``'s change per
 unit of ``s``'s write (``a_s W_dec[s]``, the error vector, the embedding) in
-that linear model: one backward pass per batch of targets gives all sources.
+that linear model: one pass back through its transposed map
+(:mod:`circuitwidgets.graphs.transposed`) per batch of targets gives all sources.
 
 Targets are taken in order of estimated influence on the logits (circuit-tracer's
 ordering), so with ``max_feature_nodes`` smaller than the number of active
 features the graph keeps the most influential ones; memory is the rows of the
-kept targets times the nodes, never positions² per target.
+kept targets times the nodes they reach (:class:`~circuitwidgets.graphs.rows.RowStore`),
+never positions² per target.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.graphs.dense import DenseAttribution
 from circuitwidgets.graphs.graph import Graph
-from circuitwidgets.graphs.influence import partial_influences
-from circuitwidgets.graphs.replacement import FrozenRun, LinearReplacement, run_frozen
-from circuitwidgets.graphs.transcoders import TranscoderLike, check_architecture, check_transcoders
-from circuitwidgets.model import CircuitModel
+from circuitwidgets.graphs.replacement import run_frozen
+from circuitwidgets.graphs.rows import AdjacencyRows, RowStore
+from circuitwidgets.graphs.transcoders import check_architecture, check_transcoders
+from circuitwidgets.model import ActivationCache, CircuitModel
 
 #: circuit-tracer's defaults.
 MAX_FEATURE_NODES = 7500
@@ -71,103 +74,13 @@ def salient_logits(
     return top_idx, top_p, centred.T
 
 
-class _Rows:
-    """Computes adjacency rows (one per target) from batched backward passes of the replacement model."""
-
-    def __init__(self, model: CircuitModel, transcoders: Sequence[TranscoderLike], run: FrozenRun, batch: int) -> None:
-        self.model, self.transcoders, self.run = model, transcoders, run
-        self.linear = LinearReplacement(model, transcoders, run, batch)
-        layers = run.active[:, 0]
-        self.spans = [
-            (int(s), int(e))
-            for s, e in zip(_starts(layers, len(transcoders)), _starts(layers, len(transcoders))[1:], strict=False)
-        ]
-        dtype = model.dtype
-        with torch.no_grad():  # transcoders may be modules with trainable parameters: no graph through them
-            self.writes = [
-                (run.values[s:e, None] * tc.W_dec[run.active[s:e, 2]]).to(dtype)
-                for tc, (s, e) in zip(transcoders, self.spans, strict=True)
-            ]
-            self.padded = [
-                _by_position(run.active[s:e, 1], w, run.n_pos)
-                for (s, e), w in zip(self.spans, self.writes, strict=True)
-            ]
-        self.embeds = model.W_E[run.tokens[0]]
-        n_pos = run.n_pos
-        self.n_sources = len(run.values) + (len(transcoders) + 1) * n_pos
-
-    def compute(self, targets: torch.Tensor, final: torch.Tensor | None = None) -> torch.Tensor:
-        """Rows ``[B, n_sources]`` for feature targets (indices into ``run.active``) or, with ``final`` ``[B, d_model]``,
-        for logit targets."""
-        with torch.no_grad():
-            cots = self._cotangents(targets, final)
-        g_embed, g_layers = self.linear.backward(*cots)
-        with torch.no_grad():
-            return self._contract(g_embed, g_layers)
-
-    def _cotangents(self, targets: torch.Tensor, final: torch.Tensor | None) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """Per layer ``[B, pos, d_in]`` (a feature target's encoder column at its position) and ``[B, d_model]``."""
-        run, model = self.run, self.model
-        B = len(targets) if final is None else final.shape[0]
-        dtype = model.dtype
-        layer_cots = []
-        for layer, tc in enumerate(self.transcoders):
-            cot = torch.zeros(B, run.n_pos, tc.W_enc.shape[0], dtype=tc.W_enc.dtype, device=model.device)
-            if final is None:
-                here = torch.nonzero(run.active[targets, 0] == layer)[:, 0]
-                if len(here):
-                    chosen = run.active[targets[here]]
-                    cot[here, chosen[:, 1]] = tc.W_enc[:, chosen[:, 2]].T
-            layer_cots.append(cot)
-        final_cot = torch.zeros(B, model.cfg.d_model, dtype=dtype, device=model.device)
-        if final is not None:
-            final_cot[:] = final.to(dtype)
-        return layer_cots, final_cot
-
-    def _contract(self, g_embed: torch.Tensor, g_layers: list[torch.Tensor]) -> torch.Tensor:
-        """Rows ``[B, n_sources]``: each node's write dotted with the gradient where it writes."""
-        run = self.run
-        parts = []
-        for (s, e), write, padded, grad in zip(self.spans, self.writes, self.padded, g_layers, strict=True):
-            parts.append(_dots(grad, run.active[s:e, 1], write) if padded is None else _padded_dots(grad, *padded))
-        for grad, error in zip(g_layers, run.errors, strict=True):
-            parts.append(torch.einsum("bpd,pd->bp", grad, error.to(grad.dtype)))
-        parts.append(torch.einsum("bpd,pd->bp", g_embed, self.embeds.to(g_embed.dtype)))
-        return torch.cat(parts, dim=1)
-
-
-def _starts(layers: torch.Tensor, n_layers: int) -> list[int]:
-    """Index of each layer's first active feature in a layer-sorted list, and the list's length last."""
-    return torch.searchsorted(layers.contiguous(), torch.arange(n_layers + 1, device=layers.device)).tolist()
-
-
-def _by_position(pos: torch.Tensor, write: torch.Tensor, n_pos: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The writes laid out ``[pos, k_max, d_model]`` (zero padded) and each feature's flat index in that layout,
-    or ``None`` when padding would more than double the work (features crowded at a few positions)."""
-    counts = torch.bincount(pos, minlength=n_pos)
-    k_max = int(counts.max()) if len(pos) else 0
-    if len(pos) == 0 or n_pos * k_max > 2 * len(pos) + n_pos:
-        return None
-    slot = (
-        torch.arange(len(pos), device=pos.device) - (torch.cumsum(counts, 0) - counts)[pos]
-    )  # rank within its position
-    flat = pos * k_max + slot
-    padded = torch.zeros(n_pos * k_max, write.shape[-1], dtype=write.dtype, device=write.device)
-    padded[flat] = write
-    return padded.view(n_pos, k_max, -1), flat
-
-
-def _padded_dots(grad: torch.Tensor, padded: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
-    """``[B, n]`` as :func:`_dots`, one batched product per position: ``grad[:, p] · padded[p]ᵀ``."""
-    out = torch.bmm(grad.transpose(0, 1), padded.transpose(1, 2))  # [pos, B, k_max]
-    return out.transpose(0, 1).reshape(grad.shape[0], -1)[:, flat]
-
-
-def _dots(grad: torch.Tensor, pos: torch.Tensor, write: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
-    """``[B, n]``: ``grad[b, pos[j]] · write[j]``, in chunks of features (memory ``B · chunk · d_model``)."""
-    out = torch.empty(grad.shape[0], len(pos), dtype=grad.dtype, device=grad.device)
-    for c in range(0, len(pos), chunk):
-        out[:, c : c + chunk] = torch.einsum("bnd,nd->bn", grad[:, pos[c : c + chunk]], write[c : c + chunk])
+def _batches(pending: torch.Tensor, layers: torch.Tensor, batch: int) -> list[torch.Tensor]:
+    """``pending`` feature indices in batches of at most ``batch``, each of one layer and sorted by position (the
+    active list is sorted by layer, position): a batch's pass runs only the layers and positions it needs."""
+    ordered = torch.sort(pending).values
+    out: list[torch.Tensor] = []
+    for part in torch.split(ordered, torch.unique_consecutive(layers[ordered], return_counts=True)[1].tolist()):
+        out.extend(torch.split(part, batch))
     return out
 
 
@@ -198,7 +111,9 @@ def attribution_matrix(
     max_feature_nodes
         Feature nodes kept (the most influential, estimated as they are computed); ``None``: all.
     batch
-        Targets per backward pass (memory ``batch · pos · d_model`` per layer).
+        Targets per pass back (all of one layer, sorted by position); a pass whose
+        gradient ``[batch, pos, d_model]`` would exceed ``rows.GRAD_ELEMENTS`` is split
+        (the edges do not depend on it).
     progress
         Print a plain line per ``update_interval`` batches.
     """
@@ -210,37 +125,31 @@ def attribution_matrix(
         raise ShapeError(f"tokens: expected one prompt ([pos] or [1, pos]), got {t.shape[0]} prompts")
     start = time.perf_counter()
     run = run_frozen(model, checked, t)
-    rows = _Rows(model, checked, run, min(batch, max(len(run.values), max_logits)))
+    rows = AdjacencyRows(model, checked, run)
+    # the transposed map keeps its own (scaled) patterns: let the run's go (heads × positions² per layer)
+    run.cache = ActivationCache({})
     logit_idx, logit_p, logit_vecs = salient_logits(run.last_logits, model.W_U, max_logits, float(logit_prob))
     n_active, n_pos, L = len(run.values), run.n_pos, model.cfg.n_layers
     n_logits = len(logit_idx)
     logit_offset = n_active + (L + 1) * n_pos
     n_keep = n_active if max_feature_nodes is None else min(max_feature_nodes, n_active)
-    store = torch.float64 if model.dtype == torch.float64 else torch.float32
-    edges = torch.zeros(n_keep + n_logits, logit_offset + n_logits, dtype=store)
-    row_node = torch.zeros(n_keep + n_logits, dtype=torch.long)
+    store = RowStore(n_keep + n_logits, logit_offset + n_logits, n_active, model.dtype)
+    like = run.values
     for i in range(0, n_logits, batch):
         vecs = logit_vecs[i : i + batch]
-        edges[i : i + len(vecs), :logit_offset] = rows.compute(torch.empty(0, dtype=torch.long), vecs).cpu().to(store)
-        row_node[i : i + len(vecs)] = logit_offset + torch.arange(i, i + len(vecs))
-    filled = n_logits
+        store.fill(partial(rows.logits, vecs), logit_offset + torch.arange(i, i + len(vecs)), rows.n_others, like)
     visited = torch.zeros(n_active, dtype=torch.bool)
     n_batches = 0
+    layers = run.active[:, 0].cpu()
     while int(visited.sum()) < n_keep:
         if n_keep == n_active:
             pending = torch.arange(n_active)
         else:
-            influence = partial_influences(edges[:filled], logit_p.cpu().to(store), row_node[:filled])
-            rank = torch.argsort(influence[:n_active], descending=True)
+            rank = torch.argsort(store.influence(logit_p.cpu()), descending=True)
             pending = rank[~visited[rank]][: min(update_interval * batch, n_keep - int(visited.sum()))]
-        for c in range(0, len(pending), batch):
-            chunk = pending[c : c + batch]
-            edges[filled : filled + len(chunk), :logit_offset] = (
-                rows.compute(chunk.to(run.active.device)).cpu().to(store)
-            )
-            row_node[filled : filled + len(chunk)] = chunk
+        for chunk in _batches(pending, layers, batch):
+            store.fill(partial(rows.features, chunk.to(run.active.device)), chunk, rows.n_others, like)
             visited[chunk] = True
-            filled += len(chunk)
             n_batches += 1
             if progress and n_batches % update_interval == 0:
                 print(
@@ -248,16 +157,13 @@ def attribution_matrix(
                     flush=True,
                 )
     selected = torch.nonzero(visited)[:, 0]
-    columns = torch.cat([selected, torch.arange(n_active, logit_offset + n_logits)])
-    ordered = edges[row_node.argsort()][:, columns]
-    n = len(columns)
-    adjacency = torch.zeros(n, n, dtype=store)
-    adjacency[:n_keep] = ordered[:n_keep]
-    adjacency[n - n_logits :] = ordered[n_keep:]
-    active = run.active.cpu()
+    active, values = run.active.cpu(), run.values.cpu()
+    del rows, run  # the patterns and node writes are not needed for the square matrix
+    adjacency = store.square(selected)
+    del store
     return DenseAttribution(
-        adjacency, active[selected], run.values.cpu()[selected].to(store), L, t[0].tolist(),
-        model.to_str_tokens(t[0]), logit_idx.cpu(), logit_p.cpu().to(store), n_active,
+        adjacency, active[selected], values[selected].to(adjacency.dtype), L, t[0].tolist(),
+        model.to_str_tokens(t[0]), logit_idx.cpu(), logit_p.cpu().to(adjacency.dtype), n_active,
         {"model": model.name, "seconds": time.perf_counter() - start},
     )  # fmt: skip
 

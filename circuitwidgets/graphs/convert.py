@@ -28,8 +28,11 @@ CONVENTION = (
 )
 
 
-def node_rows(dense: DenseAttribution, prompt: list[str], logit_strs: list[str]) -> NodeTable:
-    """Every node of ``dense`` as a node table (influence and activation filled)."""
+def node_rows(
+    dense: DenseAttribution, prompt: list[str], logit_strs: list[str], scores: torch.Tensor | None = None
+) -> NodeTable:
+    """Every node of ``dense`` as a node table (influence and activation filled; ``scores``: the nodes' influence
+    when already computed)."""
     L, P = dense.n_layers, dense.n_pos
     rows: list[tuple[str, int, int, int, str]] = []
     rows += [("feature", lyr, p, f, f"L{lyr} f{f} @{p}") for lyr, p, f in dense.features.tolist()]
@@ -43,7 +46,7 @@ def node_rows(dense: DenseAttribution, prompt: list[str], logit_strs: list[str])
     activation = np.full(len(kind), np.nan)
     activation[: dense.n_features] = dense.activations.double().numpy()
     activation[dense.logit_start :] = dense.logit_probabilities.double().numpy()
-    influence = node_influence(dense).double().numpy()
+    influence = (node_influence(dense) if scores is None else scores).double().numpy()
     return NodeTable(
         [str(k) for k in kind], np.array(layer), np.array(pos), np.array(index), [str(x) for x in label],
         activation, influence,
@@ -61,18 +64,21 @@ def to_graph(
     Scores are computed on the unpruned matrix (as circuit-tracer does). With both
     thresholds 1.0 every node with influence and every non-zero edge among them is kept.
     """
-    kept = prune_by_influence(dense, node_threshold, edge_threshold)
-    nodes = node_rows(dense, dense.prompt, logit_strs)
+    scores = node_influence(dense)  # once, for the pruning, the node table and the scores
+    kept = prune_by_influence(dense, node_threshold, edge_threshold, scores=scores)
+    nodes = node_rows(dense, dense.prompt, logit_strs, scores)
     ids = torch.nonzero(kept.nodes)[:, 0].numpy()
-    dst, src = torch.nonzero(kept.edges & (dense.adjacency != 0)).T.numpy()
-    edges = EdgeTable(src, dst, dense.adjacency[dst, src].double().numpy())
+    dst, src = torch.nonzero(kept.edges).T
+    weight = dense.adjacency[dst, src]
+    dst, src, weight = dst[weight != 0].numpy(), src[weight != 0].numpy(), weight[weight != 0]
+    edges = EdgeTable(src, dst, weight.double().numpy())
     extra = dict(dense.extra)
     extra |= {
         "n_layers": dense.n_layers, "n_active_features": dense.n_active, "node_threshold": node_threshold,
         "edge_threshold": edge_threshold, "cumulative_influence": kept.cumulative.double().tolist(),
     }  # fmt: skip
     full = Graph(
-        nodes, edges, graph_scores(dense), list(dense.prompt), list(dense.tokens), CONVENTION, "attribution",
+        nodes, edges, graph_scores(dense, scores=scores), list(dense.prompt), list(dense.tokens), CONVENTION, "attribution",
         "logits (probability-weighted, centred)", extra,
     )  # fmt: skip
     sub = full.subgraph(ids)
