@@ -21,7 +21,7 @@ from circuitwidgets.graphs import Graph
 from circuitwidgets.widgets.core.spec import shown, trait_error
 from circuitwidgets.widgets.core.traits import Checked, Integer
 
-__all__ = ["MAX_LABEL", "NodeRows", "Supernodes", "pinned_subgraph", "resolve_nodes"]
+__all__ = ["MAX_LABEL", "NodeRows", "Supernodes", "pinned_subgraph", "pins_of", "resolve_nodes"]
 
 #: Longest supernode label, in characters.
 MAX_LABEL = 120
@@ -108,3 +108,21 @@ def pinned_subgraph(graph: Graph, pinned: Sequence[int], supernodes: Sequence[di
     sub.extra["pinned"] = [labels[r] for r in pinned]
     sub.extra["supernodes"] = [{"label": g["label"], "nodes": [labels[r] for r in g["nodes"]]} for g in supernodes]
     return sub
+
+
+def pins_of(graph: Graph) -> dict[str, Any]:
+    """The ``pinned`` and ``supernodes`` trait values a graph carries in ``extra`` (a saved subgraph, a
+    circuit-tracer file's ``qParams``): labels resolved to rows, unknown ones and repeats left out."""
+    row = {label: i for i, label in enumerate(graph.nodes.label)}
+    pinned = list(dict.fromkeys(row[x] for x in graph.extra.get("pinned", []) if isinstance(x, str) and x in row))
+    seen: set[int] = set()
+    groups = []
+    for g in graph.extra.get("supernodes", []):
+        if not isinstance(g, dict) or not isinstance(g.get("label"), str) or not isinstance(g.get("nodes"), list):
+            continue
+        members = [row[x] for x in g["nodes"] if isinstance(x, str) and x in row and row[x] not in seen]
+        members = list(dict.fromkeys(members))
+        seen.update(members)
+        if members and g["label"]:
+            groups.append({"label": g["label"][:MAX_LABEL], "nodes": members})
+    return {"pinned": pinned, "supernodes": groups}

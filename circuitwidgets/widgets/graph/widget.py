@@ -38,7 +38,7 @@ from circuitwidgets.widgets.core.spec import NONE, Size, head_selection, view_da
 from circuitwidgets.widgets.core.traits import SelectionIndex
 from circuitwidgets.widgets.graph.contexts import by_layer, context_traits, empty_contexts
 from circuitwidgets.widgets.graph.data import graph_view_data, pruned
-from circuitwidgets.widgets.graph.pins import NodeRows, Supernodes, pinned_subgraph, resolve_nodes
+from circuitwidgets.widgets.graph.pins import NodeRows, Supernodes, pinned_subgraph, pins_of, resolve_nodes
 
 __all__ = ["AttributionGraph"]
 
@@ -162,7 +162,12 @@ class AttributionGraph(CircuitWidget):
         if graph is not None:
             data = graph_view_data(graph, curve, size)
             boards = by_layer(dashboards, int(data["model_n_layers"]))
-            data |= _node_columns(graph) | context_traits(graph, boards, n_contexts) | _site(boards, site_layer)
+            data |= (
+                _node_columns(graph)
+                | context_traits(graph, boards, n_contexts)
+                | _site(boards, site_layer)
+                | pins_of(graph)
+            )
             kwargs = {**data, **kwargs}
         elif dashboards is not None:
             raise ArgumentError("dashboards: pass them with the graph they describe")
