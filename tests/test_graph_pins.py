@@ -150,3 +150,10 @@ def test_a_node_click_selects_its_token_and_the_linked_feature(made: dict[str, A
     boards[1].selected_feature = 7
     assert view.selected_feature == 7
     group.unlink()
+
+
+def test_an_attribution_graph_shows_every_edge_at_first(made: dict[str, Any]) -> None:
+    # (already pruned by influence; its strongest edges by |weight| alone need not reach a logit)
+    graph: Graph = made["graph"]
+    assert cw.AttributionGraph(graph).size == len(graph.edges)
+    assert cw.AttributionGraph(graph, size=3).size == 3
