@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import itertools
 import re
 import sys
 import time
@@ -36,6 +37,7 @@ NAMES = (
     "04_causal_induction",
     "05_superposition",
     "06_features",
+    "07_attribution_graph",
     "08_circuit_discovery",
 )
 KERNEL = "circuitwidgets-notebooks"
@@ -500,3 +502,68 @@ def test_notebook_04_exports_offline_with_no_saved_progress_bar(nb04: nbformat.N
     html, _ = OfflineHTMLExporter().from_notebook_node(nb)  # type: ignore[no-untyped-call]
     assert "html-manager" not in html and "require.js" not in html
     assert not re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html), "the page would make a request"
+
+
+# ----------------------------------------------------------------------------- 07: attribution graphs
+
+
+@pytest.fixture(scope="module")
+def nb07(executed: Callable[[str], nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    return executed("07_attribution_graph")
+
+
+def test_the_graph_explains_the_induction_answer_with_scores_between_0_and_1(nb07: nbformat.NotebookNode) -> None:
+    out = printed(nb07, "graph")
+    # measured (first shipped transcoders): ' +=' at p 0.86; 57 nodes, 37 features; replacement 0.795, completeness 0.930
+    assert find(r"the model predicts (.*) with p", out).group(1) == "' +='"
+    assert number(r"with p = ([\d.]+)", out) > 0.5
+    assert "top logit node: logit '·+='" in out
+    for name in ("replacement", "completeness"):
+        assert 0 < number(rf"{name} ([\d.]+)", out) <= 1
+    assert number(r"'feature': (\d+)", out) > 0
+
+
+def test_higher_thresholds_keep_more(nb07: nbformat.NotebookNode) -> None:
+    out = printed(nb07, "pruning")
+    rows = [
+        tuple(int(x) for x in m.groups()) for m in re.finditer(r"(\d+) nodes \(\s*(\d+) features\),\s+(\d+) edges", out)
+    ]
+    assert len(rows) == 5, out
+    for smaller, larger in itertools.pairwise(rows):
+        assert all(a <= b for a, b in zip(smaller, larger, strict=True)), out
+    assert rows[-1][1] <= 200  # (max_feature_nodes)
+
+
+def test_the_pinned_circuit_is_the_groups_and_the_logit(nb07: nbformat.NotebookNode) -> None:
+    out = printed(nb07, "pinned")
+    sizes = [int(n) for n in re.findall(r"\('layer \d features', (\d+)\)", out)]
+    assert len(sizes) == 2 and all(n >= 1 for n in sizes), out
+    assert number(r"Graph\(method='attribution', .*?, (\d+) nodes", out) == sum(sizes) + 1
+
+
+def test_qk_attribution_is_exact_and_the_first_mlp_carries_the_match(nb07: nbformat.NotebookNode) -> None:
+    out = printed(nb07, "qk")
+    # measured: L1H3 attends 0.98; score 15.17 vs 8.47 at the key before; MLP0 x MLP0 +7.76 of the 6.70 difference
+    assert number(r"attends ([\d.]+) from", out) > 0.5
+    total, score = number(r"sum of terms ([-+\d.]+)", out), number(r"the model's score ([-+\d.]+)", out)
+    assert abs(total - score) <= 1e-3 * max(1.0, abs(score))
+    assert score > number(r"at the key before: ([-+\d.]+)", out)
+    first = find(r"query (\S.*?)\s+× key (\S.*?)\s+([-+\d.]+)\n", out)
+    assert (first.group(1), first.group(2)) == ("MLP0", "MLP0") and float(first.group(3)) > 0, out
+
+
+def test_graph_files_round_trip(nb07: nbformat.NotebookNode) -> None:
+    out = printed(nb07, "files")
+    assert "round trip equal: True" in out
+    read, wrote = (
+        find(r"(\d+) nodes and (\d+) edges \(wrote (\d+) and (\d+)\)", out).groups()[:2],
+        find(r"wrote (\d+) and (\d+)", out).groups(),
+    )
+    assert read == wrote and "2 supernodes" in out
+
+
+def test_the_quote_graph_predicts_a_line_break(nb07: nbformat.NotebookNode) -> None:
+    out = printed(nb07, "quote")
+    assert find(r"the model predicts (.*) with p", out).group(1) == "'\\n'"
+    for name in ("replacement", "completeness"):
+        assert 0 < number(rf"{name} ([\d.]+)", out) <= 1

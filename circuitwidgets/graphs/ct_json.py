@@ -83,8 +83,40 @@ def circuit_tracer_dict(graph: Graph, slug: str = "graph", scan: str = "circuitw
     ]
     meta = {"slug": slug, "scan": scan, "transcoder_list": [], "prompt_tokens": list(graph.prompt),
             "prompt": "".join(graph.prompt), "node_threshold": graph.extra.get("node_threshold"), "schema_version": 1}  # fmt: skip
-    qparams = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
+    pinned, supernodes = _pins_out(graph, ids)
+    qparams = {"pinnedIds": pinned, "supernodes": supernodes, "linkType": "both", "clickedId": "", "sg_pos": ""}
     return {"metadata": meta, "qParams": qparams, "nodes": nodes, "links": links}
+
+
+def _pins_out(graph: Graph, ids: list[str]) -> tuple[list[str], list[list[str]]]:
+    """``extra["pinned"]`` and ``extra["supernodes"]`` (node labels) as the front end's ``pinnedIds`` and
+    ``supernodes`` (``[label, node_id, ...]``); labels not in the graph are left out."""
+    row = {label: i for i, label in enumerate(graph.nodes.label)}
+    pinned = [ids[row[x]] for x in graph.extra.get("pinned", []) if x in row]
+    groups = [
+        [str(g["label"]), *(ids[row[x]] for x in g["nodes"] if x in row)]
+        for g in graph.extra.get("supernodes", [])
+        if isinstance(g, dict) and isinstance(g.get("nodes"), list)
+    ]
+    return pinned, groups
+
+
+def _pins_in(qparams: object, ids: dict[str, int], labels: list[str]) -> dict[str, Any]:
+    """The pins and supernodes of a file's ``qParams`` as ``extra`` entries (node labels); unknown ids and
+    malformed entries are left out (a hand-edited or hostile file cannot name a node that is not there)."""
+    if not isinstance(qparams, dict):
+        return {}
+    raw = qparams.get("pinnedIds", [])
+    pinned = raw.split(",") if isinstance(raw, str) else raw if isinstance(raw, list) else []
+    out: dict[str, Any] = {"pinned": [labels[ids[x]] for x in pinned if isinstance(x, str) and x in ids]}
+    groups = []
+    for g in qparams.get("supernodes", []) if isinstance(qparams.get("supernodes"), list) else []:
+        if isinstance(g, list) and len(g) > 1 and all(isinstance(x, str) for x in g):
+            members = [labels[ids[x]] for x in g[1:] if x in ids]
+            if members:
+                groups.append({"label": g[0], "nodes": members})
+    out["supernodes"] = groups
+    return out if out["pinned"] or groups else {}
 
 
 def to_circuit_tracer_json(
@@ -200,6 +232,7 @@ def from_circuit_tracer_dict(data: object, where: str = "graph") -> Graph:
     extra: dict[str, Any] = {"cumulative_influence": [r[5] for r in rows], "source": "circuit-tracer json"}
     if len(logit_layers) == 1:
         extra["n_layers"] = logit_layers.pop()
+    extra |= _pins_in(data.get("qParams"), ids, labels)
     return Graph(
         nodes, EdgeTable(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(weight)), {},
         [str(s) for s in prompt], [tokens[p] for p in sorted(tokens)], "circuit-tracer graph file", "attribution",

@@ -21,8 +21,8 @@ ATTRIBUTION_SIGNS = ("negative direct effect", "positive direct effect")
 
 
 def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None = None) -> dict[str, Any]:
-    """Checked trait values for ``graph`` (and its faithfulness ``curve``), showing ``size`` edges (default: the
-    curve's smallest circuit reaching 0.8 faithfulness, else 20)."""
+    """Checked trait values for ``graph`` (and its faithfulness ``curve``), showing ``size`` edges (default: every
+    edge of an attribution graph; else the curve's smallest circuit reaching 0.8 faithfulness, else 20)."""
     if not isinstance(graph, Graph):
         raise ArgumentTypeError(f"graph: expected a circuitwidgets.graphs.Graph, got {type(graph).__name__}")
     if curve is not None and not isinstance(curve, Curve):
@@ -32,7 +32,9 @@ def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None =
     order = graph.order()
     n_edges = len(order)
     if size is None:
-        size = _default_size(curve, n_edges)
+        # (an attribution graph is already pruned by influence; its edge weights mix scales, feature inputs and
+        # centred logits, so the strongest few by |weight| need not reach a logit: show them all)
+        size = n_edges if graph.method == "attribution" else _default_size(curve, n_edges)
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= n_edges:
         raise ArgumentError(f"size: expected an int in [0, {n_edges}] (edges kept), got {size!r}")
     nodes = graph.nodes

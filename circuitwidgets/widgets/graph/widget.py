@@ -9,20 +9,36 @@ over circuit sizes, with the chosen size marked. A click on a node selects it
 (``selected_node``); a head (or one of its inputs) also selects the head
 (``selected_layer`` / ``selected_head``), which :func:`circuitwidgets.link`
 shares with the attention, composition and patching views.
+
+On attribution graphs (nodes per position) nodes are sized by their influence
+on the logits; a node can be pinned into a subgraph (``pinned``) and pinned
+nodes grouped into labelled supernodes (``supernodes``); ``subgraph_only``
+draws just those, a supernode as one node with its members' edges summed.
+:meth:`AttributionGraph.subgraph` returns that subgraph as a
+:class:`~circuitwidgets.graphs.Graph`. With ``dashboards`` (a
+:class:`~circuitwidgets.FeatureDashboard` per layer) hovering a feature shows
+its top contexts. A click on a node selects its token (``selected_dest``,
+linked with attention views of the prompt) and, for a feature of the linked
+``site``, the feature (``selected_feature``, linked with that site's dashboard).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import traitlets
 
+from circuitwidgets.errors import ArgumentError
 from circuitwidgets.graphs import Curve, Graph
 from circuitwidgets.widgets.core.arrays import NDArrayTrait
 from circuitwidgets.widgets.core.base import CircuitWidget
 from circuitwidgets.widgets.core.spec import NONE, Size, head_selection, view_data, view_setting
 from circuitwidgets.widgets.core.traits import SelectionIndex
+from circuitwidgets.widgets.graph.contexts import by_layer, context_traits, empty_contexts
 from circuitwidgets.widgets.graph.data import graph_view_data, pruned
+from circuitwidgets.widgets.graph.pins import NodeRows, Supernodes, pinned_subgraph, pins_of, resolve_nodes
 
 __all__ = ["AttributionGraph"]
 
@@ -38,6 +54,12 @@ class AttributionGraph(CircuitWidget):
         Its faithfulness curve (``graphs.faithfulness_curve``), drawn beside the graph.
     size
         Edges kept at first (default: the curve's smallest circuit reaching 0.8, else 20).
+    dashboards
+        ``{layer: FeatureDashboard}`` (or a list by layer) of the graph's dictionaries: hovering a
+        feature node shows its top ``n_contexts`` contexts from there.
+    site_layer
+        The layer whose feature selection is linked (``selected_feature`` with that
+        layer's dashboard, by :func:`circuitwidgets.link`); default: the last layer with a dashboard.
     """
 
     _view = traitlets.Unicode("graph").tag(sync=True)
@@ -84,6 +106,24 @@ class AttributionGraph(CircuitWidget):
     """What a positive weight means (legend)."""
     model_name = view_data(traitlets.Unicode(""))
     """Name of the model."""
+    node_influence = view_data(NDArrayTrait(dtype="float32", dims=("n_nodes",)))
+    """float32 ``[n_nodes]``: influence on the logits (attribution graphs; NaN: none), the nodes' size."""
+    node_activation = view_data(NDArrayTrait(dtype="float32", dims=("n_nodes",)))
+    """float32 ``[n_nodes]``: a feature's activation, a logit's probability (NaN: none)."""
+    ctx_vocab = view_data(traitlets.List(traitlets.Unicode()))
+    """Token strings of the top contexts (untrusted text); index ``len(ctx_vocab)`` is no token."""
+    ctx_tokens = view_data(NDArrayTrait(dims=("n_ctx_nodes", "n_contexts", "width")))
+    """uint16/uint32 ``[n_nodes, n_contexts, width]``: each feature node's top contexts (empty without dashboards)."""
+    ctx_value = view_data(NDArrayTrait(dtype="float32", dims=("n_ctx_nodes", "n_contexts")))
+    """float32: the feature's activation at each context's centre token (NaN: no context)."""
+    ctx_centre = view_data(traitlets.Int(0))
+    """Index of a context's own token in its window."""
+    site = view_data(traitlets.Unicode(""))
+    """The dictionary whose feature selection is linked (``L1.tc``), or ``""``."""
+    site_layer = view_data(traitlets.Int(-1))
+    """Layer of that dictionary's features (-1: none)."""
+    n_site_features = view_data(traitlets.Int(0))
+    """Features of that dictionary (the bound of ``selected_feature``)."""
 
     size = view_setting(SelectionIndex("n_sizes"))
     """Edges kept: the ``size`` strongest, without dangling ones (0 … n_edges)."""
@@ -93,17 +133,83 @@ class AttributionGraph(CircuitWidget):
     """Layer of the selected head."""
     selected_head = head_selection(SelectionIndex("n_heads", optional=True))
     """The selected head, or -1."""
+    selected_feature = view_setting(SelectionIndex("n_site_features", optional=True))
+    """Feature of ``site`` selected (a click on one of its nodes; linked with its dashboard), or -1."""
+    selected_dest = view_setting(SelectionIndex("n_tokens", optional=True))
+    """Token position of the selected node (linked with attention views of the prompt), or -1."""
+    pinned = view_setting(NodeRows())
+    """Node rows pinned into the subgraph (shift-click or the pin button in the view)."""
+    supernodes = view_setting(Supernodes())
+    """Groups of nodes, ``[{"label": str, "nodes": [row, ...]}]`` (labels are shown as text)."""
+    subgraph_only = view_setting(traitlets.Bool(False))
+    """Draw only the pinned and grouped nodes (supernodes merged), with every edge between them."""
 
     n_nodes = Size("n_nodes")
     n_edges = Size("n_edges")
 
     def __init__(
-        self, graph: Graph | None = None, curve: Curve | None = None, *, size: int | None = None, **kwargs: Any
+        self,
+        graph: Graph | None = None,
+        curve: Curve | None = None,
+        *,
+        size: int | None = None,
+        dashboards: object = None,
+        n_contexts: int = 3,
+        site_layer: int | None = None,
+        **kwargs: Any,
     ) -> None:
         self._graph = graph
         if graph is not None:
-            kwargs = {**graph_view_data(graph, curve, size), **kwargs}
+            data = graph_view_data(graph, curve, size)
+            boards = by_layer(dashboards, int(data["model_n_layers"]))
+            data |= (
+                _node_columns(graph)
+                | context_traits(graph, boards, n_contexts)
+                | _site(boards, site_layer)
+                | pins_of(graph)
+            )
+            kwargs = {**data, **kwargs}
+        elif dashboards is not None:
+            raise ArgumentError("dashboards: pass them with the graph they describe")
+        else:
+            kwargs = {**empty_contexts(), **kwargs}
         super().__init__(**kwargs)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens of the prompt (the bound of ``selected_dest``)."""
+        return len(self.prompt)
+
+    @property
+    def _links_heads(self) -> bool:
+        # (an attribution graph has no head node: its empty head selection must not move other views)
+        return any(k.startswith("head") for k in self.node_kind)
+
+    @property
+    def _links_positions(self) -> bool:
+        # (a component graph has no node per position: it moves no other view's token)
+        return bool(len(self.node_pos)) and bool(np.any(np.asarray(self.node_pos) >= 0))
+
+    def pin(self, *nodes: int | str) -> None:
+        """Pin ``nodes`` (rows or labels such as ``"L1 f123 @5"``) into the subgraph (already pinned ones stay)."""
+        rows = resolve_nodes(self.node_label, nodes, "nodes")
+        self.pinned = list(self.pinned) + [r for r in dict.fromkeys(rows) if r not in self.pinned]
+
+    def group(self, label: str, nodes: Sequence[int | str]) -> None:
+        """Group ``nodes`` (rows or labels; pinned if they were not) into a supernode called ``label``."""
+        rows = list(dict.fromkeys(resolve_nodes(self.node_label, nodes, "nodes")))
+        if not isinstance(label, str) or not label:
+            raise ArgumentError(f"label: expected a non-empty str, got {label!r:.80}")
+        with self.hold_trait_notifications():
+            self.pin(*rows)
+            self.supernodes = [*self.supernodes, {"label": label, "nodes": rows}]
+
+    def subgraph(self) -> Graph:
+        """The pinned and grouped nodes with every edge of the graph between them (``extra["pinned"]`` and
+        ``extra["supernodes"]`` name them by label, so they survive ``save`` and circuit-tracer's JSON)."""
+        if self._graph is None:
+            raise AttributeError("subgraph: this AttributionGraph was made without a Graph")
+        return pinned_subgraph(self._graph, list(self.pinned), list(self.supernodes))
 
     @property
     def n_sizes(self) -> int:
@@ -128,6 +234,20 @@ class AttributionGraph(CircuitWidget):
         return pruned(self._graph, int(self.size))
 
     @traitlets.observe("selected_node")
+    def _node_selects_token_and_feature(self, change: dict[str, Any]) -> None:
+        # the view sets these with the node; a cell setting selected_node gets the same
+        i = int(change["new"])
+        if not 0 <= i < len(self.node_kind):
+            return
+        pos = int(self.node_pos[i])
+        with self.hold_trait_notifications():
+            if 0 <= pos < self.n_tokens:
+                self.selected_dest = pos
+            in_site = self.node_kind[i] == "feature" and int(self.node_layer[i]) == self.site_layer >= 0
+            if in_site and int(self.node_index[i]) < self.n_site_features:
+                self.selected_feature = int(self.node_index[i])
+
+    @traitlets.observe("selected_node")
     def _node_selects_head(self, change: dict[str, Any]) -> None:
         # a head or one of its inputs is a head selection: the linked views follow it
         i = int(change["new"])
@@ -137,3 +257,29 @@ class AttributionGraph(CircuitWidget):
         if 0 <= layer < self.n_layers and 0 <= head < self.n_heads:
             with self.hold_trait_notifications():
                 self.selected_layer, self.selected_head = layer, head
+
+
+def _node_columns(graph: Graph) -> dict[str, Any]:
+    nodes = graph.nodes
+    return {
+        "node_influence": nodes.influence.astype(np.float32),
+        "node_activation": nodes.activation.astype(np.float32),
+    }
+
+
+def _site(boards: dict[int, Any], site_layer: int | None) -> dict[str, Any]:
+    """The linked dictionary: ``site_layer``'s dashboard (default: the last layer with one)."""
+    if site_layer is None:
+        site_layer = max(boards, default=-1)
+    if site_layer == -1 and not boards:
+        return {"site": "", "site_layer": -1, "n_site_features": 0}
+    if site_layer not in boards:
+        raise ArgumentError(f"site_layer: expected a layer with a dashboard ({sorted(boards)}), got {site_layer!r}")
+    board = boards[site_layer]
+    # (the graph starts on the dashboard's feature, so linking them copies a feature both accept)
+    return {
+        "site": board.site,
+        "site_layer": site_layer,
+        "n_site_features": int(board.n_units),
+        "selected_feature": int(board.selected_feature),
+    }

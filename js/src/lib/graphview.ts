@@ -102,12 +102,7 @@ export function layoutGraph(nodes: GraphNodes, width: number, tokens: readonly s
   }
   const left = 56;
   const colW = Math.max(perPosition ? 26 : 34, Math.min(80, (width - left - 16) / nCols));
-  const rowH = perPosition ? 70 : 86;
-  const r = Math.max(6, Math.min(13, colW * 0.3));
-  const W = left + colW * nCols + 16;
-  const top = 24;
-  const H = top + rowH * (layers.length - 1) + 44;
-  const yOf = new Map(layers.map((layer, k) => [layer, top + rowH * (layers.length - 1 - k)]));
+  const r = Math.max(6, Math.min(perPosition ? 10 : 13, colW * 0.3));
   // nodes sharing a cell (features of one layer at one position) spread across it
   const cell = new Map<string, number[]>();
   for (let i = 0; i < n; i++) {
@@ -115,13 +110,36 @@ export function layoutGraph(nodes: GraphNodes, width: number, tokens: readonly s
     const key = `${nodes.layer[i]}/${columnOf[i]}`;
     cell.set(key, [...(cell.get(key) ?? []), i]);
   }
+  // (per position, a crowded cell stacks its nodes in lines: rows grow to hold up to 4 of them)
+  const perLineMax = Math.max(1, Math.floor((colW * 0.9) / (2.2 * r)));
+  const crowd = Math.max(1, ...[...cell.values()].map((m) => m.length));
+  const lines = perPosition ? Math.min(4, Math.ceil(crowd / perLineMax)) : 1;
+  const rowH = perPosition ? Math.max(70, 34 + lines * 2.2 * r) : 86;
+  const W = left + colW * nCols + 16;
+  const logitsOnTop = perPosition && nodes.kind.includes("logit");
+  const top = logitsOnTop ? 64 : 24; // (room for the logits' slanted tokens)
+  const H = top + rowH * (layers.length - 1) + 44;
+  const yOf = new Map(layers.map((layer, k) => [layer, top + rowH * (layers.length - 1 - k)]));
   const placed: Placed[] = new Array(n);
   for (const members of cell.values()) {
+    if (perPosition && nodes.kind[members[0] as number] === "logit") {
+      // logits: one line (each has its token above it), kept inside the figure
+      const step = 2.2 * r;
+      const half = ((members.length - 1) * step) / 2;
+      const cx = Math.min(Math.max(left + colW * ((columnOf[members[0] as number] as number) + 0.5), left + half), W - 8 - half);
+      members.forEach((i, k) => (placed[i] = { x: cx - half + k * step, y: yOf.get(nodes.layer[i] as number) ?? top, r }));
+      continue;
+    }
+    const used = Math.min(lines, Math.ceil(members.length / perLineMax));
+    const perLine = Math.ceil(members.length / used);
     members.forEach((i, k) => {
       const col = columnOf[i] as number;
       const cx = col < 0 ? left + (colW * nCols) / 2 : left + colW * (col + 0.5);
-      const spread = members.length > 1 ? (k - (members.length - 1) / 2) * Math.min(2.2 * r, (colW * 0.9) / members.length) : 0;
-      placed[i] = { x: cx + spread, y: yOf.get(nodes.layer[i] as number) ?? top, r: col < 0 ? r * 1.2 : r };
+      const line = Math.floor(k / perLine);
+      const inLine = Math.min(perLine, members.length - line * perLine);
+      const spread = inLine > 1 ? ((k % perLine) - (inLine - 1) / 2) * Math.min(2.2 * r, (colW * 0.9) / inLine) : 0;
+      const lift = (line - (used - 1) / 2) * 2.2 * r;
+      placed[i] = { x: cx + spread, y: (yOf.get(nodes.layer[i] as number) ?? top) + lift, r: col < 0 ? r * 1.2 : r };
     });
   }
   const owner = componentOf(nodes);
@@ -169,4 +187,16 @@ export function curveX(edges: number, total: number, x0: number, x1: number): nu
 export function curveValueAt(edges: readonly number[], values: readonly number[], size: number): number | null {
   for (let i = edges.length - 1; i >= 0; i--) if (edges[i] === size) return values[i] ?? null;
   return null;
+}
+
+/**
+ * The text drawn on a node: a head's `H<i>` and any other node's label in a component graph; in a graph per
+ * position only a logit's token (features, errors and embeddings are too many to label: hover says what they are).
+ */
+export function shortLabel(kind: string, label: string, index: number, perPosition: boolean): string {
+  if (!perPosition) return kind === "head" ? `H${index}` : label;
+  if (kind !== "logit") return "";
+  const token = /^logit (['"])(.*)\1/u.exec(label)?.[2] ?? label;
+  const chars = Array.from(token);
+  return chars.length > 6 ? `${chars.slice(0, 5).join("")}…` : token;
 }

@@ -3,23 +3,34 @@
 // that prunes it and, beside it, the faithfulness curve over circuit sizes
 // with the chosen size marked. Hover says a node's or an edge's weight; a
 // click selects a node, and a head (or one of its q/k/v inputs) selects the
-// head in every linked view.
+// head in every linked view, its token (selected_dest) and, for a feature of
+// the linked site, the feature (selected_feature, which a dashboard follows).
+// Attribution graphs: nodes sized by influence; shift-click (or the pin
+// button) pins a node, pinned nodes group into labelled supernodes, and the
+// pinned subgraph can be drawn alone (supernodes merged); hovering a feature
+// shows its top contexts in a card beside the graph.
 //
 // Kernel → view: node_kind, node_label, node_layer, node_pos, node_index,
-// edge_src, edge_dst, edge_weight (strongest first), prompt, curve_edges,
-// curve_values, curve_note, title, metric, caption, negative_note,
-// positive_note, model_name. View → kernel: size, selected_node,
-// selected_layer, selected_head. Drawn in SVG; every label is set as text.
+// node_influence, node_activation, edge_src, edge_dst, edge_weight (strongest
+// first), ctx_vocab, ctx_tokens, ctx_value, ctx_centre, prompt, curve_*,
+// title, metric, caption, negative_note, positive_note, model_name, site_layer,
+// n_site_features. View → kernel: size, selected_node, selected_layer,
+// selected_head, selected_feature, selected_dest, pinned, supernodes,
+// subgraph_only. Drawn in SVG; every label is set as text.
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
 import { el, listen } from "../lib/dom";
-import { curveValueAt, curveX, edgeColour, edgePath, edgeWidth, INPUT_KINDS, keptEdges, layoutGraph, type GraphNodes } from "../lib/graphview";
+import { drawnId, groupPins, scaleByInfluence, parsePinned, parseSupernodes, subgraph, togglePin, ungroup, type Supernode } from "../lib/graphpins";
+import { edgeColour, edgePath, edgeWidth, INPUT_KINDS, keptEdges, layoutGraph, shortLabel, type GraphLayout, type GraphNodes, type Placed } from "../lib/graphview";
 import { clearError, makePanel, redrawOnResize, runView, setTitle, showError } from "../lib/panel";
-import { perFrame, setTraits } from "../lib/selection";
+import { onTraits, perFrame, setTraits } from "../lib/selection";
 import { fmt, svgEl, svgTitle } from "../lib/svg";
 import { visibleLabel, visibleToken } from "../lib/tokens";
 import "../styles/graph.css";
+import { card, type Contexts } from "./graph/card";
+import { groupList, pinControls, supernodeEl } from "./graph/pins";
+import { curve, legend, PIN } from "./graph/side";
 
 export interface GraphTraits {
   [key: string]: unknown;
@@ -45,6 +56,11 @@ export interface GraphTraits {
   selected_node: number;
   selected_layer: number;
   selected_head: number;
+  selected_feature: number;
+  selected_dest: number;
+  pinned: number[];
+  supernodes: Supernode[];
+  subgraph_only: boolean;
 }
 
 type Model = AnyModel<GraphTraits>;
@@ -59,7 +75,11 @@ interface Data {
   src: ArrayLike<number>;
   dst: ArrayLike<number>;
   weight: ArrayLike<number>;
+  influence: ArrayLike<number>;
+  activation: ArrayLike<number>;
+  ctx: Contexts;
 }
+
 
 export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () => void {
   const doc = root.ownerDocument;
@@ -72,26 +92,37 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   const sliderLabel = el(doc, "label", "cw-size");
   const sliderText = el(doc, "span");
   sliderLabel.append("Edges kept: ", slider, sliderText);
-  panel.controls.append(sliderLabel);
+  const pins = pinControls(doc);
+  panel.controls.append(sliderLabel, pins.root);
   const row = el(doc, "div", "cw-graph-row");
   const plot = el(doc, "div", "cw-plot cw-scroll");
   const side = el(doc, "div", "cw-graph-side");
+  const legendSlot = el(doc, "div");
+  const cardSlot = el(doc, "div");
+  const groupSlot = el(doc, "div");
+  const curveSlot = el(doc, "div");
+  side.append(legendSlot, cardSlot, groupSlot, curveSlot);
   row.append(plot, side);
   const note = el(doc, "div", "cw-note cw-caption");
   panel.body.append(row, note);
   let data: Data | null = null;
   let hovered: string | null = null;
+  let hoveredNode = -1;
   const cleanups: (() => void)[] = [];
 
   function load(): void {
     try {
       const int = (name: keyof GraphTraits) => decodeArray(m.get(name) as WireArray).data;
+      const optional = (name: keyof GraphTraits) => (m.get(name) ? decodeArray(m.get(name) as WireArray) : null);
       const nodes: GraphNodes = { kind: strings(m.get("node_kind")), layer: int("node_layer"), pos: int("node_pos"), index: int("node_index") };
       const src = int("edge_src");
       const dst = int("edge_dst");
       const weight = int("edge_weight");
       if (src.length !== dst.length || src.length !== weight.length) throw new Error("circuitwidgets: edge_src, edge_dst and edge_weight differ in length");
-      data = { nodes, labels: strings(m.get("node_label")).map(visibleLabel), src, dst, weight };
+      const n = nodes.kind.length;
+      const column = (name: keyof GraphTraits) => optional(name)?.data ?? new Float32Array(n).fill(NaN);
+      const ctx: Contexts = { vocab: strings(m.get("ctx_vocab")), tokens: optional("ctx_tokens"), value: optional("ctx_value"), centre: num(m.get("ctx_centre"), 0) };
+      data = { nodes, labels: strings(m.get("node_label")).map(visibleLabel), src, dst, weight, influence: column("node_influence"), activation: column("node_activation"), ctx };
       clearError(panel);
     } catch (err) {
       data = null;
@@ -99,85 +130,151 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     }
   }
 
-  function size(): number {
-    return Math.max(0, Math.min(num(m.get("size"), 0), data?.src.length ?? 0));
-  }
+  const size = (): number => Math.max(0, Math.min(num(m.get("size"), 0), data?.src.length ?? 0));
+  const pinned = (): number[] => parsePinned(m.get("pinned"));
+  const groups = (): Supernode[] => parseSupernodes(m.get("supernodes"));
 
   function draw(): void {
     setTitle(panel, String(m.get("title") || "Graph"), String(m.get("model_name") ?? ""));
     if (data === null) {
       plot.replaceChildren();
-      side.replaceChildren();
+      for (const slot of [legendSlot, cardSlot, groupSlot, curveSlot]) slot.replaceChildren();
       return;
     }
-    const { nodes, labels, src, dst, weight } = data;
+    const { nodes, src } = data;
     const n = size();
     slider.max = String(src.length);
     slider.value = String(n);
-    const kept = keptEdges(nodes, src, dst, n);
-    const drawnCount = kept.filter(Boolean).length;
-    sliderText.textContent = ` ${n} of ${src.length} (${drawnCount} drawn: edges on a path from the input to the logits)`;
     const layout = layoutGraph(nodes, Math.max(420, (root.clientWidth || 900) - 300), strings(m.get("prompt")).map((t) => visibleToken(t)));
+    scaleByInfluence(layout.nodes, data.influence);
+    const only = Boolean(m.get("subgraph_only")) && (pinned().length > 0 || groups().length > 0);
+    pins.only.checked = Boolean(m.get("subgraph_only"));
+    pins.pin.textContent = pinned().includes(num(m.get("selected_node"))) ? "Unpin selected" : "Pin selected";
     const svg = svgEl(doc, "svg", { width: layout.width, height: layout.height, viewBox: `0 0 ${layout.width} ${layout.height}`, class: "cw-graph-svg", role: "img" });
-    svgTitle(doc, svg, `${String(m.get("title") ?? "graph")}: ${drawnCount} edges`);
+    axes(svg, layout);
+    const max = only ? drawSubgraph(svg, layout) : drawFull(svg, layout, n);
+    plot.replaceChildren(svg);
+    legendSlot.replaceChildren(legend(doc, max, String(m.get("negative_note") ?? "negative"), String(m.get("positive_note") ?? "positive"), Array.from(data.nodes.pos).some((p) => p >= 0)));
+    cardSlot.replaceChildren(hoverCard());
+    groupSlot.replaceChildren(groupList(doc, groups(), pinned().length, data.labels));
+    curveSlot.replaceChildren(curve(doc, numbers(m.get("curve_edges")), numbers(m.get("curve_values")), n, src.length));
+    note.textContent = `${String(m.get("caption") ?? "")}. ${String(m.get("curve_note") ?? "")}`.trim();
+    status();
+  }
+
+  function axes(svg: SVGSVGElement, layout: GraphLayout): void {
+    if (data === null) return;
+    const { nodes } = data;
     for (const r of layout.rows) {
       const name = r.layer < 0 ? "embed" : nodes.kind.some((k, i) => k === "logit" && nodes.layer[i] === r.layer) ? "logits" : `L${r.layer}`;
       svg.append(svgEl(doc, "text", { x: 6, y: r.y + 4, "font-size": 11, fill: "#555" }, name));
     }
-    for (const c of layout.columns) svg.append(svgEl(doc, "text", { x: c.x, y: layout.height - 6, "text-anchor": "middle", "font-size": 10, fill: "#777" }, c.label));
+    const dest = num(m.get("selected_dest"));
+    const perPosition = Array.from(nodes.pos).some((p) => p >= 0);
+    layout.columns.forEach((c, k) => {
+      const chosen = perPosition && k === dest;
+      svg.append(svgEl(doc, "text", { x: c.x, y: layout.height - 6, "text-anchor": "middle", "font-size": 10, fill: chosen ? "#111" : "#777", "font-weight": chosen ? "bold" : null, "data-cw-column": k }, c.label));
+    });
+  }
+
+  function edgeEl(from: Placed, to: Placed, w: number, max: number, title: string, e: number | string): SVGPathElement {
+    const path = svgEl(doc, "path", { d: edgePath(from, to), fill: "none", stroke: edgeColour(w), "stroke-width": edgeWidth(w, max), "stroke-opacity": 0.75, class: "cw-edge", "data-cw-edge": e });
+    svgTitle(doc, path, `${title}: ${fmt(w, 3)}`);
+    return path;
+  }
+
+  function drawFull(svg: SVGSVGElement, layout: GraphLayout, n: number): number {
+    if (data === null) return 0;
+    const { nodes, labels, src, dst, weight } = data;
+    const kept = keptEdges(nodes, src, dst, n);
+    const drawnCount = kept.filter(Boolean).length;
+    sliderText.textContent = ` ${n} of ${src.length} (${drawnCount} drawn: edges on a path from the input to the logits)`;
+    svgTitle(doc, svg, `${String(m.get("title") ?? "graph")}: ${drawnCount} edges`);
     let max = 0;
     for (let e = 0; e < n; e++) if (kept[e]) max = Math.max(max, Math.abs(weight[e] as number));
     const edges = svgEl(doc, "g", { class: "cw-edges" });
     for (let e = n - 1; e >= 0; e--) {
       // weakest first, so the strongest edges are drawn on top
-      if (!kept[e]) continue;
-      const s = src[e] as number;
-      const d = dst[e] as number;
-      const w = weight[e] as number;
-      const from = layout.nodes[s];
-      const to = layout.nodes[d];
-      if (!from || !to) continue;
-      const path = svgEl(doc, "path", { d: edgePath(from, to), fill: "none", stroke: edgeColour(w), "stroke-width": edgeWidth(w, max), "stroke-opacity": 0.75, class: "cw-edge", "data-cw-edge": e });
-      svgTitle(doc, path, `${labels[s]} → ${labels[d]}: ${fmt(w, 3)}`);
-      edges.append(path);
+      const from = layout.nodes[src[e] as number];
+      const to = layout.nodes[dst[e] as number];
+      if (!kept[e] || !from || !to) continue;
+      edges.append(edgeEl(from, to, weight[e] as number, max, `${labels[src[e] as number]} → ${labels[dst[e] as number]}`, e));
     }
     svg.append(edges);
-    const selNode = num(m.get("selected_node"));
-    const selLayer = num(m.get("selected_layer"));
-    const selHead = num(m.get("selected_head"));
     const shown = new Set<number>();
     for (let e = 0; e < n; e++) if (kept[e]) shown.add(src[e] as number).add(dst[e] as number);
     const dots = svgEl(doc, "g", { class: "cw-nodes" });
-    nodes.kind.forEach((kind, i) => {
+    const pin = new Set(pinned());
+    const grouped = groups();
+    nodes.kind.forEach((_, i) => {
       const p = layout.nodes[i];
-      if (!p) return;
-      const active = shown.has(i);
-      const g = svgEl(doc, "g", { class: "cw-node", "data-cw-node": i, "data-cw-kind": kind });
-      if (INPUT_KINDS.has(kind)) {
-        g.append(svgEl(doc, "text", { x: p.x, y: p.y + 8, "text-anchor": "middle", "font-size": 8, fill: active ? "#333" : "#bbb" }, kind.slice(-1)));
-        g.append(svgEl(doc, "rect", { x: p.x - 4, y: p.y - 2, width: 8, height: 12, fill: "transparent" }));
-      } else {
-        const isHead = kind === "head";
-        const selected = i === selNode || (isHead && nodes.layer[i] === selLayer && nodes.index[i] === selHead);
-        const shape = kind === "mlp" || kind === "logit" || kind === "embedding"
-          ? svgEl(doc, "rect", { x: p.x - p.r * 1.3, y: p.y - p.r, width: p.r * 2.6, height: p.r * 2, rx: 3 })
-          : svgEl(doc, "circle", { cx: p.x, cy: p.y, r: p.r });
-        shape.setAttribute("fill", active ? "#f4f4f4" : "#fbfbfb");
-        shape.setAttribute("stroke", selected ? "#111" : active ? "#666" : "#ccc");
-        shape.setAttribute("stroke-width", selected ? "2.5" : "1");
-        g.append(shape);
-        if (selected) g.dataset.cwSelected = "";
-        const short = kind === "head" ? `H${nodes.index[i]}` : labels[i] ?? "";
-        if (p.r >= 8 || kind !== "head") g.append(svgEl(doc, "text", { x: p.x, y: p.y + 3.5, "text-anchor": "middle", "font-size": 9, fill: active ? "#222" : "#aaa", "pointer-events": "none" }, short));
-      }
-      svgTitle(doc, g, describeNode(i));
-      dots.append(g);
+      if (p) dots.append(nodeEl(i, p, shown.has(i) || pin.has(i), pin.has(i), grouped));
     });
     svg.append(dots);
-    plot.replaceChildren(svg);
-    side.replaceChildren(legend(max), curve(n, src.length));
-    note.textContent = `${String(m.get("caption") ?? "")}. ${String(m.get("curve_note") ?? "")}`.trim();
-    status();
+    return max;
+  }
+
+  function drawSubgraph(svg: SVGSVGElement, layout: GraphLayout): number {
+    if (data === null) return 0;
+    const { src, dst, weight, labels } = data;
+    const grouped = groups();
+    const sub = subgraph(pinned(), grouped, src, dst, weight);
+    sliderText.textContent = ` pinned subgraph: ${sub.nodes.length} nodes, ${grouped.length} supernodes, ${sub.edges.length} edges (all edges between them)`;
+    svgTitle(doc, svg, `pinned subgraph: ${sub.edges.length} edges`);
+    const at = new Map<string, Placed>();
+    for (const i of sub.nodes) if (layout.nodes[i]) at.set(`n${i}`, layout.nodes[i] as Placed);
+    grouped.forEach((g, k) => {
+      const ps = g.nodes.map((i) => layout.nodes[i]).filter((p): p is Placed => Boolean(p));
+      const mean = (f: (p: Placed) => number) => ps.reduce((a, p) => a + f(p), 0) / Math.max(1, ps.length);
+      at.set(`g${k}`, { x: mean((p) => p.x), y: mean((p) => p.y), r: 12 });
+    });
+    const max = Math.max(0, ...sub.edges.map((e) => Math.abs(e.weight)));
+    const name = (id: string) => (id.startsWith("g") ? visibleLabel(grouped[Number(id.slice(1))]?.label ?? id) : (labels[Number(id.slice(1))] ?? id));
+    const edges = svgEl(doc, "g", { class: "cw-edges" });
+    for (const e of [...sub.edges].reverse()) {
+      const from = at.get(e.from);
+      const to = at.get(e.to);
+      if (from && to) edges.append(edgeEl(from, to, e.weight, max, `${name(e.from)} → ${name(e.to)}`, `${e.from}|${e.to}`));
+    }
+    svg.append(edges);
+    const dots = svgEl(doc, "g", { class: "cw-nodes" });
+    for (const i of sub.nodes) if (layout.nodes[i]) dots.append(nodeEl(i, layout.nodes[i] as Placed, true, true, grouped));
+    grouped.forEach((g, k) => {
+      const p = at.get(`g${k}`) as Placed;
+      dots.append(supernodeEl(doc, g, k, p, labels));
+    });
+    svg.append(dots);
+    return max;
+  }
+
+  function nodeEl(i: number, p: Placed, active: boolean, isPinned: boolean, grouped: readonly Supernode[]): SVGGElement {
+    const { nodes, labels } = data as Data;
+    const kind = nodes.kind[i] ?? "";
+    const g = svgEl(doc, "g", { class: "cw-node", "data-cw-node": i, "data-cw-kind": kind });
+    if (INPUT_KINDS.has(kind)) {
+      g.append(svgEl(doc, "text", { x: p.x, y: p.y + 8, "text-anchor": "middle", "font-size": 8, fill: active ? "#333" : "#bbb" }, kind.slice(-1)));
+      g.append(svgEl(doc, "rect", { x: p.x - 4, y: p.y - 2, width: 8, height: 12, fill: "transparent" }));
+    } else {
+      const selected = i === num(m.get("selected_node")) || (kind === "head" && nodes.layer[i] === num(m.get("selected_layer")) && nodes.index[i] === num(m.get("selected_head")));
+      const shape = kind === "mlp" || kind === "logit" || kind === "embedding"
+        ? svgEl(doc, "rect", { x: p.x - p.r * 1.3, y: p.y - p.r, width: p.r * 2.6, height: p.r * 2, rx: 3 })
+        : svgEl(doc, "circle", { cx: p.x, cy: p.y, r: p.r });
+      const group = drawnId(grouped, i);
+      shape.setAttribute("fill", group.startsWith("g") ? "#fdf2d9" : active ? "#f4f4f4" : "#fbfbfb");
+      shape.setAttribute("stroke", selected ? "#111" : isPinned ? PIN : active ? "#666" : "#ccc");
+      shape.setAttribute("stroke-width", selected || isPinned ? "2.5" : "1");
+      g.append(shape);
+      if (selected) g.dataset.cwSelected = "";
+      if (isPinned) g.dataset.cwPinned = "";
+      if (group.startsWith("g")) g.dataset.cwInGroup = group.slice(1);
+      const perPosition = (nodes.pos[i] as number) >= 0;
+      const short = shortLabel(kind, labels[i] ?? "", nodes.index[i] as number, perPosition);
+      const y = perPosition ? p.y - p.r - 3 : p.y + 3.5; // (a logit's token above it, slanted)
+      const slant = perPosition ? `rotate(-40 ${p.x} ${y})` : null;
+      if (short && (p.r >= 8 || kind !== "head")) g.append(svgEl(doc, "text", { x: p.x, y, "text-anchor": perPosition ? "start" : "middle", transform: slant, "font-size": 9, fill: active ? "#222" : "#aaa", "pointer-events": "none" }, short));
+    }
+    svgTitle(doc, g, describeNode(i));
+    return g;
   }
 
   function describeNode(i: number): string {
@@ -193,55 +290,10 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     return `${labels[i] ?? i}: |weight| in ${fmt(into, 3)}, out ${fmt(out, 3)} (kept edges)`;
   }
 
-  function legend(max: number): SVGSVGElement {
-    const svg = svgEl(doc, "svg", { width: 260, height: 70, class: "cw-graph-legend" });
-    const rows: [string, string][] = [
-      [edgeColour(-1), String(m.get("negative_note") ?? "negative")],
-      [edgeColour(1), String(m.get("positive_note") ?? "positive")],
-    ];
-    rows.forEach(([colour, text], k) => {
-      svg.append(svgEl(doc, "line", { x1: 4, x2: 28, y1: 10 + k * 16, y2: 10 + k * 16, stroke: colour, "stroke-width": 3 }));
-      svg.append(svgEl(doc, "text", { x: 34, y: 14 + k * 16, "font-size": 10, fill: "#333" }, text));
-    });
-    svg.append(svgEl(doc, "line", { x1: 4, x2: 28, y1: 46, y2: 46, stroke: "#888", "stroke-width": edgeWidth(max, max) }));
-    svg.append(svgEl(doc, "text", { x: 34, y: 50, "font-size": 10, fill: "#333" }, `width: |weight| (widest ${fmt(max, 3)})`));
-    svg.append(svgEl(doc, "text", { x: 4, y: 66, "font-size": 10, fill: "#333" }, "q k v under a head: its query, key, value inputs"));
-    return svg;
-  }
-
-  function curve(n: number, total: number): SVGSVGElement | HTMLElement {
-    const xs = numbers(m.get("curve_edges"));
-    const ys = numbers(m.get("curve_values"));
-    if (!xs.length) return el(doc, "div", "cw-note", "No faithfulness curve (pass graphs.faithfulness_curve(...) as curve=).");
-    const W = 260;
-    const H = 190;
-    const x0 = 40;
-    const x1 = W - 10;
-    const lo = Math.min(0, ...ys);
-    const hi = Math.max(1, ...ys);
-    const y = (v: number) => 12 + ((hi - v) / (hi - lo)) * (H - 44);
-    const svg = svgEl(doc, "svg", { width: W, height: H, class: "cw-curve", role: "img" });
-    svgTitle(doc, svg, "faithfulness against edges kept (log scale)");
-    for (const t of [0, 0.5, 1]) {
-      svg.append(svgEl(doc, "line", { x1: x0, x2: x1, y1: y(t), y2: y(t), stroke: t === 1 ? "#999" : "#e4e4e4", "stroke-dasharray": t === 1 ? "3 3" : "" }));
-      svg.append(svgEl(doc, "text", { x: x0 - 4, y: y(t) + 3.5, "text-anchor": "end", "font-size": 10, fill: "#555" }, fmt(t, 1)));
-    }
-    for (const e of [1, 10, 100, 1000, 10000].filter((e) => e <= total)) {
-      svg.append(svgEl(doc, "text", { x: curveX(e, total, x0, x1), y: H - 20, "text-anchor": "middle", "font-size": 10, fill: "#555" }, String(e)));
-    }
-    svg.append(svgEl(doc, "text", { x: (x0 + x1) / 2, y: H - 6, "text-anchor": "middle", "font-size": 10, fill: "#333" }, "edges kept (log) → faithfulness"));
-    const pts = xs.map((e, i) => `${curveX(e, total, x0, x1).toFixed(1)},${y(ys[i] as number).toFixed(1)}`);
-    svg.append(svgEl(doc, "polyline", { points: pts.join(" "), fill: "none", stroke: "#0072B2", "stroke-width": 1.5 }));
-    xs.forEach((e, i) => {
-      const dot = svgEl(doc, "circle", { cx: curveX(e, total, x0, x1), cy: y(ys[i] as number), r: 3, fill: "#0072B2", class: "cw-curve-point", "data-cw-size": e });
-      svgTitle(doc, dot, `${e} edges: faithfulness ${fmt(ys[i] as number, 3)}`);
-      svg.append(dot);
-    });
-    const mx = curveX(n, total, x0, x1);
-    svg.append(svgEl(doc, "line", { x1: mx, x2: mx, y1: 8, y2: H - 32, stroke: "#111", "stroke-width": 1.5, class: "cw-curve-marker", "data-cw-size": n }));
-    const at = curveValueAt(xs, ys, n);
-    svg.append(svgEl(doc, "text", { x: Math.min(mx + 4, x1 - 60), y: 10, "font-size": 10, fill: "#111", class: "cw-curve-label" }, at === null ? `${n} edges` : `${n} edges: ${fmt(at, 3)}`));
-    return svg;
+  function hoverCard(): HTMLElement {
+    if (data === null || hoveredNode < 0 || hoveredNode >= data.nodes.kind.length) return card(doc, null, -1, data?.ctx ?? { vocab: [], tokens: null, value: null, centre: 0 });
+    const i = hoveredNode;
+    return card(doc, { label: data.labels[i] ?? String(i), kind: data.nodes.kind[i] ?? "", activation: data.activation[i] as number, influence: data.influence[i] as number }, i, data.ctx);
   }
 
   function status(): void {
@@ -255,6 +307,36 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     panel.status.textContent = `${what}; hover a node or an edge for its weight, click a node to select it`;
   }
 
+  /** Select node `i`: its head, its token and, for a feature of the linked site, the feature. */
+  function select(i: number): void {
+    if (data === null) return;
+    const { kind, layer, index, pos } = { kind: data.nodes.kind[i] ?? "", layer: data.nodes.layer[i] as number, index: data.nodes.index[i] as number, pos: data.nodes.pos[i] as number };
+    const patch: Partial<GraphTraits> = { selected_node: i };
+    if (kind.startsWith("head")) Object.assign(patch, { selected_layer: layer, selected_head: index });
+    if (pos >= 0 && pos < strings(m.get("prompt")).length) patch.selected_dest = pos;
+    if (kind === "feature" && layer === num(m.get("site_layer")) && index < num(m.get("n_site_features"), 0)) patch.selected_feature = index;
+    setTraits(m, patch);
+  }
+
+  function setPin(i: number): void {
+    setTraits(m, togglePin(pinned(), groups(), i));
+  }
+
+  /** A feature chosen elsewhere (a linked dashboard): select its node, the most influential one, if the graph has it. */
+  function followFeature(): void {
+    if (data === null) return;
+    const f = num(m.get("selected_feature"));
+    const layer = num(m.get("site_layer"));
+    const sel = num(m.get("selected_node"));
+    const { kind, index } = data.nodes;
+    if (f < 0 || (kind[sel] === "feature" && data.nodes.layer[sel] === layer && index[sel] === f)) return;
+    let best = -1;
+    kind.forEach((k, i) => {
+      if (k === "feature" && data?.nodes.layer[i] === layer && index[i] === f && (best < 0 || (data.influence[i] as number) > (data.influence[best] as number))) best = i;
+    });
+    if (best >= 0) setTraits(m, { selected_node: best });
+  }
+
   const frame = perFrame(draw);
   cleanups.push(redrawOnResize(root, frame));
   cleanups.push(
@@ -266,19 +348,39 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       const g = (event.target as Element | null)?.closest?.("[data-cw-node]");
       if (!g || data === null) return;
       const i = Number(g.getAttribute("data-cw-node"));
-      const kind = data.nodes.kind[i] ?? "";
-      const patch: Partial<GraphTraits> = { selected_node: i };
-      if (kind.startsWith("head")) Object.assign(patch, { selected_layer: data.nodes.layer[i], selected_head: data.nodes.index[i] });
-      setTraits(m, patch);
+      if (event.shiftKey) setPin(i);
+      else select(i);
       hovered = null; // (say what the click selected, not what the pointer is over)
       frame.schedule();
+    }),
+    listen(pins.pin, "click", () => {
+      const i = num(m.get("selected_node"));
+      if (data !== null && i >= 0 && i < data.nodes.kind.length) setPin(i);
+    }),
+    listen(pins.group, "click", () => {
+      const next = groupPins(pinned(), groups(), pins.label.value.slice(0, 120));
+      if (next === null) {
+        panel.status.textContent = pins.label.value.trim() ? "Pin nodes first: every pinned node is already in a supernode" : "Type a label for the supernode first";
+        return;
+      }
+      setTraits(m, { supernodes: next });
+      pins.label.value = "";
+    }),
+    listen(pins.only, "change", () => setTraits(m, { subgraph_only: pins.only.checked })),
+    listen(groupSlot, "click", (event) => {
+      const k = (event.target as Element | null)?.closest?.("[data-cw-ungroup]")?.getAttribute("data-cw-ungroup");
+      if (k !== null && k !== undefined) setTraits(m, { supernodes: ungroup(groups(), Number(k)) });
     }),
     listen(plot, "mouseover", (event) => {
       const target = event.target as Element | null;
       const g = target?.closest?.("[data-cw-node]");
-      const edge = target?.closest?.("[data-cw-edge]");
+      const edge = target?.closest?.("[data-cw-edge], [data-cw-supernode-node]");
       const text = (g ?? edge)?.querySelector?.("title")?.textContent ?? null;
       const node = g ? Number(g.getAttribute("data-cw-node")) : -1;
+      if (node >= 0 && node !== hoveredNode) {
+        hoveredNode = node;
+        cardSlot.replaceChildren(hoverCard());
+      }
       const title = text !== null && node >= 0 && node === num(m.get("selected_node")) ? `${text} (selected)` : text;
       if (title === hovered) return;
       hovered = title;
@@ -288,6 +390,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       hovered = null;
       status();
     }),
+    onTraits(m, ["selected_feature"], followFeature),
   );
 
   return runView(
@@ -296,8 +399,8 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     frame,
     cleanups,
     {
-      data: ["node_kind", "node_label", "node_layer", "node_pos", "node_index", "edge_src", "edge_dst", "edge_weight"],
-      redraw: ["prompt", "curve_edges", "curve_values", "curve_note", "title", "metric", "caption", "negative_note", "positive_note", "model_name", "size", "selected_node", "selected_layer", "selected_head"],
+      data: ["node_kind", "node_label", "node_layer", "node_pos", "node_index", "node_influence", "node_activation", "edge_src", "edge_dst", "edge_weight", "ctx_vocab", "ctx_tokens", "ctx_value", "ctx_centre"],
+      redraw: ["prompt", "curve_edges", "curve_values", "curve_note", "title", "metric", "caption", "negative_note", "positive_note", "model_name", "size", "selected_node", "selected_layer", "selected_head", "selected_dest", "pinned", "supernodes", "subgraph_only"],
     },
     load,
     draw,
