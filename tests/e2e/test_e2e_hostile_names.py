@@ -186,7 +186,12 @@ def test_hostile_names_reach_no_page_text_attribute_or_svg_raw(
         "() => { const b = [...document.querySelectorAll('[data-cw-export=svg]')]; b.forEach((e) => e.click()); return b.length; }"
     )
     assert n >= len(views)
-    wait_for(lambda: page.wait_for_timeout(50) or len(downloads) >= n, f"{n} SVG downloads", timeout_s=60)
+
+    def all_arrived() -> bool:
+        page.wait_for_timeout(50)  # (Playwright delivers the page's events while it is called)
+        return len(downloads) >= n
+
+    wait_for(all_arrived, f"{n} SVG downloads", timeout_s=60)
     assert set(views) <= {re.sub(r"^circuitwidgets-([a-z]+).*", r"\1", d.suggested_filename) for d in downloads}
     for download in downloads:
         svg = Path(download.path()).read_text(encoding="utf-8")
