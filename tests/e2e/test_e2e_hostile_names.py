@@ -182,7 +182,7 @@ def test_hostile_names_reach_no_page_text_attribute_or_svg_raw(
     # second (10 of these 22 came without the spacing in lib/export.ts), so the page spaces them and none is lost.
     downloads: list[Download] = []
     page.on("download", lambda d: downloads.append(d))
-    n = page.evaluate(
+    n: int = page.evaluate(
         "() => { const b = [...document.querySelectorAll('[data-cw-export=svg]')]; b.forEach((e) => e.click()); return b.length; }"
     )
     assert n >= len(views)
