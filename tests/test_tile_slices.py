@@ -104,6 +104,37 @@ def test_a_tile_pass_holds_no_chunk_over_its_budget_and_is_exact(causal: bool, w
         assert steps == 0 or steps >= min(span, 300 - row * span)
 
 
+@pytest.mark.parametrize("kind", ["raw", "value"])
+def test_tiles_of_one_band_of_rows_compute_its_normalisers_once(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45, finding 4: a coarse tile is mostly its rows' normalisers (its rows against every column they see);
+    the view asks for a viewport's tiles row by row, so the other tiles of a band reuse them, with the same values."""
+    q, k = _qk(300)
+    norms = torch.rand(1, 2, 300) + 0.1
+    engine = QKPatterns(q, k, value_norms=norms)
+    rows: list[int] = []
+    lse_rows = engine.lse_rows
+
+    def counted(layer: int, head: int, r0: int, r1: int, kind: str = "raw") -> torch.Tensor:
+        rows.append(r1 - r0)
+        return lse_rows(layer, head, r0, r1, kind)
+
+    monkeypatch.setattr(engine, "lse_rows", counted)
+    first = engine.tile(0, 1, 1, 2, 0, kind)  # rows 256-299
+    assert sum(rows) == 300 - 256
+    for col in (1, 2):
+        got = engine.tile(0, 1, 1, 2, col, kind)
+        fresh = QKPatterns(q, k, value_norms=norms).tile(0, 1, 1, 2, col, kind)
+        np.testing.assert_array_equal(got[0], fresh[0])
+        np.testing.assert_array_equal(got[1], fresh[1])
+    assert sum(rows) == 300 - 256, "a tile of the same rows recomputed their normalisers"
+    assert first[0].shape == (22, 64)
+    engine.tile(0, 0, 1, 2, 0, kind)  # another head: its own normalisers
+    assert sum(rows) == 2 * (300 - 256)
+    monkeypatch.setattr("circuitwidgets.activations.qk_patterns.KEPT_BANDS", 1)
+    engine.tile(0, 1, 0, 1, 0, kind)  # a third band: only the newest is kept
+    assert list(engine._bands) == [(0, 1, kind, 64, 128)]
+
+
 def test_a_dense_value_tile_in_chunks_of_one_row_is_exact() -> None:
     g = torch.Generator().manual_seed(2)
     a = torch.rand(1, 1, 150, 150, generator=g).tril()
