@@ -87,10 +87,6 @@ def test_patching_the_top_cells_matches_the_native_engine(family: str) -> None:
     np.testing.assert_allclose(b.extra["estimate"], a.extra["estimate"], atol=TOL, rtol=0)
 
 
-@pytest.mark.xfail(
-    reason="known since the session-11 merge: the simulated NDIF server (nnsight's LocalSimulationBackend, local modules hidden) cannot import circuitwidgets for this trace; under investigation (issue 45)",
-    strict=False,
-)
 def test_attribution_through_the_remote_path_sends_one_small_request_each(server: Any) -> None:  # noqa: F811
     native, h = _pair("llama-gqa2-biases-llama3rope", remote=True)
     fake = server()

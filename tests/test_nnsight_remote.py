@@ -230,3 +230,30 @@ def test_configs_that_disagree_with_the_module_are_refused(monkeypatch: pytest.M
     monkeypatch.setitem(config.__dict__, "num_hidden_layers", n + 5)
     with pytest.raises(ArgumentError, match=f"declares num_hidden_layers={n + 5}, its module holds {n} blocks"):
         cw.from_nnsight(lm)
+
+
+_TRACING = ["causal/nnsight_attribution", "causal/nnsight_backend", "causal/nnsight_paths", "causal/lens",
+            "sources/nnsight_handle"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", _TRACING)
+def test_no_function_that_traces_binds_one_of_our_modules_to_a_local_name(name: str) -> None:
+    """A remote trace ships its frame's locals: a function our package defines travels by value, a module by
+    reference, which the server cannot import (attribution_patch held ``nnsight_backend`` so, and failed remotely)."""
+    import ast
+    import importlib
+    import inspect
+    import types
+
+    module = importlib.import_module(f"circuitwidgets.{name.replace('/', '.')}")
+    tree = ast.parse(inspect.getsource(module))
+    bound = []
+    for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        for node in ast.walk(function):
+            if isinstance(node, ast.Import) and any(a.name.startswith("circuitwidgets") for a in node.names):
+                bound.append(f"{function.name}: import {', '.join(a.name for a in node.names)}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("circuitwidgets"):
+                parent = importlib.import_module(node.module or "")
+                modules = [a.name for a in node.names if isinstance(getattr(parent, a.name, None), types.ModuleType)]
+                bound += [f"{function.name}: from {node.module} import {m}" for m in modules]
+    assert not bound, f"import the names these use instead of the module: {bound}"

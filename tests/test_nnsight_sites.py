@@ -97,10 +97,6 @@ def test_patterns_need_eager_attention(monkeypatch: pytest.MonkeyPatch) -> None:
         causal.patch(h, clean, corrupted, METRIC, "pattern", ("layer", "head"))
 
 
-@pytest.mark.xfail(
-    reason="known since the session-11 merge: the simulated NDIF server (nnsight's LocalSimulationBackend, local modules hidden) cannot import circuitwidgets for this trace; under investigation (issue 45)",
-    strict=False,
-)
 def test_the_new_sites_through_the_remote_path(deep_server: Any) -> None:  # noqa: F811
     native, h = _deep("llama-gqa2-biases-llama3rope", 4, remote=True)
     clean, corrupted = _prompts()

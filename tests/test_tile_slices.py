@@ -12,6 +12,7 @@ import itertools
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,37 @@ def test_a_tile_pass_holds_no_chunk_over_its_budget_and_is_exact(causal: bool, w
         np.testing.assert_allclose(got_mean, want_mean, atol=1e-6)
         assert work.largest_chunk <= 300  # one row at most (the budget is below a row)
         assert steps == 0 or steps >= min(span, 300 - row * span)
+
+
+@pytest.mark.parametrize("kind", ["raw", "value"])
+def test_tiles_of_one_band_of_rows_compute_its_normalisers_once(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45, finding 4: a coarse tile is mostly its rows' normalisers (its rows against every column they see);
+    the view asks for a viewport's tiles row by row, so the other tiles of a band reuse them, with the same values."""
+    q, k = _qk(300)
+    norms = torch.rand(1, 2, 300) + 0.1
+    engine = QKPatterns(q, k, value_norms=norms)
+    rows: list[int] = []
+    lse_rows = engine.lse_rows
+
+    def counted(layer: int, head: int, r0: int, r1: int, kind: str = "raw") -> torch.Tensor:
+        rows.append(r1 - r0)
+        return lse_rows(layer, head, r0, r1, kind)
+
+    monkeypatch.setattr(engine, "lse_rows", counted)
+    first = engine.tile(0, 1, 1, 2, 0, kind)  # rows 256-299
+    assert sum(rows) == 300 - 256
+    for col in (1, 2):
+        got = engine.tile(0, 1, 1, 2, col, kind)
+        fresh = QKPatterns(q, k, value_norms=norms).tile(0, 1, 1, 2, col, kind)
+        np.testing.assert_array_equal(got[0], fresh[0])
+        np.testing.assert_array_equal(got[1], fresh[1])
+    assert sum(rows) == 300 - 256, "a tile of the same rows recomputed their normalisers"
+    assert first[0].shape == (22, 64)
+    engine.tile(0, 0, 1, 2, 0, kind)  # another head: its own normalisers
+    assert sum(rows) == 2 * (300 - 256)
+    monkeypatch.setattr("circuitwidgets.activations.qk_patterns.KEPT_BANDS", 1)
+    engine.tile(0, 1, 0, 1, 0, kind)  # a third band: only the newest is kept
+    assert list(engine._bands) == [(0, 1, kind, 64, 128)]
 
 
 def test_a_dense_value_tile_in_chunks_of_one_row_is_exact() -> None:
@@ -260,3 +292,58 @@ def test_a_million_tokens_from_qk_runs_under_an_address_space_limit() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     grew = int(proc.stdout.split()[1])  # resident peak above the interpreter, torch and the inputs
     assert grew < limit, f"resident peak grew by {grew:,} bytes"
+
+
+def test_tile_requests_get_most_of_the_time_while_the_summaries_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45, finding 4: a coarse tile at 262K tokens was not answered in 120 s while the summaries ran. Tiles had
+    41-43 % of the time here (a slice each in turn), and ran on two torch threads, which spin on a loaded machine;
+    now they get about :data:`TILE_SHARE` (76-82 % measured) on the summaries' one thread, and the summaries go on."""
+    from circuitwidgets.widgets.attention import tiles
+
+    monkeypatch.setattr("circuitwidgets.activations.qk_patterns.CHUNK_BYTES", 2**19)  # steps well under a slice
+    n, heads = 4096, 8
+    g = torch.Generator().manual_seed(5)
+    q, k = torch.randn(1, heads, n, 32, generator=g), torch.randn(1, heads, n, 32, generator=g)
+    spent = {"tile": 0.0, "summary": 0.0}
+    threads: set[int] = set()
+
+    def timed(step: Any, kind: str) -> Any:
+        def run(self: Any) -> Any:
+            threads.add(torch.get_num_threads())
+            start = time.perf_counter()
+            try:
+                return step(self)
+            finally:
+                spent[kind] += time.perf_counter() - start
+
+        return run
+
+    monkeypatch.setattr(TilePass, "step", timed(TilePass.step, "tile"))
+    monkeypatch.setattr(tiles.TileSource, "step", timed(tiles.TileSource.step, "summary"))
+
+    async def play() -> tuple[int, int]:
+        w = AttentionPatterns.from_qk([f"t{i}" for i in range(n)], q, k)  # summaries start on this loop
+        rec = Recorder()
+        monkeypatch.setattr(w, "_send", rec)
+        source = w._tiles
+        assert source is not None
+        await until(lambda: spent["summary"] > 0.05)
+        level = source.max_level
+        side = n // (64 * 2**level)
+        asked = [(heads - 1, side - 1, c) for c in range(side)]
+        for i, (head, row, col) in enumerate(asked):  # the heads summarised last, so no tile reuses their norms
+            custom_from_view(
+                w, {"type": "tile", "id": i, "layer": 0, "head": head, "level": level, "row": row, "col": col}
+            )
+        spent.update(tile=0.0, summary=0.0)
+        await until(lambda: len(_tiles(rec)) == len(asked), limit_s=120)
+        left = len(source.queue)
+        w.close()
+        return len(_tiles(rec)), left
+
+    answered, left = run_in_fresh_loop(play)
+    assert answered > 0 and left > 0, "the summaries ended before the tiles: nothing was shared"
+    share = spent["tile"] / (spent["tile"] + spent["summary"])
+    assert share >= 0.65, f"tiles had {share:.0%} of the time ({spent})"
+    assert spent["summary"] > 0, "the summaries stopped while tiles were served"
+    assert threads == {tiles.BACKGROUND_THREADS}  # tiles too: two threads spin on a loaded machine

@@ -39,7 +39,16 @@ from circuitwidgets.activations.summary import HeadSummariser, HeadSummary, rows
 from circuitwidgets.activations.tile_pass import TilePass, tile_bounds
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
 
-__all__ = ["CHUNK_BYTES", "KINDS", "TILE", "HeadSummariser", "HeadSummary", "QKPatterns", "overview_block"]
+__all__ = [
+    "CHUNK_BYTES",
+    "KEPT_BANDS",
+    "KINDS",
+    "TILE",
+    "HeadSummariser",
+    "HeadSummary",
+    "QKPatterns",
+    "overview_block",
+]
 
 #: Cells along a tile's side (at any level).
 TILE = 64
@@ -50,6 +59,10 @@ TILE = 64
 #: chunks of 256 rows (identical results). A chunk may be fewer rows than an overview block (at
 #: 10⁶ tokens a block is 4,096 rows, 16 GB of scores): blocks then fold across chunks.
 CHUNK_BYTES = 4 * 2**20
+
+#: Bands of tile rows whose log-sum-exps a :class:`QKPatterns` keeps for the next tiles of the same rows (at 262K
+#: tokens a coarsest band is 32,768 floats, 128 KiB).
+KEPT_BANDS = 32
 
 #: Cells along the overview's side at most.
 OVERVIEW_CELLS = 256
@@ -203,6 +216,9 @@ class QKPatterns:
         self.norms = None if norms is None else norms.to(self.q.device)
         self.kinds: tuple[str, ...] = KINDS if norms is not None else KINDS[:1]
         self._lse: dict[tuple[int, int, str], torch.Tensor] = {}
+        self._bands: dict[
+            tuple[int, int, str, int, int], torch.Tensor
+        ] = {}  # (layer, head, kind, r0, r1), oldest first
 
     # ------------------------------------------------------------ scores
 
@@ -348,23 +364,46 @@ class QKPatterns:
         self._check_head(layer, head)
         self._check_kind(kind)
         bounds = tile_bounds(self.n_tokens, TILE, level, row, col)
+        r0, r1 = bounds[0], bounds[1]
         kept = self._lse.get((layer, head, kind))
+        band_key = (layer, head, kind, r0, r1)
+        band = None if kept is not None else self._bands.get(band_key)
 
         def weights(a: int, b: int, lo: int, hi: int, lse: torch.Tensor | None) -> torch.Tensor:
-            rows = lse if lse is not None else kept[a:b] if kept is not None else self.lse_rows(layer, head, a, b, kind)
+            if lse is not None:
+                rows = lse
+            elif kept is not None:
+                rows = kept[a:b]
+            else:
+                rows = band[a - r0 : b - r0] if band is not None else self.lse_rows(layer, head, a, b, kind)
             return self.scores(layer, head, a, b, lo, hi, kind).sub_(rows[:, None]).exp_()
 
         def norm(a: int, b: int) -> torch.Tensor:
-            return self.lse_rows(layer, head, a, b, kind)
+            rows = self.lse_rows(layer, head, a, b, kind)
+            if b >= r1 and work.norms is not None:  # the band's last rows: the next tile of these rows reuses it
+                whole = work.norms.clone()
+                whole[a - r0 :] = rows
+                self._keep_band(band_key, whole)
+            return rows
 
-        return TilePass(
+        work = TilePass(
             bounds,
             2**level,
             lambda a, b: self.columns(layer, a, b),
             weights,
-            None if kept is not None else norm,
+            None if kept is not None or band is not None else norm,
             CHUNK_BYTES // 4,
         )
+        return work
+
+    def _keep_band(self, key: tuple[int, int, str, int, int], lse: torch.Tensor) -> None:
+        """Keep a tile's rows' log-sum-exps (the newest :data:`KEPT_BANDS`): the view asks for the tiles of a
+        viewport row by row, and every tile of one band of rows needs the same normalisers, the bulk of a coarse
+        tile's work (its rows against every column they see, the tile only against its own)."""
+        self._bands.pop(key, None)
+        self._bands[key] = lse
+        while len(self._bands) > KEPT_BANDS:
+            del self._bands[next(iter(self._bands))]
 
     def dense(self, layer: int, head: int, kind: str = "raw") -> torch.Tensor:
         """The whole pattern ``[N, N]`` of ``kind`` (for tests and small inputs). Cost: ``4 N²`` bytes."""

@@ -24,6 +24,7 @@ import torch
 from circuitwidgets.causal.answers import Answers, answer_logit, attribution_dims, check_attribution, parse_answers
 from circuitwidgets.causal.engine import normalise, same_shape
 from circuitwidgets.causal.metrics import as_metric, scalar
+from circuitwidgets.causal.nnsight_backend import _labels, _prompts, _reduce
 from circuitwidgets.causal.nnsight_norms import norm_eps, norm_scale, norm_weight
 from circuitwidgets.causal.nnsight_sites import check_cells, shaped, with_grad
 from circuitwidgets.causal.result import Sweep
@@ -232,8 +233,6 @@ def attribution_patch(
     no weight gradients), and ``(clean − corrupted) · gradient`` summed to the cells there; ``[cells]`` come back."""
     import nnsight
 
-    from circuitwidgets.causal import nnsight_backend as nb
-
     a, b = same_shape(h.check_tokens(clean, "clean"), h.check_tokens(corrupted, "corrupted"))
     cells = check_cells(h, site, by, a.shape[1])
     m = as_metric(metric, h.d_vocab)
@@ -248,7 +247,7 @@ def attribution_patch(
     with h.remote_errors(f"attribution_patch {site}"), h.trace(torch.cat([a, b])):
         taken: list[Any] = [with_grad(h, layer, site) for layer in range(h.n_layers)]
         xs: list[Any] = [x for x, _ in taken]
-        both: Any = nb._reduce(m, h.lm.output.logits, 2, batch)
+        both: Any = _reduce(m, h.lm.output.logits, 2, batch)
         values = nnsight.save(both.detach())
         with both[1].backward(inputs=[xs[0]]):
             grads = {layer: xs[layer].grad for layer in reversed(range(h.n_layers))}
@@ -267,8 +266,8 @@ def attribution_patch(
     if m.normalise:
         out = out / (c - k)
     return Sweep(
-        out, cells.by, nb._labels(h, cells, a), "attribution patching", m.name, c, k, site,
-        "gradient at the corrupted run, norms recomputed", h.name, nb._prompts(h, clean=a, corrupted=b),
+        out, cells.by, _labels(h, cells, a), "attribution patching", m.name, c, k, site,
+        "gradient at the corrupted run, norms recomputed", h.name, _prompts(h, clean=a, corrupted=b),
     )  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 // @vitest-environment happy-dom
-import { afterEach, describe, expect, it } from "vitest";
-import { exportName, exportToolbar, NO_EXPORT, noExport, snapshotSvg, withoutControls } from "../src/lib/export";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { DOWNLOAD_GAP_MS, download, exportName, exportToolbar, NO_EXPORT, noExport, snapshotSvg, withoutControls } from "../src/lib/export";
 
 const rect = (left: number, top: number, width: number, height: number) =>
   ({ left, top, width, height, right: left + width, bottom: top + height, x: left, y: top, toJSON() {} }) as DOMRect;
@@ -48,6 +48,34 @@ describe("export", () => {
     expect([...(scale?.options ?? [])].map((o) => o.value)).toEqual(["1", "2", "3"]);
     expect(element.hasAttribute(NO_EXPORT)).toBe(true);
     cleanup();
+  });
+});
+
+describe("downloads", () => {
+  it("start at once, and a burst is spaced so that Chromium's 10-per-second throttle drops none", () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "performance"] });
+    const clicked: { name: string; at: number }[] = [];
+    const click = vi.spyOn(HTMLAnchorElement.prototype, "click").mockImplementation(function (this: HTMLAnchorElement) {
+      clicked.push({ name: this.download, at: performance.now() });
+    });
+    try {
+      const doc = document.implementation.createHTMLDocument("burst");
+      for (let i = 0; i < 25; i++) download(doc, new Blob([`<svg>${i}</svg>`]), `v${i}.svg`);
+      expect(clicked.map((c) => c.name)).toEqual(["v0.svg"]); // the first in the click's own task
+      vi.advanceTimersByTime(25 * DOWNLOAD_GAP_MS);
+      expect(clicked.map((c) => c.name)).toEqual(Array.from({ length: 25 }, (_, i) => `v${i}.svg`));
+      const gaps = clicked.slice(1).map((c, i) => c.at - (clicked[i]?.at ?? 0));
+      expect(Math.min(...gaps)).toBeGreaterThanOrEqual(DOWNLOAD_GAP_MS);
+      // Chromium's rule: once 10 have started, an 11th within 1 s of the burst's first is dropped
+      for (let i = 10; i < clicked.length; i++) expect((clicked[i]?.at ?? 0) - (clicked[i - 10]?.at ?? 0)).toBeGreaterThan(1000);
+      expect(doc.querySelectorAll("a").length).toBe(0); // each link removed after its click
+      vi.advanceTimersByTime(60_000);
+      download(document, new Blob(["x"]), "alone.svg"); // another document, and a quiet one: at once
+      expect(clicked.at(-1)?.name).toBe("alone.svg");
+    } finally {
+      click.mockRestore();
+      vi.useRealTimers();
+    }
   });
 });
 

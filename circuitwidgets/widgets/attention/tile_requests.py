@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,14 +167,19 @@ class TileRequests:
         await asyncio.sleep(YIELD_S)  # let cancels that arrive with the requests land first
         while self.pending:
             until = time.monotonic() + TILE_SLICE_S
-            while self.pending:
-                job = self.pending[-1]
-                if not self.work_on(job, until):
-                    break
-                self.pending.remove(job)
-                if time.monotonic() >= until:
-                    break
+            with self.slice_threads():
+                while self.pending:
+                    job = self.pending[-1]
+                    if not self.work_on(job, until):
+                        break
+                    self.pending.remove(job)
+                    if time.monotonic() >= until:
+                        break
             await asyncio.sleep(YIELD_S)
+
+    def slice_threads(self) -> AbstractContextManager[None]:
+        """The torch threads a slice of tile work runs with (as they are, unless a subclass says)."""
+        return nullcontext()
 
 
 def _bytes(a: NDArray[np.float32]) -> memoryview:

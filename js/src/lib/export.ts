@@ -74,8 +74,29 @@ export async function svgToPng(doc: Document, svgText: string, scale = 2): Promi
   );
 }
 
-/** Offer `blob` as a download named `filename`. */
+/**
+ * Least milliseconds between two downloads from one document. Chromium drops,
+ * silently, the 11th download a frame asks for within a second of the first of
+ * a burst (blink's burst download throttle: 10 per second); a page of many
+ * views, each saved in turn, lost one file in eleven. Spaced at more than
+ * 1/10 s, ten downloads always span more than a second, so none is dropped.
+ */
+export const DOWNLOAD_GAP_MS = 120;
+
+/** When each document may next start a download (`performance.now()`, ms). */
+const nextDownload = new WeakMap<Document, number>();
+
+/** Offer `blob` as a download named `filename`: at once, or after the document's previous one by `DOWNLOAD_GAP_MS`. */
 export function download(doc: Document, blob: Blob, filename: string): void {
+  const now = performance.now();
+  const at = Math.max(now, nextDownload.get(doc) ?? now);
+  nextDownload.set(doc, at + DOWNLOAD_GAP_MS);
+  if (at <= now) saveNow(doc, blob, filename);
+  else setTimeout(() => saveNow(doc, blob, filename), at - now);
+}
+
+/** Click a hidden link to `blob` (the link and, after a while, its object URL are removed). */
+function saveNow(doc: Document, blob: Blob, filename: string): void {
   const url = URL.createObjectURL(blob);
   const a = doc.createElement("a");
   a.href = url;
