@@ -16,6 +16,7 @@ from conftest import make_random_model
 
 from circuitwidgets import features
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.features import units as units_module
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.examples import Examples
 from circuitwidgets.model import CircuitModel, ModelConfig
@@ -252,3 +253,19 @@ def test_topk_entries_give_exactly_the_dense_pass(
     np.testing.assert_array_equal(fast.hist_counts, dense.hist_counts)
     np.testing.assert_array_equal(fast.n_active, dense.n_active)
     assert (fast.sample_index >= 0).sum() > 0 and np.isnan(fast.top_context).any()  # (windows cross row ends)
+
+
+def test_the_encoder_run_a_few_rows_at_a_time_finds_the_same(
+    model: CircuitModel, corpus: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (7 rows of pre-activations at a time: a product over fewer rows may round its last bit otherwise, so values
+    # agree to 1e-14, and the sampled tokens as sets: two near-equal activations may swap places)
+    d = Dictionary.random("sae", "topk", 12, 48, layer=0, in_site="resid_post", k=4, dtype=torch.float64, seed=4)
+    options = {"k": 4, "samples": 30, "before": 4, "after": 1, "batch_size": 23, "progress": False}
+    whole = features.max_activating(model, corpus, features.dictionary_features(model, d), **options)  # type: ignore[arg-type]
+    monkeypatch.setattr(units_module, "TOP_CHUNK_BYTES", 7 * 8 * 48)
+    chunked = features.max_activating(model, corpus, features.dictionary_features(model, d), **options)  # type: ignore[arg-type]
+    np.testing.assert_allclose(chunked.top_value, whole.top_value, rtol=1e-14, atol=0)
+    np.testing.assert_array_equal(chunked.top_index, whole.top_index)
+    np.testing.assert_array_equal(np.sort(chunked.sample_index), np.sort(whole.sample_index))
+    np.testing.assert_array_equal(chunked.hist_counts, whole.hist_counts)

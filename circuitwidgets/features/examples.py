@@ -178,6 +178,13 @@ def _column_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return best.values.T, best.indices.T
 
 
+def _windows_of(
+    batch: DenseBatch | TopBatch, token: torch.Tensor, unit: torch.Tensor, before: int, after: int
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The contexts of the offered entries that a table keeps (``kept``: their positions), built only for those."""
+    return lambda kept: batch.windows(token[kept], unit[kept], before, after)
+
+
 def max_activating(
     model: CircuitModel,
     tokens: torch.Tensor,
@@ -246,7 +253,7 @@ def max_activating(
                 floor = top.threshold().clamp_min(0)  # (only positive activations count)
                 r, t_u = (best > floor[None]).nonzero(as_tuple=True)
                 t_tok, t_value = where[r, t_u], best[r, t_u]
-            top.merge(t_u, t_value, t_tok + offset, t_value, batch.windows(t_tok, t_u, before, after))
+            top.merge(t_u, t_value, t_tok + offset, t_value, _windows_of(batch, t_tok, t_u, before, after))
             if samples:
                 if u.numel() > 8 * samples * n:  # dense units: one key per token, only each unit's best keys can enter
                     flat = batch.dense()
@@ -259,7 +266,7 @@ def max_activating(
                     key = torch.rand(u.numel(), generator=generator, dtype=dtype)
                     enter = key > sample.threshold()[u]
                     tok, u, key, value = tok[enter], u[enter], key[enter], value[enter]
-                sample.merge(u, key, tok + offset, value, batch.windows(tok, u, before, after))
+                sample.merge(u, key, tok + offset, value, _windows_of(batch, tok, u, before, after))
             now = time.perf_counter()
             if now - last > 5 or first + batch_size >= n_rows:
                 last = now

@@ -38,6 +38,9 @@ __all__ = ["Units", "dictionary_features", "head_outputs", "neurons"]
 
 Kind = Literal["neuron", "head", "feature"]
 
+#: Pre-activations a TopK dictionary's ``read_top`` holds at once (bytes of one chunk of rows).
+TOP_CHUNK_BYTES = 16 * 2**20
+
 
 @dataclass(frozen=True)
 class Units:
@@ -122,8 +125,15 @@ def dictionary_features(model: CircuitModel, dictionary: Dictionary) -> Units:
 
     def encode_top(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         assert dictionary.k is not None  # (a topk dictionary has its k)
-        with torch.no_grad():
-            values, indices = topk_entries(dictionary.pre_activations(x.to(dictionary.W_enc.dtype)), dictionary.k)
+        rows = x.to(dictionary.W_enc.dtype).reshape(-1, dictionary.d_in)
+        step = max(1, TOP_CHUNK_BYTES // (rows.element_size() * dictionary.d_sae))
+        with torch.no_grad():  # (rows a chunk at a time: only a chunk's [rows, d_sae] pre-activations exist at once)
+            parts = [
+                topk_entries(dictionary.pre_activations(rows[i : i + step]), dictionary.k)
+                for i in range(0, len(rows), step)
+            ]
+        values = torch.cat([v for v, _ in parts]).view(*x.shape[:-1], -1)
+        indices = torch.cat([i for _, i in parts]).view(*x.shape[:-1], -1)
         return (values if values.dtype == torch.float64 else values.float()), indices
 
     top = encode_top if dictionary.activation == "topk" else None  # (the others' active count varies per token)
