@@ -29,6 +29,7 @@ import argparse
 import itertools
 import os
 import resource
+import runpy
 import site
 import sys
 import time
@@ -90,10 +91,36 @@ def dictionary(model: cw.CircuitModel, name: str | None, width: int) -> tuple[Di
     return d, f"shipped {chosen}: {d.kind}, {d.activation} k={d.k}, {d.d_sae:,} features"
 
 
-def _cpu() -> float:
-    """CPU seconds (user + system) this process has used, all its threads."""
+def open_seconds(path: Path, repeats: int = 3) -> list[float]:
+    """Seconds from navigation to the dashboard's first unit drawn (its status), in headless Debian chromium, offline;
+    a fresh page each time."""
+    from playwright.sync_api import sync_playwright
+
+    browser_cfg = runpy.run_path(str(Path(__file__).resolve().parents[1] / "tests" / "e2e" / "chromium.py"))
+    seconds = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(browser_cfg["CHROMIUM"]), args=browser_cfg["CHROMIUM_ARGS"])
+        for _ in range(repeats):
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.route("http*://**", lambda route: route.abort())  # offline: nothing may come from the network
+            start = time.perf_counter()
+            page.goto(path.resolve().as_uri(), wait_until="commit")
+            status = page.locator('[data-cw-view="featuredashboard"] [data-cw-status]').first
+            page.wait_for_function(
+                "el => / selected/.test(el.textContent || '')",
+                arg=status.element_handle(timeout=60_000),
+                timeout=60_000,
+            )
+            seconds.append(time.perf_counter() - start)
+            page.close()
+        browser.close()
+    return seconds
+
+
+def _mark() -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system, all threads) and peak resident MiB so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    return time.perf_counter(), usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 2**10  # (KiB on Linux)
 
 
 def main() -> None:
@@ -102,8 +129,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dictionary", default=None, help="a shipped gelu-2l dictionary's name (default L1.tc)")
     parser.add_argument("--width", type=int, default=4096, help="features of the random one (none shipped)")
-    parser.add_argument("--batch-size", type=int, default=64, help="rows of 128 tokens per forward pass")
+    parser.add_argument("--batch-size", type=int, default=32, help="rows of 128 tokens per forward pass")
     parser.add_argument("--out", type=Path, default=Path("every-feature.html"))
+    parser.add_argument("--no-open", action="store_true", help="skip timing the page's opening in chromium")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = cw.load_pretrained("gelu-2l")
@@ -112,14 +140,13 @@ def main() -> None:
     load_before = os.getloadavg()
     print(f"{what}; {tokens.numel():,} held-out tokens in {len(tokens):,} rows; {args.threads} threads")
     units = features.dictionary_features(model, d)
-    marks = [(time.perf_counter(), _cpu())]
+    marks = [_mark()]
     ex = features.max_activating(model, tokens, units, k=16, samples=8, batch_size=args.batch_size)
-    marks.append((time.perf_counter(), _cpu()))
+    marks.append(_mark())
     dash = cw.FeatureDashboard(ex, model, d)
-    marks.append((time.perf_counter(), _cpu()))
+    marks.append(_mark())
     save_html([dash], args.out)
-    marks.append((time.perf_counter(), _cpu()))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # (KiB on Linux)
+    marks.append(_mark())
     wall = [b[0] - a[0] for a, b in itertools.pairwise(marks)]
     cpu = [b[1] - a[1] for a, b in itertools.pairwise(marks)]
     steps = [
@@ -127,12 +154,18 @@ def main() -> None:
         "dashboard data (logit effects, neighbours, quantising)",
         f"offline page ({args.out.stat().st_size / 2**20:.1f} MiB)",
     ]
-    print("| step | wall s | CPU s |\n|---|---|---|")
-    for step, w, c in zip(steps, wall, cpu, strict=True):
-        print(f"| {step} | {w:.1f} | {c:.1f} |")
-    print(f"| **total** | **{sum(wall):.1f}** | **{sum(cpu):.1f}** |")
+    print("| step | wall s | CPU s | peak RSS after, MiB |\n|---|---|---|---|")
+    print(f"| (before: model, dictionary, corpus loaded) | | | {marks[0][2]:,.0f} |")
+    for step, w, c, m in zip(steps, wall, cpu, marks[1:], strict=True):
+        print(f"| {step} | {w:.1f} | {c:.1f} | {m[2]:,.0f} |")
+    print(f"| **total** | **{sum(wall):.1f}** | **{sum(cpu):.1f}** | **{marks[-1][2]:,.0f}** |")
+    peak = marks[-1][2]
     print(f"peak resident memory {peak:,.0f} MiB; dead features (never active): {(ex.n_active == 0).sum():,}")
     print(f"load average (1, 5, 15 min) before {load_before}, after {os.getloadavg()}")
+    if not args.no_open:
+        opened = open_seconds(args.out)
+        print(f"page opened (navigation to the first feature drawn) in {', '.join(f'{s:.2f}' for s in opened)} s")
+        print(f"load average (1, 5, 15 min) after opening {os.getloadavg()}")
 
 
 if __name__ == "__main__":
