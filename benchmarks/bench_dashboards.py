@@ -20,7 +20,12 @@ Peak memory: the process's peak resident set (``ru_maxrss``), including the
 model, the corpus's token ids and Python itself. The load average is printed
 before and after: on a shared machine the wall time depends on it.
 
-    nice -n 10 .venv/bin/python benchmarks/bench_dashboards.py --tokens 1048576 --threads 2
+    nice -n 10 .venv/bin/python benchmarks/bench_dashboards.py --tokens 1048576 --workers 2 --threads 1
+
+Two cores are used as two workers of one thread each (``max_activating(workers=2)``):
+on a busy shared machine, one pass with two intra-op threads spends most of its
+CPU time with one thread waiting for the other (measured: 4 to 6 times the CPU
+time of one thread, for the same work); ``--workers 1 --threads 2`` measures that.
 """
 
 from __future__ import annotations
@@ -126,7 +131,8 @@ def _mark() -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=2**20)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
+    parser.add_argument("--workers", type=int, default=2, help="threads reading batches at once (max_activating)")
     parser.add_argument("--dictionary", default=None, help="a shipped gelu-2l dictionary's name (default L1.tc)")
     parser.add_argument("--width", type=int, default=4096, help="features of the random one (none shipped)")
     parser.add_argument("--batch-size", type=int, default=32, help="rows of 128 tokens per forward pass")
@@ -138,10 +144,15 @@ def main() -> None:
     d, what = dictionary(model, args.dictionary, args.width)
     tokens = corpus(model, args.tokens)
     load_before = os.getloadavg()
-    print(f"{what}; {tokens.numel():,} held-out tokens in {len(tokens):,} rows; {args.threads} threads")
+    print(
+        f"{what}; {tokens.numel():,} held-out tokens in {len(tokens):,} rows; {args.workers} workers "
+        f"of {args.threads} intra-op thread(s) each; {os.cpu_count()} CPUs"
+    )
     units = features.dictionary_features(model, d)
     marks = [_mark()]
-    ex = features.max_activating(model, tokens, units, k=16, samples=8, batch_size=args.batch_size)
+    ex = features.max_activating(
+        model, tokens, units, k=16, samples=8, batch_size=args.batch_size, workers=args.workers
+    )
     marks.append(_mark())
     dash = cw.FeatureDashboard(ex, model, d)
     marks.append(_mark())

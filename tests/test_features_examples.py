@@ -269,3 +269,21 @@ def test_the_encoder_run_a_few_rows_at_a_time_finds_the_same(
     np.testing.assert_array_equal(chunked.top_index, whole.top_index)
     np.testing.assert_array_equal(np.sort(chunked.sample_index), np.sort(whole.sample_index))
     np.testing.assert_array_equal(chunked.hist_counts, whole.hist_counts)
+
+
+@pytest.mark.parametrize("kind", ["neuron", "feature"])
+def test_batches_read_by_several_threads_give_the_same_result(
+    model: CircuitModel, corpus: torch.Tensor, kind: str
+) -> None:
+    d = Dictionary.random("transcoder", "topk", 12, 48, layer=1, k=4, dtype=torch.float64, seed=5)
+    units = features.neurons(model, 1) if kind == "neuron" else features.dictionary_features(model, d)
+    options = {"k": 3, "samples": 4, "before": 2, "after": 1, "batch_size": 2, "progress": False}
+    one = features.max_activating(model, corpus, units, **options)  # type: ignore[arg-type]
+    threads = torch.get_num_threads()
+    three = features.max_activating(model, corpus, units, workers=3, **options)  # type: ignore[arg-type]
+    assert torch.get_num_threads() == threads  # (restored)
+    for name in ("top_value", "top_index", "top_context", "sample_value", "sample_index", "sample_context"):
+        np.testing.assert_array_equal(getattr(three, name), getattr(one, name), err_msg=name)
+    np.testing.assert_array_equal(three.hist_counts, one.hist_counts)
+    with pytest.raises(ArgumentError, match="workers"):
+        features.max_activating(model, corpus, units, workers=0)

@@ -15,11 +15,21 @@ only ``[n_tok, k]`` values and unit indices: ``k / n_units`` of the memory and
 of the work per batch (for 4,096 features at k = 32, 1/128), and the same
 numbers. A window's value is found by binary search among the batch's sorted
 ``token · n_units + unit`` keys (absent: the unit is 0 there).
+
+:func:`read_in_order` reads batches ahead on several threads, handing them over in order.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
 import torch
+
+B = TypeVar("B")
 
 
 def _window_positions(token: torch.Tensor, n_pos: int, before: int, after: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,3 +92,44 @@ class TopBatch:
         else:
             values = torch.where(self.key[found] == wanted, self.value[found], torch.zeros((), dtype=self.value.dtype))
         return torch.where(inside, values, torch.full_like(values, float("nan")))
+
+
+@contextlib.contextmanager
+def _one_thread_per_op() -> Iterator[None]:
+    """Torch's intra-op threads set to 1 for the block (restored after)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def read_in_order(read: Callable[[int], B], starts: Sequence[int], workers: int) -> Iterator[tuple[int, B]]:
+    """``(start, read(start))`` for each of ``starts`` in order; ``workers > 1`` threads read ahead at once.
+
+    With several workers each runs its reads on one CPU thread (torch's intra-op
+    threads are 1 meanwhile): threads that never wait for each other inside an
+    operation, unlike an operation's own threads, which on a busy shared machine
+    wait at every operation for the slowest. At most ``workers + 1`` batches are
+    held at once; the caller still sees them one by one, in order.
+    """
+    if workers == 1:
+        for start in starts:
+            yield start, read(start)
+        return
+
+    def task(start: int) -> B:
+        with torch.no_grad():  # (grad mode is per thread)
+            return read(start)
+
+    with _one_thread_per_op(), ThreadPoolExecutor(workers, thread_name_prefix="cw-read") as pool:
+        pending: deque[tuple[int, Future[B]]] = deque()
+        for start in starts:
+            pending.append((start, pool.submit(task, start)))
+            if len(pending) > workers:
+                first, future = pending.popleft()
+                yield first, future.result()
+        while pending:
+            first, future = pending.popleft()
+            yield first, future.result()
