@@ -80,9 +80,11 @@ def corpus(model: cw.CircuitModel, n_tokens: int, n_ctx: int = 128) -> torch.Ten
     return torch.cat([torch.zeros(rows, 1, dtype=torch.long), body], dim=1)
 
 
-def dictionary(model: cw.CircuitModel, name: str | None, width: int) -> tuple[Dictionary, str]:
+def dictionary(model: cw.CircuitModel, name: str | None, width: int, random: bool) -> tuple[Dictionary, str]:
     """The shipped dictionary ``name`` (default: ``L1.tc``, else the first shipped), or a random one of ``width``."""
-    shipped = features.load_pretrained("gelu-2l") if features.list_pretrained_dictionaries("gelu-2l") else {}
+    shipped = (
+        features.load_pretrained("gelu-2l") if features.list_pretrained_dictionaries("gelu-2l") and not random else {}
+    )
     if name is not None:
         if name not in shipped:
             sys.exit(f"--dictionary: expected one of {sorted(shipped)}, got {name!r}")
@@ -91,7 +93,7 @@ def dictionary(model: cw.CircuitModel, name: str | None, width: int) -> tuple[Di
         chosen = "L1.tc" if "L1.tc" in shipped else sorted(shipped)[0]
     else:
         d = Dictionary.random("transcoder", "topk", model.cfg.d_model, width, layer=1, k=32, seed=0)
-        return d, f"randomly initialised L1 transcoder, {width:,} features, TopK 32 (no shipped dictionary)"
+        return d, f"randomly initialised L1 transcoder, {width:,} features, TopK 32"
     d = shipped[chosen]
     return d, f"shipped {chosen}: {d.kind}, {d.activation} k={d.k}, {d.d_sae:,} features"
 
@@ -134,14 +136,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
     parser.add_argument("--workers", type=int, default=2, help="threads reading batches at once (max_activating)")
     parser.add_argument("--dictionary", default=None, help="a shipped gelu-2l dictionary's name (default L1.tc)")
-    parser.add_argument("--width", type=int, default=4096, help="features of the random one (none shipped)")
-    parser.add_argument("--batch-size", type=int, default=32, help="rows of 128 tokens per forward pass")
+    parser.add_argument(
+        "--width", type=int, default=4096, help="features of the random one (--random, or none shipped)"
+    )
+    parser.add_argument("--random", action="store_true", help="a random TopK transcoder of --width, not a shipped one")
+    parser.add_argument("--batch-size", type=int, default=16, help="rows of 128 tokens per forward pass")
     parser.add_argument("--out", type=Path, default=Path("every-feature.html"))
     parser.add_argument("--no-open", action="store_true", help="skip timing the page's opening in chromium")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = cw.load_pretrained("gelu-2l")
-    d, what = dictionary(model, args.dictionary, args.width)
+    d, what = dictionary(model, args.dictionary, args.width, args.random)
     tokens = corpus(model, args.tokens)
     load_before = os.getloadavg()
     print(
