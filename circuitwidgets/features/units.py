@@ -65,8 +65,9 @@ class Units:
         ``None``, or for units of which at most ``k`` per token are nonzero (a TopK
         dictionary's features): the activation to ``(values, units)`` ``[batch, pos, k]``,
         each token's only possibly nonzero activations (``>= 0``) and which units they are,
-        every other unit exactly 0; the same numbers as ``read``, without the
-        ``n_units``-wide tensor (the pass then never builds one).
+        every other unit exactly 0; the same numbers as ``read`` (to the last bit where
+        ``read`` ran on the same rows at once: the encoder runs on chunks of rows), without
+        the ``n_units``-wide tensor (the pass then never builds one).
     """
 
     kind: Kind
