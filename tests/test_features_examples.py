@@ -6,6 +6,7 @@ each unit's activations sorted, counted and binned with numpy.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
@@ -15,6 +16,7 @@ from conftest import make_random_model
 
 from circuitwidgets import features
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.features import units as units_module
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.examples import Examples
 from circuitwidgets.model import CircuitModel, ModelConfig
@@ -195,3 +197,93 @@ def test_a_sampled_quantile_interpolates_inside_its_histogram_bin(model: Circuit
             continue
         exact = np.searchsorted(positive, value) / len(positive)  # (the fraction of positive activations below it)
         assert abs(q - exact) <= 1.5 * ex.hist_counts[unit].max() / len(positive)  # (within about one bin's mass)
+
+
+def brute_force(acts: np.ndarray, n_ctx: int, k: int, before: int, after: int) -> dict[str, np.ndarray]:
+    """The slow definition with Python loops over units and tokens: top ``k`` positive entries (ties: earlier
+    first), their windows, counts and histograms, from ``acts`` ``[n_tokens, n_units]``."""
+    n_tokens, n_units = acts.shape
+    width = before + 1 + after
+    top_value = np.full((n_units, k), np.nan)
+    top_index = np.full((n_units, k), -1)
+    top_context = np.zeros((n_units, k, width))
+    hist = np.zeros((n_units, 72), dtype=np.int64)
+    for unit in range(n_units):
+        entries = sorted((-acts[t, unit], t) for t in range(n_tokens) if acts[t, unit] > 0)
+        for slot, (negative, t) in enumerate(entries[:k]):
+            top_value[unit, slot], top_index[unit, slot] = -negative, t
+            row, pos = divmod(t, n_ctx)
+            for j, at in enumerate(range(pos - before, pos + after + 1)):
+                top_context[unit, slot, j] = acts[row * n_ctx + at, unit] if 0 <= at < n_ctx else np.nan
+        for negative, _ in entries:
+            hist[unit, min(71, max(0, int(np.floor((np.log10(-negative) + 3) * 12))))] += 1
+    return {"top_value": top_value, "top_index": top_index, "top_context": top_context, "hist": hist}
+
+
+@pytest.mark.parametrize("width", [48, 20])
+def test_topk_features_equal_a_brute_force_loop(model: CircuitModel, corpus: torch.Tensor, width: int) -> None:
+    # (TopK 4 of 48 features: the pass holds each token's 4 entries, never the [tokens, 48] matrix; of 20: its
+    # candidates come from the dense branch, built from those entries)
+    d = Dictionary.random("transcoder", "topk", 12, width, layer=1, k=4, dtype=torch.float64, seed=3)
+    units = features.dictionary_features(model, d)
+    assert units.read_top is not None
+    ex = features.max_activating(model, corpus, units, k=5, samples=3, before=3, after=2, batch_size=6, progress=False)
+    slow = brute_force(d.features(model, corpus).flatten(0, 1).numpy(), corpus.shape[1], 5, 3, 2)
+    np.testing.assert_allclose(ex.top_value, slow["top_value"], rtol=1e-12, atol=0)
+    np.testing.assert_array_equal(ex.top_index, slow["top_index"])
+    found = ex.top_index >= 0
+    np.testing.assert_allclose(ex.top_context[found], slow["top_context"][found], rtol=2e-3, atol=2e-3)  # (float16)
+    np.testing.assert_array_equal(ex.hist_counts, slow["hist"])
+    np.testing.assert_array_equal(ex.n_active, slow["hist"].sum(1))
+
+
+@pytest.mark.parametrize(("width", "k", "samples", "batch_size"), [(48, 4, 2, 4), (48, 4, 30, 23), (20, 6, 1, 9)])
+def test_topk_entries_give_exactly_the_dense_pass(
+    model: CircuitModel, corpus: torch.Tensor, width: int, k: int, samples: int, batch_size: int
+) -> None:
+    # every field, the random sample included, equals the pass over the dense [tokens, width] encodings, on both
+    # branches for the top candidates and for the sample's keys (dense keys when actives outnumber 8 x samples)
+    d = Dictionary.random("sae", "topk", 12, width, layer=0, in_site="resid_post", k=k, dtype=torch.float64, seed=4)
+    units = features.dictionary_features(model, d)
+    options = {"k": 4, "samples": samples, "before": 4, "after": 1, "batch_size": batch_size, "progress": False}
+    fast = features.max_activating(model, corpus, units, **options)  # type: ignore[arg-type]
+    dense = features.max_activating(model, corpus, dataclasses.replace(units, read_top=None), **options)  # type: ignore[arg-type]
+    for name in ("top_value", "top_index", "top_context", "sample_value", "sample_index", "sample_context"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(dense, name), err_msg=name)
+    np.testing.assert_array_equal(fast.hist_counts, dense.hist_counts)
+    np.testing.assert_array_equal(fast.n_active, dense.n_active)
+    assert (fast.sample_index >= 0).sum() > 0 and np.isnan(fast.top_context).any()  # (windows cross row ends)
+
+
+def test_the_encoder_run_a_few_rows_at_a_time_finds_the_same(
+    model: CircuitModel, corpus: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (7 rows of pre-activations at a time: a product over fewer rows may round its last bit otherwise, so values
+    # agree to 1e-14, and the sampled tokens as sets: two near-equal activations may swap places)
+    d = Dictionary.random("sae", "topk", 12, 48, layer=0, in_site="resid_post", k=4, dtype=torch.float64, seed=4)
+    options = {"k": 4, "samples": 30, "before": 4, "after": 1, "batch_size": 23, "progress": False}
+    whole = features.max_activating(model, corpus, features.dictionary_features(model, d), **options)  # type: ignore[arg-type]
+    monkeypatch.setattr(units_module, "TOP_CHUNK_BYTES", 7 * 8 * 48)
+    chunked = features.max_activating(model, corpus, features.dictionary_features(model, d), **options)  # type: ignore[arg-type]
+    np.testing.assert_allclose(chunked.top_value, whole.top_value, rtol=1e-14, atol=0)
+    np.testing.assert_array_equal(chunked.top_index, whole.top_index)
+    np.testing.assert_array_equal(np.sort(chunked.sample_index), np.sort(whole.sample_index))
+    np.testing.assert_array_equal(chunked.hist_counts, whole.hist_counts)
+
+
+@pytest.mark.parametrize("kind", ["neuron", "feature"])
+def test_batches_read_by_several_threads_give_the_same_result(
+    model: CircuitModel, corpus: torch.Tensor, kind: str
+) -> None:
+    d = Dictionary.random("transcoder", "topk", 12, 48, layer=1, k=4, dtype=torch.float64, seed=5)
+    units = features.neurons(model, 1) if kind == "neuron" else features.dictionary_features(model, d)
+    options = {"k": 3, "samples": 4, "before": 2, "after": 1, "batch_size": 2, "progress": False}
+    one = features.max_activating(model, corpus, units, **options)  # type: ignore[arg-type]
+    threads = torch.get_num_threads()
+    three = features.max_activating(model, corpus, units, workers=3, **options)  # type: ignore[arg-type]
+    assert torch.get_num_threads() == threads  # (restored)
+    for name in ("top_value", "top_index", "top_context", "sample_value", "sample_index", "sample_context"):
+        np.testing.assert_array_equal(getattr(three, name), getattr(one, name), err_msg=name)
+    np.testing.assert_array_equal(three.hist_counts, one.hist_counts)
+    with pytest.raises(ArgumentError, match="workers"):
+        features.max_activating(model, corpus, units, workers=0)

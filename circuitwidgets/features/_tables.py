@@ -14,6 +14,7 @@ Memory is ``n_units × k`` entries whatever the corpus length.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -47,45 +48,45 @@ class BestTable:
         score: torch.Tensor,
         index: torch.Tensor,
         value: torch.Tensor,
-        context: torch.Tensor,
+        context: torch.Tensor | Callable[[torch.Tensor], torch.Tensor],
     ) -> None:
         """Offer entries ``(unit, score, index, value, context [n, width])``; each unit keeps its ``k`` best.
 
+        ``context`` may instead be a function from the positions (in the offered
+        arrays) of the entries kept to their contexts: only those are built.
         Among equal scores the entry earlier in the corpus ranks first.
         """
         if unit.numel() == 0:
             return
-        n_units, k = self.score.shape
-        old_unit = torch.arange(n_units).repeat_interleave(k)
-        units = torch.cat([old_unit, unit])
-        scores = torch.cat([self.score.flatten(), score.to(self.score.dtype)])
+        k = self.k
+        # only the units offered an entry change: merge their rows, in place (later batches offer few)
+        touched = torch.unique(unit)  # (sorted)
+        m = len(touched)
+        old_score, old_index = self.score[touched].flatten(), self.index[touched].flatten()
+        units = torch.cat([torch.arange(m).repeat_interleave(k), torch.searchsorted(touched, unit)])
+        scores = torch.cat([old_score, score.to(self.score.dtype)])
         # order: unit, then score descending, then the corpus index
-        order = torch.argsort(torch.cat([self.index.flatten(), index]), stable=True)
+        order = torch.argsort(torch.cat([old_index, index]), stable=True)
         for key in (-scores, units):  # (stable sorts from the least significant key to the most)
             order = order[torch.sort(key[order], stable=True).indices]
         sorted_units = units[order]
-        first = torch.searchsorted(sorted_units, sorted_units, side="left")
-        rank = torch.arange(order.numel()) - first
-        keep = rank < k
-        slot_unit, slot_rank, source = sorted_units[keep], rank[keep], order[keep]
-        from_old = source < n_units * k
-        new_score = self.score.clone()
-        new_index = self.index.clone()
-        new_value = self.value.clone()
-        new_context = self.context.clone()
-        old = source[from_old]
-        at = (slot_unit[from_old], slot_rank[from_old])
-        new_score[at] = self.score.flatten()[old]
-        new_index[at] = self.index.flatten()[old]
-        new_value[at] = self.value.flatten()[old]
-        new_context[at] = self.context.flatten(0, 1)[old]
-        fresh = source[~from_old] - n_units * k
-        at = (slot_unit[~from_old], slot_rank[~from_old])
-        new_score[at] = score[fresh].to(new_score.dtype)
-        new_index[at] = index[fresh]
-        new_value[at] = value[fresh].to(new_value.dtype)
-        new_context[at] = context[fresh].to(torch.float16)
-        self.score, self.index, self.value, self.context = new_score, new_index, new_value, new_context
+        rank = torch.arange(order.numel()) - torch.searchsorted(sorted_units, sorted_units, side="left")
+        # each touched unit had k entries (-inf scores where fewer were seen), so its k best fill its row again
+        source = order[rank < k].view(m, k)
+        from_old = source < m * k
+        old, fresh = source[from_old], source[~from_old] - m * k
+        new_score = torch.empty(m, k, dtype=self.score.dtype)
+        new_index = torch.empty(m, k, dtype=torch.long)
+        new_value = torch.empty(m, k, dtype=self.value.dtype)
+        new_context = torch.empty(m, k, self.context.shape[2], dtype=torch.float16)
+        new_score[from_old], new_score[~from_old] = old_score[old], score[fresh].to(new_score.dtype)
+        new_index[from_old], new_index[~from_old] = old_index[old], index[fresh]
+        new_value[from_old] = self.value[touched].flatten()[old]
+        new_value[~from_old] = value[fresh].to(new_value.dtype)
+        new_context[from_old] = self.context[touched].flatten(0, 1)[old]
+        new_context[~from_old] = (context(fresh) if callable(context) else context[fresh]).to(torch.float16)
+        self.score[touched], self.index[touched], self.value[touched] = new_score, new_index, new_value
+        self.context[touched] = new_context
 
 
 def histogram_update(counts: torch.Tensor, unit: torch.Tensor, value: torch.Tensor) -> None:

@@ -19,10 +19,19 @@ import torch
 ACTIVATIONS = ("topk", "batchtopk", "jumprelu", "relu")
 
 
+def topk_entries(pre: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(values, indices)`` ``[..., k]``: each row's ``k`` largest pre-activations after a ReLU and their features.
+
+    The only entries of :func:`topk_rows` that may be nonzero (a value of 0 is a feature the ReLU zeroed).
+    """
+    top = torch.topk(pre, min(k, pre.shape[-1]), dim=-1)
+    return top.values.relu(), top.indices
+
+
 def topk_rows(pre: torch.Tensor, k: int) -> torch.Tensor:
     """Keep each row's ``k`` largest entries of ``relu(pre)`` (ties: ``torch.topk``'s choice), zero the rest."""
-    top = torch.topk(pre, min(k, pre.shape[-1]), dim=-1)
-    return torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
+    values, indices = topk_entries(pre, k)
+    return torch.zeros_like(pre).scatter(-1, indices, values)
 
 
 def batch_topk(pre: torch.Tensor, k: int) -> torch.Tensor:

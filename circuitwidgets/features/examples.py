@@ -30,6 +30,7 @@ import torch
 
 from circuitwidgets._checks import check_int
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.features._batch import DenseBatch, TopBatch, read_in_order
 from circuitwidgets.features._tables import N_BINS, BestTable, histogram_edges, histogram_update
 from circuitwidgets.features.sites import mlp_input
 from circuitwidgets.features.units import Units
@@ -133,8 +134,8 @@ class _StopError(Exception):
     """Raised by the reading hook: the rest of the forward pass is not needed."""
 
 
-def unit_activations(model: CircuitModel, units: Units, tokens: torch.Tensor) -> torch.Tensor:
-    """``[batch, pos, n_units]`` activations of ``units`` on ``tokens``; the pass stops at the site read."""
+def _site_value(model: CircuitModel, units: Units, tokens: torch.Tensor) -> torch.Tensor:
+    """The activation ``units`` read (``[batch, pos, ...]``) on ``tokens``; the pass stops there."""
     seen: dict[str, torch.Tensor] = {}
 
     def keep(value: torch.Tensor) -> None:
@@ -149,7 +150,23 @@ def unit_activations(model: CircuitModel, units: Units, tokens: torch.Tensor) ->
         hooks = {("resid_mid", units.layer): keep, ("scale_mlp", units.layer): grab}
     with contextlib.suppress(_StopError):
         model.run_with_cache(tokens, cache=False, hooks=hooks)
-    return units.read(seen["value"])
+    return seen["value"]
+
+
+def unit_activations(model: CircuitModel, units: Units, tokens: torch.Tensor) -> torch.Tensor:
+    """``[batch, pos, n_units]`` activations of ``units`` on ``tokens``; the pass stops at the site read."""
+    return units.read(_site_value(model, units, tokens))
+
+
+def _read_batch(model: CircuitModel, units: Units, tokens: torch.Tensor) -> DenseBatch | TopBatch:
+    """One batch's activations: each token's top-k entries where the units allow it, else dense (on the CPU)."""
+    value = _site_value(model, units, tokens.to(model.device))
+    if units.read_top is not None:
+        top, which = units.read_top(value)
+        top = top.cpu()
+        return TopBatch(top if top.dtype == torch.float64 else top.float(), which.cpu(), units.n_units)
+    acts = units.read(value).cpu()
+    return DenseBatch(acts if acts.dtype == torch.float64 else acts.float())  # (float64 models keep their precision)
 
 
 def _column_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,14 +178,11 @@ def _column_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return best.values.T, best.indices.T
 
 
-def _windows(acts: torch.Tensor, token: torch.Tensor, unit: torch.Tensor, before: int, after: int) -> torch.Tensor:
-    """``[n, before + 1 + after]`` activations of ``unit`` around flat batch positions ``token`` (NaN beyond the row)."""
-    n_pos = acts.shape[1]
-    row, pos = token // n_pos, token % n_pos
-    at = pos[:, None] + torch.arange(-before, after + 1)
-    inside = (at >= 0) & (at < n_pos)
-    values = acts[row[:, None], at.clamp(0, n_pos - 1), unit[:, None]]
-    return torch.where(inside, values, torch.full_like(values, float("nan")))
+def _windows_of(
+    batch: DenseBatch | TopBatch, token: torch.Tensor, unit: torch.Tensor, before: int, after: int
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The contexts of the offered entries that a table keeps (``kept``: their positions), built only for those."""
+    return lambda kept: batch.windows(token[kept], unit[kept], before, after)
 
 
 def max_activating(
@@ -182,6 +196,7 @@ def max_activating(
     after: int = 4,
     batch_size: int = 32,
     seed: int = 0,
+    workers: int = 1,
     progress: bool | Callable[[str], None] = True,
 ) -> Examples:
     """Top-``k`` contexts, a random sample of active contexts and a histogram per unit, in one pass over ``tokens``.
@@ -204,6 +219,12 @@ def max_activating(
         Rows per forward pass (memory: one batch's activations, ``batch_size × n_ctx × n_units``).
     seed
         Seed of the random sample.
+    workers
+        Threads that run the model (and encoder) on batches at once, each on one CPU
+        thread (torch's intra-op threads are 1 during the pass, restored after); the
+        tables take the batches in corpus order, so the result is the same for any
+        ``workers``. On a CPU shared with other work, 2 workers on 2 cores beat one
+        pass with 2 intra-op threads (those wait for each other at every operation).
     progress
         ``True`` prints a plain line every few seconds (text a notebook keeps), or a
         function called with each line; ``False`` is silent.
@@ -213,6 +234,7 @@ def max_activating(
     samples = check_int("samples", samples, 0)
     before, after = check_int("before", before, 0), check_int("after", after, 0)
     batch_size = check_int("batch_size", batch_size, 1)
+    workers = check_int("workers", workers, 1)
     report = _reporter(progress)
     width = before + 1 + after
     n_rows, n_ctx = t.shape
@@ -224,27 +246,28 @@ def max_activating(
     generator = torch.Generator().manual_seed(seed)
     start = last = time.perf_counter()
     with torch.no_grad():
-        for first in range(0, n_rows, batch_size):
-            acts = unit_activations(model, units, t[first : first + batch_size].to(model.device)).cpu()
-            acts = acts if acts.dtype == torch.float64 else acts.float()  # (float64 models keep their precision)
-            flat = acts.reshape(-1, n)
+
+        def read(first: int) -> DenseBatch | TopBatch:
+            return _read_batch(model, units, t[first : first + batch_size])
+
+        for first, batch in read_in_order(read, range(0, n_rows, batch_size), workers):
             offset = first * n_ctx
             # the positive entries: histogram, counts, and (sparse units) the top k's candidates
-            tok, u = (flat > 0).nonzero(as_tuple=True)
-            value = flat[tok, u]
+            tok, u, value = batch.token, batch.unit, batch.value
             histogram_update(counts, u, value)
             active += torch.bincount(u, minlength=n)
-            if u.numel() <= flat.numel() // 8:  # sparse: only positive entries above the table's k-th can enter
+            if u.numel() <= batch.n_tok * n // 8:  # sparse: only positive entries above the table's k-th can enter
                 enter = value > top.threshold()[u]
                 t_tok, t_u, t_value = tok[enter], u[enter], value[enter]
             else:  # dense: only the batch's own k best per unit can enter, and only above the table's k-th
-                best, where = _column_topk(flat, k)
+                best, where = _column_topk(batch.dense(), k)
                 floor = top.threshold().clamp_min(0)  # (only positive activations count)
                 r, t_u = (best > floor[None]).nonzero(as_tuple=True)
                 t_tok, t_value = where[r, t_u], best[r, t_u]
-            top.merge(t_u, t_value, t_tok + offset, t_value, _windows(acts, t_tok, t_u, before, after))
+            top.merge(t_u, t_value, t_tok + offset, t_value, _windows_of(batch, t_tok, t_u, before, after))
             if samples:
                 if u.numel() > 8 * samples * n:  # dense units: one key per token, only each unit's best keys can enter
+                    flat = batch.dense()
                     keys = torch.rand(flat.shape, generator=generator, dtype=dtype).masked_fill_(flat <= 0, -1.0)
                     best, where = _column_topk(keys, samples)
                     r, u = (best > sample.threshold().clamp_min(0)[None]).nonzero(as_tuple=True)
@@ -254,7 +277,7 @@ def max_activating(
                     key = torch.rand(u.numel(), generator=generator, dtype=dtype)
                     enter = key > sample.threshold()[u]
                     tok, u, key, value = tok[enter], u[enter], key[enter], value[enter]
-                sample.merge(u, key, tok + offset, value, _windows(acts, tok, u, before, after))
+                sample.merge(u, key, tok + offset, value, _windows_of(batch, tok, u, before, after))
             now = time.perf_counter()
             if now - last > 5 or first + batch_size >= n_rows:
                 last = now

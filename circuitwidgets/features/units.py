@@ -30,12 +30,16 @@ import torch
 
 from circuitwidgets._checks import check_int
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
+from circuitwidgets.features.activation import topk_entries
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.model import CircuitModel
 
 __all__ = ["Units", "dictionary_features", "head_outputs", "neurons"]
 
 Kind = Literal["neuron", "head", "feature"]
+
+#: Pre-activations a TopK dictionary's ``read_top`` holds at once (bytes of one chunk of rows).
+TOP_CHUNK_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,13 @@ class Units:
         Label prefix: unit ``i`` is ``f"{prefix}{i}"`` (``L1N317``, ``L1H5``, ``L1.tc/12``).
     read
         The activation ``[batch, pos, ...]`` to ``[batch, pos, n_units]``.
+    read_top
+        ``None``, or for units of which at most ``k`` per token are nonzero (a TopK
+        dictionary's features): the activation to ``(values, units)`` ``[batch, pos, k]``,
+        each token's only possibly nonzero activations (``>= 0``) and which units they are,
+        every other unit exactly 0; the same numbers as ``read`` (to the last bit where
+        ``read`` ran on the same rows at once: the encoder runs on chunks of rows), without
+        the ``n_units``-wide tensor (the pass then never builds one).
     """
 
     kind: Kind
@@ -65,6 +76,7 @@ class Units:
     n_units: int
     prefix: str
     read: Callable[[torch.Tensor], torch.Tensor]
+    read_top: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def label(self, index: int) -> str:
         """Display name of unit ``index``."""
@@ -112,4 +124,18 @@ def dictionary_features(model: CircuitModel, dictionary: Dictionary) -> Units:
             out = dictionary.encode(x.to(dictionary.W_enc.dtype))
         return out if out.dtype == torch.float64 else out.float()
 
-    return Units("feature", dictionary.layer, dictionary.in_site, dictionary.d_sae, f"{dictionary.name}/", encode)
+    def encode_top(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        assert dictionary.k is not None  # (a topk dictionary has its k)
+        rows = x.to(dictionary.W_enc.dtype).reshape(-1, dictionary.d_in)
+        step = max(1, TOP_CHUNK_BYTES // (rows.element_size() * dictionary.d_sae))
+        with torch.no_grad():  # (rows a chunk at a time: only a chunk's [rows, d_sae] pre-activations exist at once)
+            parts = [
+                topk_entries(dictionary.pre_activations(rows[i : i + step]), dictionary.k)
+                for i in range(0, len(rows), step)
+            ]
+        values = torch.cat([v for v, _ in parts]).view(*x.shape[:-1], -1)
+        indices = torch.cat([i for _, i in parts]).view(*x.shape[:-1], -1)
+        return (values if values.dtype == torch.float64 else values.float()), indices
+
+    top = encode_top if dictionary.activation == "topk" else None  # (the others' active count varies per token)
+    return Units("feature", dictionary.layer, dictionary.in_site, dictionary.d_sae, f"{dictionary.name}/", encode, top)

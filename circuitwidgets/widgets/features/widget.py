@@ -130,13 +130,17 @@ class FeatureDashboard(CircuitWidget):
         k: int = 20,
         samples: int = 10,
         batch_size: int = 32,
+        workers: int = 1,
         progress: bool = True,
         **kwargs: Any,
     ) -> FeatureDashboard:
-        """Run ``circuitwidgets.features.max_activating`` over ``tokens`` ``[n_rows, n_ctx]`` and show it."""
+        """Run ``circuitwidgets.features.max_activating`` over ``tokens`` ``[n_rows, n_ctx]`` and show it
+        (``workers``: threads reading batches at once, as there)."""
         dictionary = units if isinstance(units, Dictionary) else None
         read = dictionary_features(model, units) if isinstance(units, Dictionary) else units
-        examples = max_activating(model, tokens, read, k=k, samples=samples, batch_size=batch_size, progress=progress)
+        examples = max_activating(
+            model, tokens, read, k=k, samples=samples, batch_size=batch_size, workers=workers, progress=progress
+        )
         return cls(examples, model, dictionary, **kwargs)
 
     def label(self, unit: int | None = None) -> str:
