@@ -134,11 +134,11 @@ def ours_worker(out: Path, method: str, pairs: int, steps: int, threads: int) ->
     model = load_hooked(out, torch.float32)
     clean, corrupted, metric = inputs(out, pairs)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)  # type: ignore[arg-type]
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"seconds": seconds, "peak_rss": peak, "rss_before": before, "pairs": int(clean.shape[0]),
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_rss": peak, "rss_before": before, "pairs": int(clean.shape[0]),
                       "threads": torch.get_num_threads()}))  # fmt: skip
 
 
@@ -155,9 +155,9 @@ def compare_speed(out: Path, peer: str, pairs: int, steps: int, threads: int, ba
     ours_env = {**os.environ, "PYTHONPATH": str(ROOT)}
     print(f"\n### Time per 100 pairs and peak memory ({pairs} pairs × 16 tokens, float32, {threads} thread(s); "
           f"reference batch {batch}, EAP-IG {steps} steps)\n")  # fmt: skip
-    print("| method | reference (s / 100 pairs) | ours (s / 100 pairs) | ours / reference | reference peak RSS "
-          "(above model) | ours peak RSS (above model) |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| method | reference (s / 100 pairs) | ours (s / 100 pairs) | ours / reference | CPU s: reference, ours, "
+          "ratio | reference peak RSS (above model) | ours peak RSS (above model) |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for ref_method, method in METHODS.items():
         theirs = _json_line([peer, str(SCRIPT), "time", str(out), ref_method, "--pairs", str(pairs), "--steps",
                              str(steps), "--threads", str(threads), "--batch", str(batch)], env)  # fmt: skip
@@ -168,7 +168,9 @@ def compare_speed(out: Path, peer: str, pairs: int, steps: int, threads: int, ba
         def mib(r: dict[str, float]) -> str:
             return f"{r['peak_rss'] / 2**20:,.0f} MiB ({(r['peak_rss'] - r['rss_before']) / 2**20:,.0f})"
 
-        print(f"| {method} | {t:.2f} | {o:.2f} | {o / t:.2f} | {mib(theirs)} | {mib(ours)} |")
+        ct, co = theirs["cpu_seconds"] * 100 / pairs, ours["cpu_seconds"] * 100 / pairs
+        print(f"| {method} | {t:.2f} | {o:.2f} | {o / t:.2f} | {ct:.2f}, {co:.2f}, {co / ct:.2f} | {mib(theirs)} | "
+              f"{mib(ours)} |")  # fmt: skip
 
 
 def main() -> None:

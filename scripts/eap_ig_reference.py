@@ -149,11 +149,11 @@ def timing(args: argparse.Namespace) -> None:
     if args.pairs:
         data = {k: v[: args.pairs] for k, v in data.items()}
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     _attribute(model, data, args.method, args.steps, args.batch)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"seconds": seconds, "peak_rss": peak, "rss_before": before, "pairs": int(data["clean"].shape[0]),
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_rss": peak, "rss_before": before, "pairs": int(data["clean"].shape[0]),
                       "threads": torch.get_num_threads(), "torch": torch.__version__}))  # fmt: skip
 
 
