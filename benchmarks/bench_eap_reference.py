@@ -204,9 +204,8 @@ def main() -> None:
               f"EAP-IG {args.steps} steps)\n")  # fmt: skip
         compare_scores(out)
         if not args.skip_speed:
-            if n > args.pairs:  # more pairs for timing: the peer draws them from the same generator
-                subprocess.run([*build[:5], "--pairs", str(n), "--batch", str(args.batch), "--steps", str(args.steps),
-                                "--methods", ""], check=True, env=env, capture_output=True)  # fmt: skip
+            if n > args.pairs:  # more pairs for timing, drawn as the first ones were
+                subprocess.run([args.peer, str(SCRIPT), "pairs", tmp, "--pairs", str(n)], check=True, env=env)
             compare_speed(out, args.peer, args.time_pairs, args.steps, args.threads, args.time_batch)
     print(f"\nload average after: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 

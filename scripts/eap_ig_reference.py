@@ -10,6 +10,8 @@ is exercised), random prompt pairs of one length, and the reference's ``attribut
 written to ``OUT``: ``model.safetensors`` (the state dict), ``data.safetensors`` (tokens and answers) and
 ``scores.json`` (per method, the reference's edge names with their scores).
 
+``pairs OUT --pairs N``: rewrite the prompt pairs with ``N`` pairs (for timing).
+
 ``time OUT METHOD``: the same model in float32, the reference's ``attribute`` on the same pairs in batches; prints
 JSON: wall seconds, this process's peak resident memory and its resident memory before attributing.
 
@@ -139,6 +141,13 @@ def build(args: argparse.Namespace) -> None:
     (out / "scores.json").write_text(json.dumps(meta))
 
 
+def more_pairs(args: argparse.Namespace) -> None:
+    """Rewrite ``data.safetensors`` with ``--pairs`` pairs (for timing; the model stays as built)."""
+    out = Path(args.out)
+    meta = json.loads((out / "scores.json").read_text())
+    save_file(_pairs(meta["shape"]["d_vocab"], args.pairs, args.pos, meta["seed"]), str(out / "data.safetensors"))
+
+
 def timing(args: argparse.Namespace) -> None:
     out = Path(args.out)
     meta = json.loads((out / "scores.json").read_text())
@@ -169,6 +178,10 @@ def main() -> None:
     b.add_argument("--steps", type=int, default=5)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--methods", default="EAP,EAP-IG-inputs", help="EAP and/or EAP-IG-inputs")
+    m = sub.add_parser("pairs")
+    m.add_argument("out")
+    m.add_argument("--pairs", type=int, default=100)
+    m.add_argument("--pos", type=int, default=16)
     t = sub.add_parser("time")
     t.add_argument("out")
     t.add_argument("method")
@@ -177,7 +190,7 @@ def main() -> None:
     t.add_argument("--steps", type=int, default=5)
     t.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    build(args) if args.command == "build" else timing(args)
+    {"build": build, "pairs": more_pairs, "time": timing}[args.command](args)
 
 
 if __name__ == "__main__":
