@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +17,9 @@ from circuitwidgets.causal.metrics import as_metric
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.graphs import edge_attribution, edge_patch, faithfulness, faithfulness_curve, prune
 from circuitwidgets.graphs.components import components_of
+from circuitwidgets.graphs.patching import masked_values
+from circuitwidgets.graphs.runs import setup
+from circuitwidgets.graphs.split import split_run
 from circuitwidgets.model import CircuitModel
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -111,3 +115,62 @@ def test_bad_circuits_and_options_are_typed() -> None:
         edge_patch(model, clean, corrupted, metric, ("L1H0", "L0H0.q"))
     with pytest.raises(ArgumentError, match="corrupted"):
         faithfulness(model, graph, clean, clean, metric)
+
+
+def _parallel_model() -> CircuitModel:
+    """The LayerNorm + GELU test model with each layer's MLP reading the stream before its attention (GPT-J)."""
+    from dataclasses import replace
+
+    model = _model_with_mlp()
+    weights = {name: t for name, t in model.named_buffers() if t is not None}
+    return CircuitModel(replace(model.cfg, parallel_attn_mlp=True), weights, name="tiny-parallel")
+
+
+def _slow_masked_values(model: CircuitModel, clean: torch.Tensor, reference: torch.Tensor, metric: object,
+                        drop: np.ndarray) -> list[float]:  # fmt: skip
+    """The definition, one variant, receiver and sender at a time: receiver ``r`` reads its run's input plus
+    ``reference_s − actual_s`` for every dropped edge ``s → r``."""
+    comps = components_of(model)
+    m = as_metric(metric, model.cfg.d_vocab)
+    out = []
+    for mask in drop:
+
+        def edit(
+            group: object, x: torch.Tensor, senders: Callable[[], torch.Tensor], mask: np.ndarray = mask
+        ) -> torch.Tensor:
+            actual = senders()
+            x = x.clone()
+            for r in range(group.size):  # type: ignore[attr-defined]
+                for s in range(group.upstream):  # type: ignore[attr-defined]
+                    if mask[s, group.first + r]:  # type: ignore[attr-defined]
+                        x[:, :, r] += reference[:, :, s] - actual[:, :, s]
+            return x
+
+        with torch.no_grad():
+            logits = split_run(
+                model, comps, clean, edit_input=edit, positions=m.positions_at(clean.shape[1]), columns=m.columns
+            )
+        out.append(float(m.batched(logits[None], clean.shape[0])[0]))
+    return out
+
+
+@pytest.mark.parametrize("make", [_model_with_mlp, _parallel_model], ids=["sequential", "parallel"])
+@pytest.mark.parametrize("ablation", ["patch", "mean"])
+def test_circuits_of_many_edges_are_the_per_edge_definition(make: Callable[[], CircuitModel], ablation: str) -> None:
+    model = make()
+    clean, corrupted, metric = _pair(model, n=3)
+    comps = components_of(model)
+    exists = comps.edge_mask()
+    rng = np.random.default_rng(0)
+    # random circuits of every density (so buffers fill over several receiver groups), the empty and the whole one
+    drop = np.stack(
+        [exists & (rng.random(exists.shape) < p) for p in (0.05, 0.2, 0.5, 0.8, 0.95)] + [exists, np.zeros_like(exists)]
+    )
+    wk = _writes(model, comps, corrupted)
+    reference = wk if ablation == "patch" else wk.mean(0, keepdim=True).expand_as(wk)
+    want = _slow_masked_values(model, clean, reference, metric, drop)
+    s = setup(model, clean, corrupted, metric, None)
+    got = masked_values(s, drop, ablation)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    tiny = masked_values(setup(model, clean, corrupted, metric, 1), drop, ablation)  # one prompt, one variant a pass
+    np.testing.assert_allclose(tiny, want, rtol=1e-10, atol=1e-12)

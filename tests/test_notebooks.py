@@ -408,11 +408,24 @@ def test_the_strongest_edges_are_the_induction_heads_writing_the_answer(nb08: nb
     assert len(set(into_logits) & set(INDUCTION_12H)) >= 2, out
 
 
-def test_scores_agree_with_exact_edge_patching(nb08: nbformat.NotebookNode) -> None:
-    out = printed(nb08, "agreement")
-    for method, rho_min, top_min in (("eap", 0.8, 0.7), ("eap-ig-inputs", 0.4, 0.5)):
-        found = find(rf"{method}: rho ([\d.]+), rho of \|score\| [\d.]+, top-20 overlap ([\d.]+)", out)
-        assert float(found.group(1)) > rho_min and float(found.group(2)) >= top_min, out
+# measured (8 pairs, seed 0): attn-only-2l-12h ρ 0.898 / 0.571 / 0.835 / 0.756, top-20 0.85 / 0.65 / 0.80 / 0.75;
+# gelu-2l ρ 0.721 / 0.642 / 0.723 / 0.638, ρ of |score| 0.973 / 0.854 / 0.935 / 0.888, top-20 0.70 / 0.80 / 0.70 / 0.80
+AGREEMENT = {  # model prefix, method: (ρ above, ρ of |score| above, top-20 overlap at least)
+    ("", "eap"): (0.8, 0.9, 0.7), ("", "eap-ig-inputs"): (0.4, 0.7, 0.5), ("", "eap-ig-activations"): (0.7, 0.8, 0.7),
+    ("", "clean-corrupted"): (0.6, 0.8, 0.6), ("gelu-2l ", "eap"): (0.6, 0.9, 0.6),
+    ("gelu-2l ", "eap-ig-inputs"): (0.5, 0.8, 0.6), ("gelu-2l ", "eap-ig-activations"): (0.6, 0.85, 0.6),
+    ("gelu-2l ", "clean-corrupted"): (0.5, 0.8, 0.6),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "method"), AGREEMENT)
+def test_every_methods_scores_agree_with_exact_edge_patching(
+    nb08: nbformat.NotebookNode, model: str, method: str
+) -> None:
+    out = printed(nb08, "gelu" if model else "agreement")
+    found = find(rf"(?m)^{model}{method}: rho ([\d.]+), rho of \|score\| ([\d.]+), top-20 overlap ([\d.]+)", out)
+    rho, abs_rho, top = AGREEMENT[(model, method)]
+    assert float(found.group(1)) > rho and float(found.group(2)) > abs_rho and float(found.group(3)) >= top, out
 
 
 def test_a_small_circuit_is_faithful_and_the_ends_are_exact(nb08: nbformat.NotebookNode) -> None:

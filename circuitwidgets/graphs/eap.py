@@ -211,10 +211,13 @@ def _interpolation(
     else:
         return None
     firsts = _group_firsts(comps)
+    chosen_groups = {int(g) for g in groups}
     v = len(alphas)
 
     def edit(first: int, out: torch.Tensor) -> torch.Tensor:
         g = firsts.index(first)
+        if g not in chosen_groups:
+            return out  # no variant sets this group: its writes are the run's own
         width = out.shape[2]
         c, k = clean[:, :, first : first + width], corrupted[:, :, first : first + width]
         alpha = alphas.view(v, 1, 1, 1, 1)

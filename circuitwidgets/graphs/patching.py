@@ -13,7 +13,7 @@ identical variants run once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import overload
 
 import numpy as np
@@ -33,7 +33,7 @@ from circuitwidgets.graphs.runs import (
     setup,
     writes,
 )
-from circuitwidgets.graphs.split import State, split_run
+from circuitwidgets.graphs.split import InputEdit, Senders, State, split_run
 from circuitwidgets.model import CircuitModel
 
 ABLATIONS = ("patch", "mean")
@@ -86,21 +86,34 @@ def masked_values(s: Setup, drop: np.ndarray, ablation: str = "patch") -> np.nda
     return values[inverse.reshape(-1)]
 
 
-def _patcher(
-    block: torch.Tensor, ref: torch.Tensor
-) -> Callable[[Group, torch.Tensor, Callable[[], torch.Tensor]], torch.Tensor]:
-    """The input edit adding ``Σ_s drop[v, s, r] (reference_s − actual_s)`` to each receiver ``r``."""
-    v = block.shape[0]
+def _patcher(block: torch.Tensor, ref: torch.Tensor) -> InputEdit:
+    """The input edit adding ``Σ_s drop[v, s, r] (reference_s − actual_s)`` to each receiver ``r``.
 
-    def edit(group: Group, x: torch.Tensor, senders: Callable[[], torch.Tensor]) -> torch.Tensor:
+    ``reference − actual`` is formed once per sender, as its write appears (not once per receiver group that
+    reads it), into one buffer ``[variants, batch, pos, senders, d_model]``; each group's update is one batched
+    matrix product per token, ``drop[v]ᵀ (r × u) · delta (u × d_model)``, added to the input in the same call.
+    """
+    v = block.shape[0]
+    filled = 0
+    delta = torch.empty(0)
+
+    def edit(group: Group, x: torch.Tensor, senders: Senders) -> torch.Tensor:
+        nonlocal filled, delta
         drop = block[:, : group.upstream, group.first : group.first + group.size]
         if not bool(drop.any()):
             return x  # nothing removed here: the input is exactly the run's
-        actual = senders()
-        n = actual.shape[0] // v
-        delta = ref[None, :, :, : group.upstream] - actual.view(v, n, *actual.shape[1:])
-        update = torch.einsum("vbpud,vur->vbprd", delta, drop)
-        return x + update.reshape(x.shape)
+        u, r, d = group.upstream, group.size, x.shape[-1]
+        if filled < u:
+            new = senders(filled)[:, :, : u - filled]
+            n = new.shape[0] // v
+            if filled == 0:
+                delta = torch.empty(v, n, new.shape[1], ref.shape[2], d, dtype=x.dtype, device=x.device)
+            torch.sub(ref[None, :, :, filled:u], new.view(v, n, *new.shape[1:]), out=delta[:, :, :, filled:u])
+            filled = u
+        n, p = delta.shape[1], delta.shape[2]
+        batch = v * n * p
+        weights = drop.transpose(1, 2)[:, None].expand(v, n * p, r, u).reshape(batch, r, u)
+        return torch.baddbmm(x.reshape(batch, r, d), weights, delta[:, :, :, :u].reshape(batch, u, d)).view(x.shape)
 
     return edit
 

@@ -10,7 +10,7 @@ callbacks make every technique of this package one pass:
 - ``edit_input(group, x, senders)`` returns the group's inputs (add a zero leaf
   to read their gradient; add corrupted-minus-actual writes of chosen senders
   to patch chosen edges); ``senders()`` stacks the writes so far
-  ``[batch, pos, upstream, d_model]``.
+  ``[batch, pos, upstream, d_model]`` (``senders(since)``: from sender ``since`` on).
 - ``edit_output(first, out)`` returns the writes ``[batch, pos, k, d_model]`` of
   senders ``first … first + k − 1`` (record them, or replace them by an
   interpolation).
@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
+from torch.nn import functional
 
 from circuitwidgets.graphs.components import Components, Group
 from circuitwidgets.model import CircuitModel
@@ -33,7 +35,15 @@ from circuitwidgets.model.cache import Recorder
 from circuitwidgets.model.forward import chunked_attention, rms_norm, soft_cap
 from circuitwidgets.model.rotary import rotate
 
-InputEdit = Callable[[Group, torch.Tensor, Callable[[], torch.Tensor]], torch.Tensor]
+
+class Senders(Protocol):
+    """The writes so far, stacked ``[batch, pos, senders, d_model]``: every sender's, or those from sender
+    ``since`` on (``since`` the first sender of a write, e.g. a group's ``upstream``)."""
+
+    def __call__(self, since: int = 0) -> torch.Tensor: ...
+
+
+InputEdit = Callable[[Group, torch.Tensor, Senders], torch.Tensor]
 OutputEdit = Callable[[int, torch.Tensor], torch.Tensor]
 
 
@@ -85,8 +95,13 @@ def split_run(
     else:
         resid, before_attn, writes = start.resid, start.before_attn, list(start.writes)
 
-    def senders() -> torch.Tensor:
-        return torch.cat(writes, dim=2)
+    def senders(since: int = 0) -> torch.Tensor:
+        chosen, at = [], 0
+        for w in writes:
+            if at >= since:
+                chosen.append(w)
+            at += w.shape[2]
+        return torch.cat(chosen, dim=2) if len(chosen) > 1 else chosen[0]
 
     def inputs(group: Group, base: torch.Tensor) -> torch.Tensor:
         x = base[:, :, None].expand(-1, -1, group.size, -1)
@@ -129,7 +144,7 @@ def _heads(model: CircuitModel, layer: int, x: torch.Tensor, pos: torch.Tensor |
     """Each head's write ``z W_O`` ``[batch, pos, n_heads, d_model]`` from its own q, k, v inputs ``x``."""
     cfg = model.cfg
     H = cfg.n_heads
-    normed = model._normalize(x, rec, "scale", layer)
+    normed = _attention_norm(model, x, rec, layer)
     xq, xk, xv = normed[:, :, :H], normed[:, :, H : 2 * H], normed[:, :, 2 * H :]
     if cfg.positional_embedding_type == "shortformer" and pos is not None:
         xq, xk = xq + pos[:, :, None], xk + pos[:, :, None]
@@ -145,6 +160,14 @@ def _heads(model: CircuitModel, layer: int, x: torch.Tensor, pos: torch.Tensor |
         q, k = rotate(q, freq, where, pos_dim=1), rotate(k, freq, where, pos_dim=1)
     z = chunked_attention(q, k, v, cfg.scale, cfg.attn_softcap, cfg.window(layer))
     return torch.einsum("bqhe,hed->bqhd", z, buffers["W_O"][layer])  # type: ignore[index]
+
+
+def _attention_norm(model: CircuitModel, x: torch.Tensor, rec: Recorder, layer: int) -> torch.Tensor:
+    """The norm before attention of each receiver's input: LayerNorm as one fused kernel (the input is 3 · n_heads
+    copies of the stream, so the five elementwise passes of the model's own norm cost more here than the heads)."""
+    if model.cfg.normalization == "ln_pre":
+        return functional.layer_norm(x, (x.shape[-1],), eps=model.cfg.ln_eps)
+    return model._normalize(x, rec, "scale", layer)
 
 
 def _grouped(model: CircuitModel, layer: int, x: torch.Tensor, letter: str, norm: str | None) -> torch.Tensor:
