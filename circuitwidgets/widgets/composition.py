@@ -142,7 +142,7 @@ class CompositionMap(ReadsQKAtOffset, CircuitWidget):
 
     edge_threshold = view_data(traitlets.Float(0.0, min=0.0, max=1.0))
     """Raw score an edge must reach to be drawn in the graph (0: none; the graph's legend says which);
-    :meth:`threshold_against_rotations` sets it from the model's own heads."""
+    ``threshold_against_rotations()`` sets it from the model's own heads."""
 
     threshold_label = view_data(traitlets.Unicode(""))
     """What ``edge_threshold`` is, in words, for the graph's legend (plain text)."""
@@ -330,7 +330,7 @@ class CompositionMap(ReadsQKAtOffset, CircuitWidget):
     def threshold_against_rotations(self, quantile: float = 0.99, n_samples: int = 2000, seed: int = 0) -> float:
         """Draw only edges above what this model's own heads reach by chance, and say so in the legend.
 
-        Sets ``edge_threshold`` to :func:`~circuitwidgets.circuits.composition_threshold` (the ``quantile`` of
+        Sets ``edge_threshold`` to ``circuitwidgets.circuits.composition_null.composition_threshold`` (the ``quantile`` of
         scores of random head pairs with the residual stream between them rotated at random) and returns it.
         Needs the model the widget was built from.
         """
