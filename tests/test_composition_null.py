@@ -102,3 +102,30 @@ def test_bad_arguments_are_named(call: object, name: str) -> None:
     model = make_random_model(n_layers=2, n_heads=2, d_model=8, d_head=2)
     with pytest.raises((ArgumentError, TypeError, ValueError), match=name):
         call(model)  # type: ignore[operator]
+
+
+def test_the_docs_figures_are_the_shipped_models_own() -> None:
+    """docs/views/composition.md quotes the 12-head model's threshold, baseline and counts: they are these."""
+    import re
+    import warnings
+    from pathlib import Path
+
+    import circuitwidgets as cw
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "views" / "composition.md").read_text().split())
+    quoted = re.search(
+        r"threshold is (\d\.\d{3}) above the baseline \((\d\.\d{3})\): (\d+) of the (\d+) pairs clear it.*?"
+        r"\((\d+) Q and (\d+) K pairs pass; V-composition's strongest pair, \+(\d\.\d{4}), does not\)",
+        text,
+    )
+    assert quoted, "the docs no longer quote the threshold"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        widget = cw.CompositionMap(cw.load_pretrained("attn-only-2l-12h"))
+    threshold = widget.threshold_against_rotations()
+    raw = widget.scores[:, 0, :, 1, :].astype(np.float64)
+    base = widget.baseline_value
+    assert quoted[1] == f"{threshold - base:.3f}" and quoted[2] == f"{base:.3f}"
+    assert int(quoted[3]) == int((raw >= threshold).sum()) and int(quoted[4]) == raw.size
+    assert [int(quoted[5]), int(quoted[6]), 0] == [int((raw[k] >= threshold).sum()) for k in range(3)]
+    assert quoted[7] == f"{raw[2].max() - base:.4f}"
