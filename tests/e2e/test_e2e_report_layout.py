@@ -99,7 +99,7 @@ def test_no_large_blank_beside_the_pattern_or_among_the_composition_maps(
         }"""
     )
     if measured["beside"]:  # (stacked at narrow widths: nothing sits beside the pattern)
-        # 2026-11 at 1,400 px: 181 px of 567 (the token strip alone left 470)
+        # measured at 1,400 px: 181 px of 567 (389 without the list of sources under the token strip)
         assert measured["blank"] < 0.4 * measured["height"], measured
     fill = composition.evaluate(
         """(view) => {
