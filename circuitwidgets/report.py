@@ -184,7 +184,8 @@ def build_sections(
             "the token that followed the same token in the first copy (an off-diagonal stripe), and a previous-token head "
             "attends to the token just before. The view shows the first prompt of the causal tests below. Each "
             "detector's strongest head, by mean attention to its targets (every head's score is in the heatmaps "
-            "below): " + _strongest_by_detector(detectors) + ". The strip right of the pattern is the selected head's "
+            "below): " + _strongest_by_detector(detectors) + ". Under the prompt, the selected token's ten strongest "
+            "sources in the selected head, with their weights. The strip right of the pattern is the selected head's "
             "effect on the next token's logit; its <b>Loss</b> switch shows the model's per-token loss instead (each "
             "copy's mean loss is in the table of the logit-lens section below).</p>",
             attention,
