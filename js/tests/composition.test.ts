@@ -36,7 +36,7 @@ describe("composition view", () => {
     expect(edges).toHaveLength(3);
     expect(edges.every((e) => e.getAttribute("data-cw-kind") === "V")).toBe(true);
     const legend = el.querySelector(".cw-map-legend .cw-edge-threshold")?.textContent ?? "";
-    expect(legend).toBe("Graph: the 3 strongest of the 4 edges scoring at least 0.195 above baseline (threshold: the test's threshold).");
+    expect(legend).toBe("Graph: the top 3 of the 4 edges scoring at least 0.195 above baseline (threshold: the test's threshold).");
     expect(el.querySelector(".cw-map-legend .cw-edge-widths")?.textContent).toMatch(/^Width and shade:0\.210.*0\.230 above baseline$/);
     expect(el.querySelector(".cw-map-legend .cw-keys")?.textContent).toMatch(/K-composition/);
   });
@@ -44,7 +44,7 @@ describe("composition view", () => {
   it("says when no threshold is set", () => {
     const { el } = view();
     // above the 0.15 baseline: the 9 V and 9 K pairs, and Q's 0.1 + 0.01 i for i = 5..8 (float32 0.15 sits a hair above it)
-    expect(el.querySelector(".cw-edge-threshold")?.textContent).toBe("Graph: the 6 strongest of the 22 edges above the random baseline (no threshold).");
+    expect(el.querySelector(".cw-edge-threshold")?.textContent).toBe("Graph: the top 6 of the 22 edges above the random baseline (no threshold).");
   });
 
   it("clicking an edge selects both heads", async () => {

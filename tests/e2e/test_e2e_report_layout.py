@@ -122,7 +122,7 @@ def test_the_graph_draws_only_edges_above_the_kernels_threshold_and_says_so(
     legend = composition.locator(".cw-edge-threshold").first
     wait_for(lambda: "threshold" in (legend.text_content() or ""), "the graph's legend")
     text = legend.text_content() or ""
-    match = re.match(r"Graph: the (\d+) strongest of the (\d+) edges scoring at least (\d\.\d{3}) above baseline", text)
+    match = re.match(r"Graph: the top (\d+) of the (\d+) edges scoring at least (\d\.\d{3}) above baseline", text)
     assert match, text
     drawn, passing, floor = int(match[1]), int(match[2]), float(match[3])
     assert floor == pytest.approx(above, abs=5e-4)  # the kernel's number, as the page prints it

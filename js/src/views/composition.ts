@@ -206,7 +206,7 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
     const above = countEdgesAbove(d, kinds, sub, floor);
     const drawn = Math.min(above, edgeCount());
     const edgesWord = (n: number) => `${n} ${n === 1 ? "edge" : "edges"}`;
-    const which = drawn < above ? `the ${drawn} strongest of the ${edgesWord(above)}` : `all ${edgesWord(above)}`;
+    const which = drawn < above ? `the top ${drawn} of the ${edgesWord(above)}` : `all ${edgesWord(above)}`;
     const line = el(doc, "div", "cw-edge-threshold");
     line.textContent =
       threshold > 0
