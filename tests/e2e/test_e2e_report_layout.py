@@ -108,8 +108,9 @@ def test_no_large_blank_beside_the_pattern_or_among_the_composition_maps(
             return area / (m.width * m.height);
         }"""
     )
-    # three maps in a 2 × 2 flow left a quadrant empty (75 % at most); the legend fills it (95 % measured)
-    assert fill > 0.85, fill
+    if width >= 1400:  # (at 1,000 px the maps stand one under another, beside the graph)
+        # three maps in a 2 × 2 flow left a quadrant empty (75 % at most); the legend fills it
+        assert fill > 0.85, fill
     assert composition.locator(".cw-map-legend .cw-edge-threshold").count() == 1
     page_log.assert_offline_clean()
 
