@@ -140,6 +140,13 @@ class CompositionMap(ReadsQKAtOffset, CircuitWidget):
     baseline_value = view_data(traitlets.Float(0.0))
     """Expected score of random matrices with a head's shapes (subtracted when ``subtract_baseline``)."""
 
+    edge_threshold = view_data(traitlets.Float(0.0, min=0.0, max=1.0))
+    """Raw score an edge must reach to be drawn in the graph (0: none; the graph's legend says which);
+    ``threshold_against_rotations()`` sets it from the model's own heads."""
+
+    threshold_label = view_data(traitlets.Unicode(""))
+    """What ``edge_threshold`` is, in words, for the graph's legend (plain text)."""
+
     title = view_data(traitlets.Unicode(""))
     """Caption of scores that are not composition scores (a path-patching map); ``""``: "Composition between heads".
     Given, the maps are titled "via q/k/v" and no caption, colour bar or tooltip says "composition"."""
@@ -319,6 +326,30 @@ class CompositionMap(ReadsQKAtOffset, CircuitWidget):
         raw: NDArray[np.float32] = self.scores[KINDS.index(kind)]
         subtract = self.subtract_baseline if baseline is None else baseline
         return (raw - np.float32(self.baseline_value)) if subtract else raw
+
+    def threshold_against_rotations(self, quantile: float = 0.99, n_samples: int = 2000, seed: int = 0) -> float:
+        """Draw only edges above what this model's own heads reach by chance, and say so in the legend.
+
+        Sets ``edge_threshold`` to ``circuitwidgets.circuits.composition_null.composition_threshold`` (the ``quantile`` of
+        scores of random head pairs with the residual stream between them rotated at random) and returns it.
+        Needs the model the widget was built from.
+        """
+        from circuitwidgets.circuits.composition_null import composition_threshold
+
+        if self._model is None:
+            raise ArgumentError("model: this CompositionMap was not built from a model, so it has no heads to rotate")
+        offset = self.qk_offset if self.qk_offset >= 0 else None
+        threshold = composition_threshold(self._model, quantile, n_samples, seed, offset=offset)
+        cfg = self._model.cfg
+        pairs = 3 * cfg.n_heads**2 * cfg.n_layers * (cfg.n_layers - 1) // 2
+        chance = (1 - quantile) * pairs
+        self.threshold_label = (
+            f"the score {quantile:.0%} of this model's head pairs stay under when the residual stream between "
+            f"the two heads is rotated at random ({n_samples:,} draws); by chance about {chance:.0f} of its "
+            f"{pairs:,} pairs would pass"
+        )
+        self.edge_threshold = threshold
+        return threshold
 
     def select_edge(self, earlier: tuple[int, int], later: tuple[int, int], kind: str = "") -> None:
         """Select the edge from ``earlier`` to ``later`` (both ``(layer, head)``); the later head becomes ``selected_*``."""

@@ -143,6 +143,24 @@ describe("attention view", () => {
     expect(tokenEl(el, 2).style.backgroundColor).toBe("");
   });
 
+  it("lists where the selected destination attends, as text, and hides the list with no destination", async () => {
+    const { m, el } = mount();
+    const box = el.querySelector(".cw-top-sources") as HTMLElement;
+    expect(box.hidden).toBe(true);
+    m.fromKernel({ selected_layer: 1, selected_head: 2, selected_dest: 4 });
+    await nextFrame();
+    expect(box.hidden).toBe(false);
+    // every head puts all weight on the previous token: destination 4 on source 3, the newline
+    const rows = [...box.querySelectorAll<HTMLElement>(".cw-top-row")];
+    expect(rows.map((r) => r.dataset.cwSource)).toEqual(["3"]);
+    expect(rows[0]?.textContent).toBe("1.000" + "3 “⏎”"); // weight, bar, source
+    expect(box.querySelector(".cw-top-title")?.textContent).toBe("Where destination 4 “<b>x</b>” attends (L1H2, strongest 1 sources)");
+    expect(box.querySelector("b")).toBeNull(); // the token is text
+    m.fromKernel({ selected_dest: -1 });
+    await nextFrame();
+    expect(box.hidden).toBe(true);
+  });
+
   it("switches to value-weighted patterns through the trait", async () => {
     const { m, el } = mount();
     (el.querySelector('button[data-value="value"]') as HTMLElement).click();

@@ -29,6 +29,24 @@ describe("composition view", () => {
     expect(el.querySelector("[data-cw-edge]")?.getAttribute("data-cw-kind")).toBe("V");
   });
 
+  it("draws only edges that clear the kernel's threshold and its legend says how many and what it is", () => {
+    // V minus the baseline is 0.15 + 0.01 (3 h1 + h2): four pairs reach 0.195 (0.345 raw)
+    const { el } = view({ edge_threshold: 0.345, threshold_label: "the test's threshold", n_edges: 3 });
+    const edges = [...el.querySelectorAll("[data-cw-edge]")];
+    expect(edges).toHaveLength(3);
+    expect(edges.every((e) => e.getAttribute("data-cw-kind") === "V")).toBe(true);
+    const legend = el.querySelector(".cw-map-legend .cw-edge-threshold")?.textContent ?? "";
+    expect(legend).toBe("Graph: the top 3 of the 4 edges scoring at least 0.195 above baseline (threshold: the test's threshold).");
+    expect(el.querySelector(".cw-map-legend .cw-edge-widths")?.textContent).toMatch(/^Width and shade:0\.210.*0\.230 above baseline$/);
+    expect(el.querySelector(".cw-map-legend .cw-keys")?.textContent).toMatch(/K-composition/);
+  });
+
+  it("says when no threshold is set", () => {
+    const { el } = view();
+    // above the 0.15 baseline: the 9 V and 9 K pairs, and Q's 0.1 + 0.01 i for i = 5..8 (float32 0.15 sits a hair above it)
+    expect(el.querySelector(".cw-edge-threshold")?.textContent).toBe("Graph: the top 6 of the 22 edges above the random baseline (no threshold).");
+  });
+
   it("clicking an edge selects both heads", async () => {
     const { m, el } = view();
     const edge = el.querySelector("[data-cw-edge='0.2-1.2'][data-cw-kind='V']") as Element;

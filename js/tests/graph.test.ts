@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { allEdges, compValue, edgeId, edgeOr, edgePath, edgeWidth, KIND_STYLE, layeredLayout, parseEdgeId, scaledDash, strongestEdges, type CompData } from "../src/lib/graph";
+import { allEdges, compValue, countEdgesAbove, edgeFloor, edgeId, edgeOr, edgePath, edgeWidth, KIND_STYLE, layeredLayout, parseEdgeId, scaledDash, strongestEdges, type CompData } from "../src/lib/graph";
 
 function data(): CompData {
   // 3 layers, 2 heads; value = 0.1 * (k + 1) + l1 + 0.01 * h1 + 0.001 * h2 ... only where l1 < l2
@@ -20,6 +20,28 @@ describe("composition graph logic", () => {
     expect(compValue(d, 1, 0, 1, 2, 0, true)).toBeCloseTo(0.25 - 0.25 + 0.0, 5);
     expect(compValue(d, 0, 1, 0, 1, 0, false)).toBeNaN();
     expect(compValue(d, 0, 2, 0, 1, 0, false)).toBeNaN();
+  });
+
+  it("turns a raw-score threshold into the floor of the values shown, never below the baseline", () => {
+    expect(edgeFloor(0.35, 0.25, true)).toBeCloseTo(0.1, 12);
+    expect(edgeFloor(0.35, 0.25, false)).toBe(0.35);
+    expect(edgeFloor(0.2, 0.25, true)).toBe(0); // a threshold under the baseline lets every edge above it through
+    expect(edgeFloor(0, 0.25, true)).toBe(0);
+    expect(edgeFloor(Number.NaN, 0.25, true)).toBe(0);
+  });
+
+  it("keeps only edges at or above the floor, and counts every edge that clears it", () => {
+    const d = data();
+    // V minus the baseline is 0.05 + 0.02 l2 + 0.01 h1 + 0.001 h2: at least 0.095 only into layer 2 from h1 = 1
+    const kept = strongestEdges(d, ["V"], 10, true, 0.095);
+    expect(kept.map((e) => edgeId(e)).sort()).toEqual(["0.1-2.0", "0.1-2.1", "1.1-2.0", "1.1-2.1"]);
+    expect(kept.every((e) => e.value >= 0.095)).toBe(true);
+    expect(countEdgesAbove(d, ["V"], true, 0.095)).toBe(4);
+    expect(strongestEdges(d, ["V"], 2, true, 0.095)).toHaveLength(2); // the count still caps what is drawn
+    // with no floor, every positive edge counts (the 12 V edges, none of Q or K's below the baseline but two)
+    expect(countEdgesAbove(d, ["V"], true)).toBe(12);
+    expect(countEdgesAbove(d, ["Q", "K", "V"], true)).toBe(countEdgesAbove(d, ["V"], true) + 2);
+    expect(strongestEdges(d, ["V"], 100, true, 1)).toHaveLength(0);
   });
 
   it("lists every defined edge strongest first and keeps the n strongest positive ones", () => {

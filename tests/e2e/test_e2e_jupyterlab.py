@@ -1,8 +1,12 @@
 """JupyterLab 4, live: each view draws in a notebook, clicks reach the kernel, the kernel moves the view.
 
-One notebook (one kernel) serves the whole module, as a user's session would:
+One notebook (one kernel) serves the view tests, as a user's session would:
 each test types a cell that builds and shows a widget, clicks in its view,
-then runs a cell that prints the Python traits.
+then runs a cell that prints the Python traits; none relies on a widget another
+test showed. The export tests build a notebook of their own (own kernel, own
+page), so they pass alone (``-k export_menu``) and in any order, and never
+reload the shared page. Every wait is on a state (a cell's prompt, a view drawn,
+a file saved, a request made) with a bounded timeout, never on a fixed time.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import re
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -28,6 +33,7 @@ from ._pages import (
     perform,
     screenshot,
     wait_changed,
+    wait_for,
     wait_status,
     watch,
 )
@@ -139,16 +145,39 @@ def _get(jupyter: JupyterServer, path: str) -> bytes:
         return bytes(response.read())
 
 
-def _save_and_wait(lab: NotebookPage, jupyter: JupyterServer, with_state: bool) -> None:
-    """Save as a user would (Ctrl+S) and wait for the file to hold our outputs (and the widget state)."""
+def _send(jupyter: JupyterServer, method: str, path: str, body: dict[str, object] | None = None) -> None:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"{jupyter.url}{path}",
+        data=data,
+        method=method,
+        headers={"Authorization": f"token {jupyter.token}", "Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=60).close()
+
+
+def _save_widget_state(jupyter: JupyterServer, on: bool) -> None:
+    """The widget manager's "save widget state" setting (read when a page loads, so set before opening one)."""
+    _send(
+        jupyter,
+        "PUT",
+        "/lab/api/settings/@jupyter-widgets/jupyterlab-manager:plugin",
+        {"raw": json.dumps({"saveState": on})},
+    )
+
+
+def _save_and_wait(lab: NotebookPage, jupyter: JupyterServer, name: str, with_state: bool) -> None:
+    """Save as a user would (Ctrl+S) and wait for the file to hold our outputs (and the widget state).
+
+    On a loaded machine a key press can land before the notebook has focus: the save is asked again every
+    10 s until the file changes, for at most 120 s.
+    """
     import nbformat
 
-    path = jupyter.notebooks / "lab.ipynb"
+    path = jupyter.notebooks / name
     before = path.stat().st_mtime_ns
-    lab.cells.last.click()
-    lab.page.keyboard.press("Escape")
-    lab.page.keyboard.press("Control+s")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
+    asked = 0.0
     while True:
         if path.stat().st_mtime_ns != before:
             nb = nbformat.read(path, as_version=4)
@@ -156,8 +185,34 @@ def _save_and_wait(lab: NotebookPage, jupyter: JupyterServer, with_state: bool) 
             has_state = "application/vnd.jupyter.widget-state+json" in nb.metadata.get("widgets", {})
             if outputs and has_state == with_state:
                 return
+        if time.monotonic() - asked > 10:
+            lab.cells.last.click()
+            lab.page.keyboard.press("Escape")
+            lab.page.keyboard.press("Control+s")
+            asked = time.monotonic()
         assert time.monotonic() < deadline, "the notebook was not saved with the expected content"
         time.sleep(0.5)
+
+
+@contextmanager
+def _notebook_of_two_views(jupyter: JupyterServer, browser: Browser, name: str) -> Iterator[NotebookPage]:
+    """A notebook of its own (its own kernel and page) that shows an attention view and an eigenvalue view, both
+    drawn: the export tests need no earlier test to have filled a notebook, and never reload a shared page."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
+    context.set_default_timeout(TIMEOUT_MS)
+    jupyter.write_notebook(name)
+    kernel = jupyter.start_kernel(name)
+    try:
+        notebook = NotebookPage(context.new_page(), watch(context))
+        notebook.open(jupyter.lab_url(name))
+        notebook.run("from _widgets import BUILDERS")
+        for view in ("attention", "eigen"):
+            assert_drawn(notebook.display(f"w_{view} = BUILDERS[{view!r}]()\nw_{view}", view))
+        yield notebook
+    finally:
+        context.close()
+        with suppress(OSError):  # (the server may already be gone; its kernels go with it)
+            _send(jupyter, "DELETE", f"/api/kernels/{kernel}")
 
 
 def _open_export(browser: Browser, html: Path) -> tuple[Page, PageLog]:
@@ -186,7 +241,7 @@ def _assert_views_work(page: Page, log: PageLog) -> None:
 
 @pytest.mark.parametrize("with_state", [False, True], ids=["plain-save", "widget-state-saved"])
 def test_jupyterlab_export_menu_gives_an_offline_page_with_our_exporter(
-    with_state: bool, lab: NotebookPage, jupyter: JupyterServer, browser: Browser, tmp_path: Path
+    with_state: bool, jupyter: JupyterServer, browser: Browser, tmp_path: Path
 ) -> None:
     """File > Save and Export Notebook As: the "Circuitwidgets" entry (our exporter) draws every view with no network.
 
@@ -194,27 +249,22 @@ def test_jupyterlab_export_menu_gives_an_offline_page_with_our_exporter(
     our views draw from their fallback (only the template's CDN scripts are
     attempted); with saved state nbconvert shows the widget manager's
     placeholder, which needs a CDN, so nothing of ours is drawn offline.
+    Each case builds the notebook it exports, with the setting made before its page opens.
     """
     if not widget_exists("attention"):
         pytest.skip("widget not yet built")
     formats = json.loads(_get(jupyter, "/api/nbconvert"))
     assert formats["circuitwidgets"]["output_mimetype"] == "text/html", formats.get("circuitwidgets")
-    if with_state:
-        body = json.dumps({"raw": json.dumps({"saveState": True})}).encode()
-        request = urllib.request.Request(
-            f"{jupyter.url}/lab/api/settings/@jupyter-widgets/jupyterlab-manager:plugin",
-            data=body,
-            method="PUT",
-            headers={"Authorization": f"token {jupyter.token}", "Content-Type": "application/json"},
-        )
-        urllib.request.urlopen(request, timeout=60).close()
-        # The widget manager reads the setting when the page loads; the views come back from the kernel.
-        lab.open(jupyter.lab_url("lab.ipynb"))
-        lab.page.locator("[data-cw-view]").first.wait_for(timeout=TIMEOUT_MS)
-    _save_and_wait(lab, jupyter, with_state)
+    name = f"export-{'state' if with_state else 'plain'}.ipynb"
+    _save_widget_state(jupyter, with_state)
+    try:
+        with _notebook_of_two_views(jupyter, browser, name) as notebook:
+            _save_and_wait(notebook, jupyter, name, with_state)
+    finally:
+        _save_widget_state(jupyter, False)  # (the server's default, for whatever runs next)
 
     ours = tmp_path / "ours.html"
-    ours.write_bytes(_get(jupyter, "/nbconvert/circuitwidgets/lab.ipynb?download=true"))
+    ours.write_bytes(_get(jupyter, f"/nbconvert/circuitwidgets/{name}?download=true"))
     page, log = _open_export(browser, ours)
     try:
         _assert_views_work(page, log)
@@ -223,13 +273,14 @@ def test_jupyterlab_export_menu_gives_an_offline_page_with_our_exporter(
         page.context.close()
 
     stock = tmp_path / "stock.html"
-    stock.write_bytes(_get(jupyter, "/nbconvert/html/lab.ipynb?download=true"))
+    stock.write_bytes(_get(jupyter, f"/nbconvert/html/{name}?download=true"))
     page, log = _open_export(browser, stock)
     try:
         if with_state:
-            page.wait_for_timeout(2000)
+            # the widget manager's placeholder asks a CDN for its script: wait for that request, not for a time
+            wait_for(lambda: any("unpkg.com" in u for u in log.network()), "the stock page's CDN request", 60)
+            page.wait_for_load_state("load")
             assert page.locator("[data-cw-view]").count() == 0, "stock export with saved state now draws offline"
-            assert any("unpkg.com" in u for u in log.network()), log.network()
         else:
             _assert_views_work(page, log)
             assert all(TEMPLATE_CDN.search(u) for u in log.network()), log.network()

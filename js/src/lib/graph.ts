@@ -60,11 +60,11 @@ export function allEdges(d: CompData, kinds: readonly Kind[], subtract: boolean)
 }
 
 /**
- * The `n` strongest edges with a positive value (the graph draws these), in
+ * The `n` strongest edges with a positive value of at least `min` (the graph draws these), in
  * `allEdges` order. One pass keeping the best `n` so far: 32 × 32 heads have
  * 1.5 million edges over three kinds, and only the few kept become objects.
  */
-export function strongestEdges(d: CompData, kinds: readonly Kind[], n: number, subtract: boolean): Edge[] {
+export function strongestEdges(d: CompData, kinds: readonly Kind[], n: number, subtract: boolean, min = 0): Edge[] {
   const want = Math.max(0, Math.floor(n));
   const top: Edge[] = [];
   if (want === 0) return top;
@@ -75,7 +75,7 @@ export function strongestEdges(d: CompData, kinds: readonly Kind[], n: number, s
         for (let l1 = 0; l1 < l2; l1++)
           for (let h1 = 0; h1 < d.nHeads; h1++) {
             const value = compValue(d, k, l1, h1, l2, h2, subtract);
-            if (!(value > 0)) continue;
+            if (!(value > 0) || !(value >= min)) continue;
             const last = top[top.length - 1];
             if (top.length === want && last !== undefined && value < last.value) continue;
             const e: Edge = { kind, l1, h1, l2, h2, value };
@@ -92,6 +92,31 @@ export function strongestEdges(d: CompData, kinds: readonly Kind[], n: number, s
           }
   }
   return top;
+}
+
+/** How many edges of `kinds` have a positive value of at least `min` (those the threshold lets through). */
+export function countEdgesAbove(d: CompData, kinds: readonly Kind[], subtract: boolean, min = 0): number {
+  let count = 0;
+  for (const kind of kinds) {
+    const k = KINDS.indexOf(kind);
+    for (let l2 = 1; l2 < d.nLayers; l2++)
+      for (let h2 = 0; h2 < d.nHeads; h2++)
+        for (let l1 = 0; l1 < l2; l1++)
+          for (let h1 = 0; h1 < d.nHeads; h1++) {
+            const value = compValue(d, k, l1, h1, l2, h2, subtract);
+            if (value > 0 && value >= min) count++;
+          }
+  }
+  return count;
+}
+
+/**
+ * The smallest value an edge must reach to be drawn, in the units shown: a raw-score `threshold` (0: none) minus
+ * the baseline when the view subtracts it; never below 0 (only edges above the baseline are drawn).
+ */
+export function edgeFloor(threshold: number, baseline: number, subtract: boolean): number {
+  if (!(threshold > 0)) return 0;
+  return Math.max(0, subtract ? threshold - baseline : threshold);
 }
 
 /** `l1.h1-l2.h2`, the `data-cw-edge` value of an edge. */

@@ -12,7 +12,7 @@ import { decodeArray, type WireArray } from "../lib/arrays";
 import { compWords, type CompWords, hasValues, toCompData } from "../lib/composition";
 import { el, listen } from "../lib/dom";
 import { noExport } from "../lib/export";
-import { type CompData, compValue, edgeOfSelection, edgeOr, type Kind, KIND_STYLE, KINDS, nearestEdge, parseEdgeId } from "../lib/graph";
+import { type CompData, compValue, countEdgesAbove, edgeFloor, edgeOfSelection, edgeOr, edgeWidth, type Kind, KIND_STYLE, KINDS, nearestEdge, parseEdgeId } from "../lib/graph";
 import { offsetControl } from "../lib/offset";
 import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
@@ -26,6 +26,8 @@ export interface CompositionTraits {
   model_name: string;
   scores: WireArray;
   baseline_value: number;
+  edge_threshold?: number;
+  threshold_label?: string;
   title?: string;
   note?: string;
   subtract_baseline: boolean;
@@ -82,11 +84,14 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
   /** The edges drawn in the graph and their curves (graph coordinates), for picking the nearest. */
   let drawn: DrawnGraph["edges"] = [];
   const keys = el(doc, "div", "cw-keys");
+  // which edges the graph draws and what their width means (the threshold, in the kernel's words)
+  const edgeKey = el(doc, "div", "cw-edge-key");
+  maps.legend.append(keys, edgeKey);
   const note = el(doc, "div", "cw-note");
   // the caller's note (how a causal map was made), as text, kept in exports
   const userNote = el(doc, "div", "cw-note cw-caption");
   userNote.dataset.cwNote = "";
-  panel.body.after(keys, note, userNote);
+  panel.body.after(note, userNote);
 
   /** The legend under the graph: each kind's line style, in the view's words. */
   function drawKeys(d: CompData, words: CompWords, titled: boolean): void {
@@ -170,7 +175,9 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
     updateCount();
     maps.draw(d, sel, sub, w);
     const kinds: Kind[] = (KINDS as readonly string[]).includes(kindValue) ? [kindValue as Kind] : [...KINDS];
-    const edges = graphEdges(d, kinds, edgeCount(), sub, sel);
+    const floor = edgeFloor(Number(m.get("edge_threshold") ?? 0), d.baseline, sub);
+    const edges = graphEdges(d, kinds, edgeCount(), sub, sel, floor);
+    drawEdgeKey(d, kinds, sub, floor, edges, w);
     const graph = drawGraph(doc, d, edges, sel, w);
     drawn = graph.edges;
     graphBox.replaceChildren(graph.svg);
@@ -190,6 +197,35 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
     } else {
       panel.status.textContent = `${headName(sel.layer, sel.head)} selected`;
     }
+  }
+
+  /** The legend of the graph's edges: how many clear the threshold (and what it is), and what width means. */
+  function drawEdgeKey(d: CompData, kinds: Kind[], sub: boolean, floor: number, edges: { value: number }[], w: CompWords): void {
+    const threshold = Number(m.get("edge_threshold") ?? 0);
+    const label = String(m.get("threshold_label") ?? "");
+    const above = countEdgesAbove(d, kinds, sub, floor);
+    const drawn = Math.min(above, edgeCount());
+    const edgesWord = (n: number) => `${n} ${n === 1 ? "edge" : "edges"}`;
+    const which = drawn < above ? `the top ${drawn} of the ${edgesWord(above)}` : `all ${edgesWord(above)}`;
+    const line = el(doc, "div", "cw-edge-threshold");
+    line.textContent =
+      threshold > 0
+        ? `Graph: ${which} scoring at least ${w.value(floor)} (threshold: ${label || `raw score ${fmt(threshold, 3)}`}).`
+        : `Graph: ${which} ${sub && d.baseline !== 0 ? "above the random baseline" : "with a positive value"} (no threshold).`;
+    const values = edges.map((e) => e.value).filter((v) => v > 0);
+    const max = Math.max(0, ...values);
+    const widths = el(doc, "div", "cw-edge-widths");
+    if (values.length > 0) {
+      const min = Math.min(...values);
+      const sample = (v: number) => {
+        const svg = svgEl(doc, "svg", { width: 26, height: 10, style: "display:inline-block;vertical-align:middle;margin:0 4px" });
+        svg.append(svgEl(doc, "line", { x1: 1, x2: 25, y1: 5, y2: 5, stroke: "#555", "stroke-width": edgeWidth(v, max), "stroke-linecap": "round" }));
+        return svg;
+      };
+      const unit = sub && d.baseline !== 0 ? " above baseline" : "";
+      widths.append(doc.createTextNode("Width and shade:"), sample(min), doc.createTextNode(fmt(min, 3)), sample(max), doc.createTextNode(`${fmt(max, 3)}${unit}`));
+    }
+    edgeKey.replaceChildren(line, widths);
   }
 
   const frame = perFrame(draw);
@@ -240,5 +276,5 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
     }),
   );
 
-  return runView(m, panel, frame, cleanups, { data: ["scores", "baseline_value", "title"], redraw: ["note", "subtract_baseline", "kind", "n_edges", "selected_layer", "selected_head", "selected_edge", "edge_kind", "model_name"] }, load, draw);
+  return runView(m, panel, frame, cleanups, { data: ["scores", "baseline_value", "title"], redraw: ["note", "edge_threshold", "threshold_label", "subtract_baseline", "kind", "n_edges", "selected_layer", "selected_head", "selected_edge", "edge_kind", "model_name"] }, load, draw);
 }

@@ -95,12 +95,13 @@ export function renderLogitLens({ model, el: root }: RenderProps<LogitLensTraits
     const tokens = strings(m.get("tokens"));
     const labels = strings(m.get("layer_labels"));
     const left = Math.max(40, ...labels.map((l) => textWidth(l))) + 10;
-    const top = 8;
+    const axisH = 58;
+    // the positions' tokens above the grid, as every other map of the report names its columns
+    const top = 8 + axisH;
     const cellH = 24;
     const gridH = rows * cellH;
-    const axisH = 58;
-    const W = left + pos * CELL_W + 10;
-    const H = top + gridH + axisH;
+    const W = left + pos * CELL_W + 10 + 60; // (the last label leans right past the grid)
+    const H = top + gridH + 8;
     const svg = svgEl(doc, "svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "cw-logitlens-svg", role: "img" });
     svgTitle(doc, svg, "Logit lens: the top prediction of the stream at each layer and position");
     const k = shape().k;
@@ -120,8 +121,8 @@ export function renderLogitLens({ model, el: root }: RenderProps<LogitLensTraits
     }
     for (let p = 0; p < pos; p++) {
       const x = left + p * CELL_W + CELL_W / 2;
-      const y = top + gridH + 10;
-      const t = svgEl(doc, "text", { x, y, "text-anchor": "end", transform: `rotate(-35 ${x} ${y})`, "font-size": 10, fill: "#444", "data-cw-axis": p }, tokenLabel(tokens[p] ?? "", 12).text);
+      const y = top - 6;
+      const t = svgEl(doc, "text", { x, y, "text-anchor": "start", transform: `rotate(-35 ${x} ${y})`, "font-size": 10, fill: "#444", "data-cw-axis": p }, tokenLabel(tokens[p] ?? "", 12).text);
       svg.append(t);
     }
     const row = num(m.get("selected_layer"), rows - 1);

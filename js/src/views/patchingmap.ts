@@ -133,7 +133,6 @@ export function renderPatchingMap({ model, el: root }: RenderProps<PatchingMapTr
     const longest = Math.max(...labels.map((l) => textWidth(l.text, 10)));
     const rotated = colDim === "pos";
     const left = Math.max(28, ...layerNames.map((l) => textWidth(l)), rotated ? Math.min(70, longest * 0.5) : 0) + 8;
-    const top = 22;
     const available = Math.max(240, (root.clientWidth || 640) - left - 110);
     const cellW = Math.max(colDim === "neuron" ? 5 : 12, Math.min(46, Math.floor(available / cols)));
     const cellH = Math.max(18, Math.min(46, cellW));
@@ -141,9 +140,11 @@ export function renderPatchingMap({ model, el: root }: RenderProps<PatchingMapTr
     const gridH = cellH * layers;
     const rotate = rotated || cellW < longest + 4;
     const axisH = rotate ? Math.min(130, 14 + longest * 0.87) : 18;
+    // column names above the grid, as the head-scores, composition and attention views put theirs
+    const top = 10 + axisH;
     const barX = left + gridW + 18;
     const W = barX + 14 + 6 + textWidth(fmt(-s.hi, digits), 10) + 8;
-    const H = top + gridH + axisH + 8;
+    const H = top + gridH + 10;
     const svg = svgEl(doc, "svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "cw-patchingmap-svg", role: "img" });
     svgTitle(doc, svg, `${String(m.get("title") ?? "patching")}: layers × ${colDim || "layer"}`);
     const grid = svgEl(doc, "g");
@@ -166,22 +167,22 @@ export function renderPatchingMap({ model, el: root }: RenderProps<PatchingMapTr
         grid.append(g);
       }
     }
-    // the column axis, under the grid: tokens (rotated; the positions that differ marked), heads, neurons
+    // the column axis, above the grid: tokens (rotated; the positions that differ marked), heads, neurons
     const step = rotate ? Math.max(1, Math.ceil(11 / cellW)) : Math.max(1, Math.ceil((longest + 4) / cellW));
     const axis = svgEl(doc, "g", { class: "cw-axis" });
     for (let c = 0; c < cols; c++) {
       const label = labels[c] as (typeof labels)[number];
       if (c % step !== 0 && !label.differs) continue;
       const x = left + c * cellW + cellW / 2;
-      const y = top + gridH + 6;
+      const y = top - 6;
       const attrs = rotate
-        ? { x, y: y + 4, "text-anchor": "end", transform: `rotate(-60 ${x} ${y + 4})`, "font-size": 10, fill: label.differs ? "#d55e00" : "#444", "font-weight": label.differs ? 600 : 400, "data-cw-axis": c }
-        : { x, y: y + 9, "text-anchor": "middle", "font-size": 10, fill: "#444", "data-cw-axis": c };
+        ? { x: x + 3, y, "text-anchor": "start", transform: `rotate(-60 ${x + 3} ${y})`, "font-size": 10, fill: label.differs ? "#d55e00" : "#444", "font-weight": label.differs ? 600 : 400, "data-cw-axis": c }
+        : { x, y: y - 1, "text-anchor": "middle", "font-size": 10, fill: "#444", "data-cw-axis": c };
       const holder = svgEl(doc, "g");
       holder.append(svgEl(doc, "text", attrs, label.text));
       if (label.title) svgTitle(doc, holder, label.title);
       axis.append(holder);
-      if (label.differs) axis.append(svgEl(doc, "rect", { class: "cw-differ", x: left + c * cellW, y: top + gridH, width: cellW, height: 3, fill: "#d55e00" }));
+      if (label.differs) axis.append(svgEl(doc, "rect", { class: "cw-differ", x: left + c * cellW, y: top - 3, width: cellW, height: 3, fill: "#d55e00" }));
     }
     grid.append(axis);
     const layer = num(m.get("selected_layer"), 0);

@@ -105,6 +105,8 @@ export interface Elements {
   hoverLine: HTMLDivElement;
   tokensHead: HTMLDivElement;
   tokenBox: HTMLDivElement;
+  /** The column of the thumbnails and the token strip (beside the pattern when it fits). */
+  side: HTMLDivElement;
 }
 
 /** The thumbnails and the main column in the panel's body; the token strip after it, before the status line. */
@@ -124,7 +126,7 @@ export function makeElements(doc: Document, panel: Panel): Elements {
   const side = el(doc, "div", "cw-side");
   side.append(thumbBox, tokensHead, tokenBox);
   panel.body.append(side, main);
-  return { thumbBox, main, caption, canvas, legend, hoverLine, tokensHead, tokenBox };
+  return { thumbBox, main, caption, canvas, legend, hoverLine, tokensHead, tokenBox, side };
 }
 
 /** The strip's and the tokens' controls for what the strip shows: the choice pressed, what was not sent disabled,

@@ -35,6 +35,7 @@ import { fillStreamedHeads, type PatternSource } from "./source";
 import { chooseStrip, type Strip, stripShades } from "./strip";
 import { Thumbs } from "./thumbs";
 import { TokenStrip } from "./tokens";
+import { topSources } from "./topsources";
 import { type Kind, legendItems, statusText, type Subject, tokenHint, hoverText as wordsHover, zoomWords } from "./words";
 import "../../styles/attention.css";
 
@@ -86,7 +87,9 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     scale: () => colourScale,
   });
   panel.root.insertBefore(picker.element, panel.body);
-  const { thumbBox, main, caption, canvas, legend, hoverLine, tokensHead, tokenBox } = makeElements(doc, panel);
+  const { thumbBox, main, caption, canvas, legend, hoverLine, tokensHead, tokenBox, side } = makeElements(doc, panel);
+  const sources = topSources(doc);
+  side.append(sources.element);
 
   // ---- state
   let data: Data | null = null;
@@ -291,6 +294,7 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
     drawMain(s, p, d);
     shadeTokens(s, p, d);
     strip.mark(s, hover);
+    sources.update(s, hover.dest !== NONE ? hover.dest : s.dest, p, d.tokens, d.long !== null);
     const words = subject(d, p, s);
     setText(hoverLine, wordsHover(s, hover, words));
     setText(panel.status, (d.batch ? `Prompt ${d.batch.index + 1} of ${d.batch.prompts.length} · ` : "") + statusText(s, words));

@@ -27,9 +27,9 @@ export interface DrawnGraph {
   hidden: number;
 }
 
-/** The edges the graph draws: the `n` strongest of `kinds`, plus the selected edge when it is not among them. */
-export function graphEdges(d: CompData, kinds: readonly Kind[], n: number, subtract: boolean, sel: GraphSelection): Edge[] {
-  const edges = strongestEdges(d, kinds, n, subtract);
+/** The edges the graph draws: the `n` strongest of `kinds` of at least `min`, plus the selected edge when it is not among them. */
+export function graphEdges(d: CompData, kinds: readonly Kind[], n: number, subtract: boolean, sel: GraphSelection, min = 0): Edge[] {
+  const edges = strongestEdges(d, kinds, n, subtract, min);
   if (sel.edge) {
     const [l1, h1, l2, h2] = sel.edge;
     const kind = (KINDS as readonly string[]).includes(sel.edgeKind) ? (sel.edgeKind as Kind) : null;

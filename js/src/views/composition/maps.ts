@@ -50,7 +50,7 @@ interface LabelBox {
 export function compositionMaps(
   doc: Document,
   on: { selectEdge(l1: number, h1: number, l2: number, h2: number, kind: string): void },
-): { element: HTMLDivElement; load(d: CompData, words: CompWords): void; draw(d: CompData, sel: MapSelection, subtract: boolean, words: CompWords): void; cleanup(): void } {
+): { element: HTMLDivElement; legend: HTMLDivElement; load(d: CompData, words: CompWords): void; draw(d: CompData, sel: MapSelection, subtract: boolean, words: CompWords): void; cleanup(): void } {
   const column = el(doc, "div", "cw-maps-column");
   const zoomBar = noExport(el(doc, "div", "cw-zoom-bar"));
   const button = (text: string, title: string) => {
@@ -66,8 +66,12 @@ export function compositionMaps(
   const windowText = el(doc, "div", "cw-map-window");
   const maps = el(doc, "div", "cw-maps");
   const barBox = el(doc, "div", "cw-bar-box");
+  // the colour bar and the graph's keys share the maps' flow: beside the last map when a row has room (the
+  // quadrant a 2 × 2 arrangement of three maps would leave empty), under the maps otherwise
+  const legend = el(doc, "div", "cw-map-legend");
+  legend.append(barBox);
   const cellLine = noExport(el(doc, "div", "cw-cell-value"));
-  column.append(zoomBar, windowText, maps, barBox, cellLine);
+  column.append(zoomBar, windowText, maps, cellLine);
 
   const canvases: HTMLCanvasElement[] = [];
   let images: (HTMLCanvasElement | null)[] = [];
@@ -87,7 +91,7 @@ export function compositionMaps(
     n = (d.nLayers - 1) * d.nHeads;
     view = fullView(n);
     if (n === 0) {
-      maps.replaceChildren(el(doc, "div", "cw-note", "A one-layer model has no composition: every head reads the embeddings directly."));
+      maps.replaceChildren(el(doc, "div", "cw-note", "A one-layer model has no composition: every head reads the embeddings directly."), legend);
       zoomBar.hidden = true;
       return;
     }
@@ -105,6 +109,7 @@ export function compositionMaps(
         box.append(canvas);
         return box;
       }),
+      legend,
     );
   }
 
@@ -335,7 +340,7 @@ export function compositionMaps(
       cellLine.textContent = "";
     }),
   ];
-  return { element: column, load, draw, cleanup: () => cleanups.forEach((c) => c()) };
+  return { element: column, legend, load, draw, cleanup: () => cleanups.forEach((c) => c()) };
 }
 
 function line(ctx: CanvasRenderingContext2D, x0: number, y0: number, x1: number, y1: number): void {

@@ -9,6 +9,8 @@ export const PLOT = { width: 380, height: 390, left: 54, right: 14, top: 26, bot
 /** Extra height of each further row of the "n/a" strip, and the selection ring's radius. */
 const STRIP_ROW = 11;
 export const RING = 11;
+/** Height (px) added above the strip's note so that labels under the strip's lowest heads never reach it. */
+const NOTE_ROOM = 10;
 /** Most labels drawn at once: beyond it only the selected head is named (and any head on hover). */
 const LABEL_ALL_MAX = 48;
 /** Colour of heads outside the emphasised layer. */
@@ -57,8 +59,11 @@ export function drawScatter(doc: Document, d: EigenData, o: ScatterOptions): SVG
   const stripPoints = points.filter((p) => Number.isNaN(p.y) && Number.isFinite(p.x));
   const rowsOf = stripRows(stripPoints.map((p) => x(p.x)), 13);
   const stripRow = new Map(stripPoints.map((p, i) => [`${p.layer}.${p.head}`, rowsOf[i] as number]));
+  // the strip's note sits below a row kept for the labels of its lowest heads; labels stay above the note
+  let labelFloor = H;
   if (hasStrip) {
-    const extra = Math.max(0, Math.max(0, ...rowsOf) * STRIP_ROW);
+    const extra = Math.max(0, Math.max(0, ...rowsOf) * STRIP_ROW) + NOTE_ROOM;
+    labelFloor = stripY + extra + 20 - 10;
     svg.setAttribute("height", String(H + extra));
     svg.setAttribute("viewBox", `0 0 ${W} ${H + extra}`);
     svg.append(svgEl(doc, "line", { x1: PLOT.left, x2: W - PLOT.right, y1: stripY, y2: stripY, stroke: "#ddd", "stroke-dasharray": "3 3" }));
@@ -116,7 +121,7 @@ export function drawScatter(doc: Document, d: EigenData, o: ScatterOptions): SVG
       wishes.push({ x: px, y: py, px, py, width: name.length * (selected ? 8.2 : 6.6), height: selected ? 15 : 12.5, clear: selected ? RING + 3 : 8, required: selected, text: name, selected, id: `${p.layer}.${p.head}` });
     }
   }
-  svg.append(drawLabels(doc, wishes, obstacles, { x: 0, y: 0, width: W, height: Number(svg.getAttribute("height")) }));
+  svg.append(drawLabels(doc, wishes, obstacles, { x: 0, y: 0, width: W, height: labelFloor }));
   // the hovered head's name, drawn on top (every head is reachable this way)
   const hoverLabel = svgEl(doc, "g", { class: "cw-hover-label", "pointer-events": "none", visibility: "hidden" });
   hoverLabel.append(svgEl(doc, "rect", { rx: 2, fill: "#fff", "fill-opacity": 0.92, stroke: "#999", "stroke-width": 0.6 }), svgEl(doc, "text", { "font-size": 11, fill: "#111" }));

@@ -16,7 +16,8 @@ export function drawComplex(doc: Document, d: EigenData, c: number, sel: { layer
   const eigs = headEigenvalues(d, c, sel.layer, sel.head);
   const size = 176;
   const top = 18; // the plot's title
-  const svg = svgEl(doc, "svg", { width: size + 8, height: size + 8 + top, viewBox: `-4 ${-4 - top} ${size + 8} ${size + 8 + top}`, role: "img", "aria-label": `${title}: eigenvalues in the complex plane` });
+  const right = 16; // room right of the plane for the "Re" axis name, outside it, where no eigenvalue is drawn
+  const svg = svgEl(doc, "svg", { width: size + 8 + right, height: size + 8 + top, viewBox: `-4 ${-4 - top} ${size + 8 + right} ${size + 8 + top}`, role: "img", "aria-label": `${title}: eigenvalues in the complex plane` });
   svg.append(svgEl(doc, "text", { class: "cw-complex-title", x: 0, y: -6, "font-size": 11.5, "font-weight": 600, fill: "#222" }, `${title} eigenvalues λ`));
   const r = Math.max(1e-12, ...eigs.map(([re, im]) => Math.hypot(re, im)));
   const s = linearScale([-r * 1.08, r * 1.08], [0, size]);
@@ -30,8 +31,8 @@ export function drawComplex(doc: Document, d: EigenData, c: number, sel: { layer
     svgTitle(doc, dot, `λ = ${fmt(re, 3)}${im >= 0 ? " + " : " − "}${fmt(Math.abs(im), 3)}i`);
     svg.append(dot);
   }
-  // below the real axis, where eigenvalues (on it, for a copying head) never are
-  svg.append(svgEl(doc, "text", { x: size - 3, y: sy(0) + 11, "text-anchor": "end", "font-size": 9, fill: "#888" }, "Re"));
+  // outside the plane at the real axis's end: inside it, eigenvalues near the axis (a copying head's) cover it
+  svg.append(svgEl(doc, "text", { class: "cw-axis-name", x: size + 2, y: sy(0) + 3, "font-size": 9, fill: "#888" }, "Re"));
   svg.append(svgEl(doc, "text", { x: s(0) + 3, y: 9, "font-size": 9, fill: "#888" }, "Im"));
   const caption = el(doc, "div", "cw-note");
   caption.textContent = eigs.length ? `${title}: Σλ/Σ|λ| = ${fmt(eigenScore(eigs))}, |λ| ≤ ${r.toPrecision(3)}` : `${title}: none (no earlier head)`;
