@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from bench_engine import Measurement, measure
+from bench_engine import PeakRSS
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach a hub
 
@@ -179,7 +179,7 @@ def floor_flops(hf: Any, counts: Counts, starts: dict[int, list[int]], batch: in
 
 
 def layer_rate(hf: Any, n: int, n_pos: int, counts: Counts, repeats: int = 3) -> float:
-    """FLOPs per second of one Hugging Face decoder layer on ``n`` sequences of ``n_pos`` tokens (best of ``repeats``)."""
+    """FLOPs per CPU second of one Hugging Face decoder layer on ``n`` sequences of ``n_pos`` tokens (best of ``repeats``)."""
     layer = hf.transformer.h[0] if hasattr(hf, "transformer") else hf.model.layers[0]
     x = torch.randn(n, n_pos, hf.config.hidden_size)
     kwargs: dict[str, Any] = {}
@@ -190,9 +190,9 @@ def layer_rate(hf: Any, n: int, n_pos: int, counts: Counts, repeats: int = 3) ->
     best = math.inf
     with torch.no_grad():
         for _ in range(repeats):
-            start = time.perf_counter()
+            start = time.process_time()
             layer(x, **kwargs)
-            best = min(best, time.perf_counter() - start)
+            best = min(best, time.process_time() - start)
     return flops / best
 
 
@@ -204,6 +204,41 @@ def starts_of(site: str, by: tuple[str, ...], L: int, H: int, n_pos: int) -> dic
 
 
 # ---------------------------------------------------------------------------------------------------------- runs
+@dataclass
+class Measurement:
+    """Result, median CPU and wall seconds over the repeats, and the first call's peak extra RSS."""
+
+    result: Any
+    seconds: float  # median CPU seconds of this process (1 thread: the work, much less disturbed by other processes)
+    wall: float  # median wall seconds
+    peak_bytes: int
+
+
+#: Calls per measurement (``--repeats``); the median counts.
+REPEATS = [3]
+
+
+def measure(fn: Callable[[], Any], label: str) -> Measurement:
+    """Call ``fn`` :data:`REPEATS` times: median CPU and wall seconds, peak extra memory of the first (stderr progress)."""
+    cpu, wall = [], []
+    with PeakRSS() as rss:
+        result = _timed(fn, cpu, wall)
+    for _ in range(REPEATS[0] - 1):
+        _timed(fn, cpu, wall)
+    m = Measurement(result, float(np.median(cpu)), float(np.median(wall)), rss.peak)
+    print(f"  {label}: CPU {', '.join(f'{c:.2f}' for c in cpu)} s (wall median {m.wall:.2f} s), "
+          f"peak extra {rss.peak / 2**20:.0f} MB", file=sys.stderr, flush=True)  # fmt: skip
+    return m
+
+
+def _timed(fn: Callable[[], Any], cpu: list[float], wall: list[float]) -> Any:
+    start, clock = time.process_time(), time.perf_counter()
+    result = fn()
+    cpu.append(time.process_time() - start)
+    wall.append(time.perf_counter() - clock)
+    return result
+
+
 def tl_metric(correct: torch.Tensor, wrong: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
     rows = torch.arange(correct.shape[0])
 
@@ -299,36 +334,43 @@ def induction_rows(shape: Shape, hf: Any, ours: Any, bridge: Any, counts: Counts
     ]
 
 
-def forward_rows(use_tl: bool) -> list[Row]:
-    """A plain forward over 200 × 64 tokens at the medium shape, against TransformerLens's."""
-    shape = SHAPES["medium"]
-    hf = build(shape)
-    ours = cw.from_hf(hf)
-    tokens = torch.randint(1, shape.vocab, (200, 64))
-    with torch.no_grad():
-        mine = measure(lambda: ours(tokens), "ours forward")
-        theirs = measure(lambda: bridge_of(hf)(tokens), "TL forward") if use_tl else None
-    delta = None if theirs is None else float((mine.result - theirs.result).abs().max())
-    counts = Counts.of(hf)
-    flops = 200 * shape.layers * sum(counts.kv + counts.rest + counts.per_key * (t + 1) for t in range(64))
-    flops += 200 * 64 * 2 * shape.d_model * shape.vocab
-    floor = flops / layer_rate(hf, 200, 64, counts)
-    return [Row("medium, 200 × 64 tokens", "forward pass", mine, floor, theirs, delta, "≥ 1×")]
+def forward_rows(use_tl: bool, keys: list[str]) -> list[Row]:
+    """A plain forward over 200 × 64 tokens at each of ``keys``' shapes, against TransformerLens's."""
+    rows = []
+    for key in keys:
+        shape = SHAPES[key]
+        hf = build(shape)
+        ours = cw.from_hf(hf)
+        bridge = bridge_of(hf) if use_tl else None
+        tokens = torch.randint(1, shape.vocab, (200, 64))
+        with torch.no_grad():
+            mine = measure(lambda m=ours, t=tokens: m(t), f"ours forward {key}")
+            theirs = None if bridge is None else measure(lambda b=bridge, t=tokens: b(t), f"TL forward {key}")
+        delta = None if theirs is None else float((mine.result - theirs.result).abs().max())
+        counts = Counts.of(hf)
+        flops = 200 * shape.layers * sum(counts.kv + counts.rest + counts.per_key * (t + 1) for t in range(64))
+        flops += 200 * 64 * 2 * shape.d_model * shape.vocab
+        floor = flops / layer_rate(hf, 200, 64, counts)
+        rows.append(Row(f"{key}, 200 × 64 tokens", "forward pass", mine, floor, theirs, delta, "≥ 1×"))
+    return rows
 
 
 def print_table(rows: list[Row], load: str) -> None:
-    print(f"\nmachine: {torch.get_num_threads()} torch threads, float32, CPU; load before the run: {load}\n")
+    print(f"\nmachine: {torch.get_num_threads()} torch threads, float32, CPU; load before the run: {load}; "
+          f"median of {REPEATS[0]} calls, CPU seconds of the process (wall medians in the last column)\n")  # fmt: skip
     print(
-        "| shape | sweep | circuitwidgets | TransformerLens 4.3 | TL / ours | goal | floor | ours / floor | max abs Δ | peak extra |"
+        "| shape | sweep | circuitwidgets | TransformerLens 4.3 | TL / ours | goal | floor | ours / floor | max abs Δ "
+        "| peak extra | wall: ours, TL |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         tl = "—" if r.tl is None else f"{r.tl.seconds:.2f} s"
         ratio = "—" if r.tl is None else f"{r.tl.seconds / r.ours.seconds:.2f}×"
         delta = "—" if r.delta is None else f"{r.delta:.1e}"
+        wall = f"{r.ours.wall:.2f} s" + ("" if r.tl is None else f", {r.tl.wall:.2f} s")
         print(
             f"| {r.shape} | {r.sweep} | {r.ours.seconds:.2f} s | {tl} | {ratio} | {r.goal} | {r.floor:.3f} s | "
-            f"{r.ours.seconds / r.floor:.2f}× | {delta} | {r.ours.peak_bytes / 2**20:,.0f} MB |"
+            f"{r.ours.seconds / r.floor:.2f}× | {delta} | {r.ours.peak_bytes / 2**20:,.0f} MB | {wall} |"
         )
 
 
@@ -353,7 +395,9 @@ def main() -> None:
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens")
     parser.add_argument("--no-forward", action="store_true", help="skip the plain forward pass row")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default torch's choice)")
+    parser.add_argument("--repeats", type=int, default=3, help="calls per measurement; the median counts (default 3)")
     args = parser.parse_args()
+    REPEATS[0] = max(1, args.repeats)
     keys = args.shapes.split(",")
     unknown = sorted(set(keys) - {*SHAPES, "llama1b"})
     if unknown:
@@ -365,7 +409,7 @@ def main() -> None:
     for key in keys:
         rows += llama_rows() if key == "llama1b" else run_shape(key, not args.no_tl)
     if not args.no_forward:
-        rows += forward_rows(not args.no_tl)
+        rows += forward_rows(not args.no_tl, [k for k in ("tiny", "medium") if k in keys] or ["medium"])
     print_table(rows, load)
     print(f"\nload after the run: {', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min)")
 
