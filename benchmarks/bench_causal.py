@@ -31,7 +31,8 @@ Peak memory is the resident set above the level before the call, sampled every m
 
 Run from the repository root (the machine's load, ``uptime``, is printed; on a shared machine figures are noisy)::
 
-    nice -n 10 .venv/bin/python benchmarks/bench_causal.py                     # tiny, medium, GPT-2-small, with TL
+    nice -n 10 .venv/bin/python benchmarks/bench_causal.py --threads 1        # tiny, medium, GPT-2-small, with TL
+    nice -n 10 .venv/bin/python benchmarks/bench_causal.py --threads 1 --shapes medium --sweeps z --no-forward  # one row
     .venv/bin/python benchmarks/bench_causal.py --shapes gpt2 --no-tl          # one shape, ours only
     nice -n 10 .venv/bin/python benchmarks/bench_causal.py --shapes llama1b    # Llama-3.2-1B shape, z only (long)
 
@@ -267,6 +268,10 @@ class Row:
     goal: str
 
 
+#: ``--sweeps``: the site names (and ``induction``) to run; empty for all.
+ONLY: set[str] = set()
+
+
 def run_shape(key: str, use_tl: bool) -> list[Row]:
     shape = SHAPES[key]
     print(f"{shape.name}: building", file=sys.stderr, flush=True)
@@ -284,6 +289,8 @@ def run_shape(key: str, use_tl: bool) -> list[Row]:
     rate = layer_rate(hf, B * P, P, counts)
     rows: list[Row] = []
     for site, by in shape.sweeps:
+        if ONLY and site not in ONLY:
+            continue
         floor = floor_flops(hf, counts, starts_of(site, by, L, H, P), B, P, 1) / rate
         mine = measure(lambda s=site, b=by: causal.patch(ours, clean, corrupted, metric, site=s, by=b).values,
                        f"ours {site} {by}")  # fmt: skip
@@ -294,7 +301,7 @@ def run_shape(key: str, use_tl: bool) -> list[Row]:
             delta = float(np.abs(np.asarray(mine.result) - theirs.result).max())
         rows.append(Row(shape.name, f"`{site}` by {' × '.join(by)}", mine, floor, theirs, delta, shape.goal))
         gc.collect()
-    if shape.induction:
+    if shape.induction and (not ONLY or "induction" in ONLY):
         rows += induction_rows(shape, hf, ours, bridge, counts, rate)
     return rows
 
@@ -393,11 +400,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default="tiny,medium,gpt2", help="comma-separated: tiny, medium, gpt2, llama1b")
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens")
-    parser.add_argument("--no-forward", action="store_true", help="skip the plain forward pass row")
+    parser.add_argument("--no-forward", action="store_true", help="skip the plain forward pass rows")
+    parser.add_argument("--forward", default="tiny,medium", help="shapes of the forward rows (default tiny,medium)")
+    parser.add_argument("--sweeps", default="", help="only these sites (and 'induction'), comma-separated")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default torch's choice)")
     parser.add_argument("--repeats", type=int, default=3, help="calls per measurement; the median counts (default 3)")
     args = parser.parse_args()
     REPEATS[0] = max(1, args.repeats)
+    ONLY.update(x for x in args.sweeps.split(",") if x)
     keys = args.shapes.split(",")
     unknown = sorted(set(keys) - {*SHAPES, "llama1b"})
     if unknown:
@@ -409,7 +419,7 @@ def main() -> None:
     for key in keys:
         rows += llama_rows() if key == "llama1b" else run_shape(key, not args.no_tl)
     if not args.no_forward:
-        rows += forward_rows(not args.no_tl, [k for k in ("tiny", "medium") if k in keys] or ["medium"])
+        rows += forward_rows(not args.no_tl, [k for k in args.forward.split(",") if k in SHAPES])
     print_table(rows, load)
     print(f"\nload after the run: {', '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min)")
 
