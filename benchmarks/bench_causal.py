@@ -41,7 +41,7 @@ Prints the issue's table in markdown. Not part of the test suite.
 Measured (2026-11-28, this repository's h-speed branch; 2 shared cores, load average 13–23 throughout: about 7
 engineers' test runs, so every figure is the median **CPU time** of this process at 1 thread, which other processes
 disturb far less than wall time; wall medians in the last column are 20–40× longer). Four processes, one per row
-group, ``--threads 1 --repeats 2`` (``--repeats 1`` for the medium ``z`` row: TL's sweep alone is 78 CPU s)::
+group, ``--threads 1 --repeats 2`` (``--repeats 1`` for the medium ``z`` row: TL's sweep alone is 78–129 CPU s)::
 
     nice -n 10 .venv/bin/python benchmarks/bench_causal.py --threads 1 --repeats 2 --shapes tiny --forward tiny,medium
     nice -n 10 .venv/bin/python benchmarks/bench_causal.py --threads 1 --repeats 2 --shapes medium --sweeps resid_pre,induction --no-forward
@@ -65,9 +65,10 @@ group, ``--threads 1 --repeats 2`` (``--repeats 1`` for the medium ``z`` row: TL
 | medium (4L, 8H, d 256, 8 × 32) | `resid_pre` by layer × pos | 2.57 s | 12.95 s | 5.04× | ≥ 4× faster | 1.685 s | 1.53× | 3.6e-07 | 32 MB | 69.89 s, 382.33 s |
 | medium (8 × 50, induction) | `z` by layer × head, Python-function metric over 49 positions | 3.04 s | 6.41 s | 2.11× | ≥ 3× faster than hand-written TL hooks | 1.864 s | 1.63× | 1.4e-06 | 38 MB | 80.06 s, 120.73 s |
 | medium (8 × 50, induction) | the same, metric declared (`causal.loss`) | 2.98 s | 6.41 s | 2.15× | ≥ 3× faster than hand-written TL hooks | 1.864 s | 1.60× | 9.5e-07 | 36 MB | 68.39 s, 120.73 s |
-| medium (4L, 8H, d 256, 8 × 32) | `z` by layer × pos × head | 21.85 s (1 call, with the pass-size measurement); 14.11 s in an earlier process (04:30 UTC) | not finished in this run; 78.27 s in an earlier process (04:00 UTC, same script, model, prompts and metric) | 3.6× (78.27 / 21.85) – 5.5× (78.27 / 14.11), not one run's pair | ≥ 4× faster | — | — | — | 244 MB | 513 s, — |
-| GPT-2-small (12L, 12H, d 768, V 50,257, 2 × 12) | `resid_pre` by layer × pos | 7.89 s | 45.30 s | 5.74× | ≥ 8× | — | — | — | 16 MB | 228 s, 665 s |
-| GPT-2-small | `pattern`, `z` by layer × head | not finished in this run | not finished | — | ≥ 5× | — | — | — | — | — |
+| medium (4L, 8H, d 256, 8 × 32) | `z` by layer × pos × head | 21.85 s | 129.01 s | 5.91× | ≥ 4× faster | 13.583 s | 1.61× | 4.8e-07 | 244 MB | 513.36 s, 1425.51 s |
+| GPT-2-small (12L, 12H, d 768, V 50,257, 2 × 12) | `resid_pre` by layer × pos | 7.89 s | 45.31 s | 5.74× | ≥ 8× (resid_pre), ≥ 5× (pattern, z) | 3.248 s | 2.43× | 1.5e-06 | 16 MB | 227.74 s, 664.56 s |
+| GPT-2-small (12L, 12H, d 768, V 50,257, 2 × 12) | `pattern` by layer × head | 7.19 s | 36.48 s | 5.07× | ≥ 8× (resid_pre), ≥ 5× (pattern, z) | 5.933 s | 1.21× | 1.9e-06 | 15 MB | 12.47 s, 57.38 s |
+| GPT-2-small (12L, 12H, d 768, V 50,257, 2 × 12) | `z` by layer × head | 6.04 s | 33.89 s | 5.61× | ≥ 8× (resid_pre), ≥ 5× (pattern, z) | 5.933 s | 1.02× | 1.9e-06 | 16 MB | 6.16 s, 34.91 s |
 | tiny (2L, 4H, d 64, 8 × 20) | `pattern` by layer × head × pos | 0.35 s | 1.69 s | 4.80× | ≥ 3× faster | 0.119 s | 2.95× | 1.2e-07 | 5 MB | 10.59 s, 59.92 s |
 | tiny, 200 × 64 tokens | forward pass | 0.34 s | 0.52 s | 1.56× | ≥ 1× | 0.482 s | 0.70× | 3.6e-07 | 57 MB | 10.48 s, 17.78 s |
 
@@ -75,7 +76,7 @@ The tiny shape's cells take 20–50 ms of CPU, near the clock's resolution on a 
 ±30%. The forward pass beats the floor (ours / floor below 1) because the floor's rate is Hugging Face's layer,
 which ours now outruns (fused LayerNorm, the heads' sum as one product, fused GELU).
 
-The GPT-2 rows' floor was not printed (its process had not finished); ``resid_pre`` at 5.7× falls short of 8×: with
+``resid_pre`` on GPT-2-small at 5.7× falls short of 8× (2.4× its floor): with
 2 × 12 tokens a pass's products have a few dozen rows against 768 × 3,072 weights, so each pass reads the layers'
 weights (28 MB a layer) for little arithmetic, and the suffix-only split (at least 4 passes a layer) multiplies those
 reads; the 8× goal needs that trade re-tuned for short prompts (untried here).
