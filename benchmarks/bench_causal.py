@@ -38,8 +38,8 @@ Run from the repository root (the machine's load, ``uptime``, is printed; on a s
 
 Prints the issue's table in markdown. Not part of the test suite.
 
-Measured (2026-11-28, this repository's h-speed branch; 2 shared cores, load average 13–23 throughout: about 7
-engineers' test runs, so every figure is the median **CPU time** of this process at 1 thread, which other processes
+Measured (2026-11-28, this repository's h-speed branch; 2 shared cores, load average 13–23 (about 7
+engineers' test runs) until GPT-2's ``pattern`` and ``z`` rows, which ran at about 3; so every figure is the median **CPU time** of this process at 1 thread, which other processes
 disturb far less than wall time; wall medians in the last column are 20–40× longer). Four processes, one per row
 group, ``--threads 1 --repeats 2`` (``--repeats 1`` for the medium ``z`` row: TL's sweep alone is 78–129 CPU s)::
 
@@ -71,6 +71,7 @@ group, ``--threads 1 --repeats 2`` (``--repeats 1`` for the medium ``z`` row: TL
 | GPT-2-small (12L, 12H, d 768, V 50,257, 2 × 12) | `z` by layer × head | 6.04 s | 33.89 s | 5.61× | ≥ 8× (resid_pre), ≥ 5× (pattern, z) | 5.933 s | 1.02× | 1.9e-06 | 16 MB | 6.16 s, 34.91 s |
 | tiny (2L, 4H, d 64, 8 × 20) | `pattern` by layer × head × pos | 0.35 s | 1.69 s | 4.80× | ≥ 3× faster | 0.119 s | 2.95× | 1.2e-07 | 5 MB | 10.59 s, 59.92 s |
 | tiny, 200 × 64 tokens | forward pass | 0.34 s | 0.52 s | 1.56× | ≥ 1× | 0.482 s | 0.70× | 3.6e-07 | 57 MB | 10.48 s, 17.78 s |
+| medium, 200 × 64 tokens | forward pass | 3.24 s | 5.15 s | 1.59× | ≥ 1× | 4.251 s | 0.76× | 1.2e-06 | 238 MB | 85.63 s, 101.95 s |
 
 The tiny shape's cells take 20–50 ms of CPU, near the clock's resolution on a loaded machine: read its ratios to
 ±30%. The forward pass beats the floor (ours / floor below 1) because the floor's rate is Hugging Face's layer,
@@ -85,6 +86,9 @@ Not reached, and why: the induction study (2.1× against 3×): its metric reads 
 and each variant pays its layers and the full unembedding; TL's time over the floor is 3.4× here, so 3× needs the
 sweep within 1.13× of the floor (it is at 1.6×: small passes of 8 × 50 tokens run below the layer's best rate).
 ``pattern`` by layer × head on the tiny shape (1.9×): 8 cells of 20 ms, dominated by per-pass set-up.
+
+Max-activating examples (``benchmarks/bench_examples.py --rows 64 --threads 1``, same session, wall time, the
+faster of 2 runs at load about 20): neurons of layer 1 1.01× TransformerLens's loop, heads of layer 1 2.41×.
 """
 
 from __future__ import annotations
