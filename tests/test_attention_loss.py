@@ -82,7 +82,9 @@ def test_a_batch_carries_each_prompts_loss_padded_with_nan(gelu: CircuitModel) -
     for p, text in enumerate(prompts):
         ids = gelu.to_tokens(text)[0]
         n = len(ids)
-        np.testing.assert_allclose(w.per_token_loss[p, : n - 1], causal.per_token_loss(gelu, ids)[0], atol=1e-6)
+        np.testing.assert_allclose(
+            w.per_token_loss[p, : n - 1], causal.per_token_loss(gelu, ids)[0], rtol=1e-6, atol=1e-6
+        )
         assert np.isnan(w.per_token_loss[p, n - 1 :]).all(), f"prompt {p}: its last position and padding are NaN"
 
 
