@@ -53,7 +53,9 @@ def test_a_models_loss_is_per_token_loss_and_the_cross_entropy_of_its_logits(gel
     assert (
         w.per_token_loss is not None and w.per_token_loss.dtype == np.float32 and w.per_token_loss.shape == (len(ids),)
     )
-    np.testing.assert_allclose(w.per_token_loss[:-1], causal.per_token_loss(gelu, ids)[0], rtol=0, atol=1e-6)
+    # float32 through two paths (the view's run keeps every activation: the written-out steps; per_token_loss keeps
+    # none: fused kernels), equal to a few float32 ulps of losses near 10
+    np.testing.assert_allclose(w.per_token_loss[:-1], causal.per_token_loss(gelu, ids)[0], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(w.per_token_loss[:-1], direct_loss(gelu, ids), rtol=0, atol=1e-5)
     assert np.isnan(w.per_token_loss[-1]), "the last position has no next token"
     assert (w.per_token_loss[:-1] > 0).all()
@@ -80,7 +82,9 @@ def test_a_batch_carries_each_prompts_loss_padded_with_nan(gelu: CircuitModel) -
     for p, text in enumerate(prompts):
         ids = gelu.to_tokens(text)[0]
         n = len(ids)
-        np.testing.assert_allclose(w.per_token_loss[p, : n - 1], causal.per_token_loss(gelu, ids)[0], atol=1e-6)
+        np.testing.assert_allclose(
+            w.per_token_loss[p, : n - 1], causal.per_token_loss(gelu, ids)[0], rtol=1e-6, atol=1e-6
+        )
         assert np.isnan(w.per_token_loss[p, n - 1 :]).all(), f"prompt {p}: its last position and padding are NaN"
 
 

@@ -99,6 +99,15 @@ class Recorder:
         """Whether ``name`` is kept or hooked (at some layer)."""
         return self.keep is None or name in self.keep or name in self._hooked
 
+    def quiet(self, name: str, layer: int | None) -> bool:
+        """Whether nothing keeps or hooks ``(name, layer)``: the pass may then compute past it in a fused kernel."""
+        return not (self.keep is None or name in self.keep or (name, layer) in self.hooks)
+
+    def silent_at(self, layer: int) -> bool:
+        """Whether this pass keeps nothing and hooks nothing at ``layer`` nor at ``resid_final``: the layer may then
+        compute its queries and everything after them only at the positions the logits are read at."""
+        return self.keep is not None and not self.keep and all(l != layer and n != "resid_final" for n, l in self.hooks)
+
     def __call__(self, name: str, layer: int | None, value: torch.Tensor) -> torch.Tensor:
         hook = self.hooks.get((name, layer))
         if hook is not None:

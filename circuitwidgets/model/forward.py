@@ -104,6 +104,7 @@ def chunked_attention(
     softcap: float | None,
     window: int | None,
     offset: int = 0,
+    dest: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """``z = softmax(mask(softcap(q kᵀ / scale))) v`` for ``q, k, v [batch, pos, heads, d_head]``, rows in chunks.
 
@@ -112,34 +113,47 @@ def chunked_attention(
     mask hides: ``O(chunk · pos)`` memory instead of ``O(pos²)``, so that long texts can be
     run when no pattern is kept. Cost: ``O(batch · heads · pos² · d_head)`` time (about half).
     ``offset``: ``q`` holds positions ``offset …`` only, ``k`` and ``v`` every position from 0.
+    ``dest``: the positions ``q``'s rows hold, ascending (default ``offset …``), when a pass asks for a few only.
     """
     b, p, h, _ = q.shape
-    rows = max(1, ATTENTION_CHUNK_BYTES // (4 * b * h * (p + offset)))
+    at = list(range(offset, offset + p)) if dest is None else list(dest)
+    rows = max(1, ATTENTION_CHUNK_BYTES // (4 * b * h * k.shape[1]))
     z = torch.empty(b, p, h, v.shape[-1], dtype=v.dtype, device=v.device)
     for r0 in range(0, p, rows):
         r1 = min(p, r0 + rows)
-        c0 = 0 if window is None else max(0, offset + r0 - window + 1)
-        keys = k[:, c0 : offset + r1]
+        first, last = at[r0], at[r1 - 1]
+        c0 = 0 if window is None else max(0, first - window + 1)
+        keys = k[:, c0 : last + 1]
         scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q[:, r0:r1], keys) / scale, softcap)
-        dest = torch.arange(offset + r0, offset + r1, device=q.device)[:, None]
-        src = torch.arange(c0, offset + r1, device=q.device)[None, :]
-        allowed = src <= dest
+        dest_at = torch.tensor(at[r0:r1], device=q.device)[:, None]
+        src = torch.arange(c0, last + 1, device=q.device)[None, :]
+        allowed = src <= dest_at
         if window is not None:
-            allowed &= src > dest - window
+            allowed &= src > dest_at - window
         weights = scores.masked_fill_(~allowed, float("-inf")).softmax(dim=-1)
-        z[:, r0:r1] = torch.einsum("bhqk,bkhe->bqhe", weights, v[:, c0 : offset + r1])
+        z[:, r0:r1] = torch.einsum("bhqk,bkhe->bqhe", weights, v[:, c0 : last + 1])
     return z
 
 
+def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ weight + bias`` over the last axis of ``x``, the bias added inside the product's kernel (``addmm``)."""
+    flat = x.reshape(-1, x.shape[-1])
+    out = flat @ weight if bias is None else torch.addmm(bias, flat, weight)
+    return out.view(*x.shape[:-1], weight.shape[-1])
+
+
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:
+    """GPT-2's ``gelu_new`` written out (the definition :func:`activation` computes in one kernel)."""
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
 def activation(name: str, x: torch.Tensor) -> torch.Tensor:
-    """The MLP nonlinearity ``name`` (see :data:`circuitwidgets.model.ACTIVATIONS`)."""
-    if name in ("gelu_new", "gelu_fast"):
-        return _gelu_new(x)
-    if name == "gelu_tanh":
+    """The MLP nonlinearity ``name`` (see :data:`circuitwidgets.model.ACTIVATIONS`).
+
+    ``gelu_new`` (and ``gelu_fast``) is torch's tanh GELU, the same formula as :func:`_gelu_new` in one fused kernel
+    (equal to rounding: 1 ulp in float64), where the written-out form makes seven passes over ``[batch, pos, d_mlp]``.
+    """
+    if name in ("gelu_new", "gelu_fast", "gelu_tanh"):
         return nn.functional.gelu(x, approximate="tanh")
     if name == "gelu":
         return nn.functional.gelu(x)

@@ -236,13 +236,22 @@ class Runner(Sublayers):
                 if cfg.positional_embedding_type == "standard":
                     resid = resid + added
         shared: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # keys and values of layers that later layers reuse
+        last = cfg.n_layers - 1
+        read = None if positions is None else [p - offset for p in positions]
+        asked = None
+        if read and patterns is None and head_results is None and record.silent_at(last):
+            asked = sorted(set(read))  # the last layer computes its queries and what follows at these rows only
         for layer in range(start, cfg.n_layers):
             frozen = patterns[layer] if patterns is not None else None
             replaced = head_results[layer] if head_results is not None else None
-            resid = self._layer(layer, resid, pos, frozen, replaced, shared, per_layer, record)
+            queries = asked if layer == last else None
+            resid = self._layer(layer, resid, pos, frozen, replaced, shared, per_layer, record, queries)
         resid = record("resid_final", None, resid)
-        if positions is not None:
-            resid = resid[:, [p - offset for p in positions]]
+        if read is not None:
+            row = {i: j for j, i in enumerate(asked or [])}
+            at = read if asked is None else [row[i] for i in read]
+            if at != list(range(resid.shape[1])):
+                resid = resid[:, at]
         final = self._normalize(resid, record, "scale_final", None)
         W_U = self.W_U if columns is None else self.W_U[:, columns]
         logits = final @ W_U

@@ -17,11 +17,13 @@ per-layer ``layer_scalar`` at the end of the layer.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from circuitwidgets.model.cache import Recorder
 from circuitwidgets.model.config import ModelConfig
 from circuitwidgets.model.forward import (
     activation,
+    affine,
     attention_mask,
     chunked_attention,
     rms_norm,
@@ -57,6 +59,8 @@ class Sublayers:
             record(name, layer, torch.ones_like(x[..., :1]))
             return x
         if kind == "ln_pre":
+            if record.quiet(name, layer):  # one fused kernel (equal to the steps below to rounding)
+                return nn.functional.layer_norm(x, x.shape[-1:], eps=self.cfg.ln_eps)
             centred = x - x.mean(-1, keepdim=True)
             scale = (centred.pow(2).mean(-1, keepdim=True) + self.cfg.ln_eps).sqrt()
             return centred / record(name, layer, scale)
@@ -128,16 +132,19 @@ class Sublayers:
         replaced: torch.Tensor | None,
         shared: dict[int, tuple[torch.Tensor, torch.Tensor]],
         record: Recorder,
+        queries: list[int] | None = None,
     ) -> torch.Tensor:
+        """The attention sublayer's output; ``queries``: only those rows of ``resid`` ask (keys and values from all)."""
         cfg = self.cfg
         x = self._normalize(resid, record, "scale", layer)
         qk_in = x + pos if cfg.positional_embedding_type == "shortformer" and pos is not None else x
         offset = record.offset
         positions = torch.arange(offset, offset + resid.shape[1], device=resid.device)
-        q = self._qk_norm(self._project(qk_in, layer, "Q"), layer, "q_norm")
+        asking = qk_in if queries is None else qk_in[:, queries]
+        q = self._qk_norm(self._project(asking, layer, "Q"), layer, "q_norm")
         freq = self.rotary_freq(layer)
         if freq is not None:
-            q = rotate(q, freq, positions, pos_dim=1)
+            q = rotate(q, freq, positions if queries is None else positions[queries], pos_dim=1)
         k, v = self._keys_and_values(layer, x, qk_in, positions, shared)
         if cfg.group_size > 1:
             k, v = k.repeat_interleave(cfg.group_size, dim=2), v.repeat_interleave(cfg.group_size, dim=2)
@@ -146,8 +153,9 @@ class Sublayers:
         v = record("v", layer, v)
         if record.prefix is not None and offset:  # a suffix-only pass: the earlier keys and values, unchanged
             k, v = _with_prefix(record.prefix(layer), k, v)
-        if frozen is None and not (record.keeps("attn_scores") or record.keeps("pattern")):
-            z = chunked_attention(q, k, v, cfg.scale, cfg.attn_softcap, cfg.window(layer), offset)
+        if frozen is None and record.quiet("attn_scores", layer) and record.quiet("pattern", layer):
+            dest = None if queries is None else [offset + i for i in queries]
+            z = chunked_attention(q, k, v, cfg.scale, cfg.attn_softcap, cfg.window(layer), offset, dest)
             z = record("z", layer, z)
             return self._head_outputs(layer, z, replaced, record)
         if frozen is None:
@@ -165,10 +173,14 @@ class Sublayers:
         self, layer: int, z: torch.Tensor, replaced: torch.Tensor | None, record: Recorder
     ) -> torch.Tensor:
         """Each head's output ``z W_O`` (or its replacement), summed, with ``b_O`` and the output norm."""
+        b_O = self.weight("b_O")
+        if replaced is None and record.quiet("result", layer):  # the heads' sum as one product: no [.., H, d] tensor
+            W_O = self._buffers["W_O"][layer]  # type: ignore[index]
+            out = affine(z.flatten(-2), W_O.flatten(0, 1), None if b_O is None else b_O[layer])
+            return record("attn_out", layer, self._output_norm(out, layer, "post_attn_norm"))
         result = record("result", layer, torch.einsum("bqhe,hed->bqhd", z, self._buffers["W_O"][layer]))  # type: ignore[index]
         written = replaced.to(result.dtype) if replaced is not None else result
         out = written.sum(dim=2)
-        b_O = self.weight("b_O")
         if b_O is not None:
             out = out + b_O[layer]
         return record("attn_out", layer, self._output_norm(out, layer, "post_attn_norm"))
@@ -178,17 +190,15 @@ class Sublayers:
         assert cfg.act_fn is not None
         x = self._normalize(resid, record, "scale_mlp", layer)
 
-        def project(name: str, bias: str) -> torch.Tensor:
-            out = x @ self._buffers[name][layer]  # type: ignore[index]
+        def project(h: torch.Tensor, name: str, bias: str) -> torch.Tensor:
             b = self.weight(bias)
-            return out + b[layer] if b is not None else out
+            return affine(h, self._buffers[name][layer], None if b is None else b[layer])  # type: ignore[index]
 
-        pre = record("mlp_pre", layer, project("W_gate", "b_gate") if cfg.gated_mlp else project("W_in", "b_in"))
-        hidden = activation(cfg.act_fn, pre) * project("W_in", "b_in") if cfg.gated_mlp else activation(cfg.act_fn, pre)
-        out = record("mlp_post", layer, hidden) @ self._buffers["W_out"][layer]  # type: ignore[index]
-        b_out = self.weight("b_out")
-        if b_out is not None:
-            out = out + b_out[layer]
+        pre = record("mlp_pre", layer, project(x, "W_gate", "b_gate") if cfg.gated_mlp else project(x, "W_in", "b_in"))
+        hidden = activation(cfg.act_fn, pre)
+        if cfg.gated_mlp:
+            hidden = hidden * project(x, "W_in", "b_in")
+        out = project(record("mlp_post", layer, hidden), "W_out", "b_out")
         return record("mlp_out", layer, self._output_norm(out, layer, "post_mlp_norm"))
 
     def _per_layer_inputs(self, tokens: torch.Tensor, embed: torch.Tensor) -> torch.Tensor | None:
@@ -227,11 +237,19 @@ class Sublayers:
         shared: dict[int, tuple[torch.Tensor, torch.Tensor]],
         per_layer: torch.Tensor | None,
         record: Recorder,
+        queries: list[int] | None = None,
     ) -> torch.Tensor:
-        """The residual stream after ``layer``: attention, MLP (after or beside it), per-layer input, layer scalar."""
+        """The residual stream after ``layer``: attention, MLP (after or beside it), per-layer input, layer scalar.
+
+        ``queries``: only these positions (indices into ``resid``'s) are asked for, so everything after the keys and
+        values runs on them alone (a last layer whose logits are read at a few positions; nothing there hooked or kept).
+        """
         cfg = self.cfg
         resid = record("resid_pre", layer, resid)
-        attn_out = self._attention(layer, resid, pos, frozen, replaced, shared, record)
+        attn_out = self._attention(layer, resid, pos, frozen, replaced, shared, record, queries)
+        if queries is not None:
+            resid = resid[:, queries]
+            per_layer = None if per_layer is None else per_layer[:, queries]
         if cfg.has_mlp and cfg.parallel_attn_mlp:
             resid = resid + attn_out + self._mlp(layer, resid, record)
         else:
