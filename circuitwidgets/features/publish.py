@@ -75,7 +75,8 @@ def _run_record(run_dir: Path, command: str) -> dict[str, Any]:
             "rows": state["tokens"],
             "steps": state["step"],
             "passes": train_cfg["passes"],
-            "distinct_tokens": state["tokens"] // max(1, train_cfg["passes"]),
+            # rows are token positions streamed from the corpus, each put into the buffer `passes` times
+            "streamed_positions": state["tokens"] // max(1, train_cfg["passes"]),
             "train_seconds": state["seconds"],
             "planned_rows": train_cfg["tokens"],
             "config": {k: v for k, v in train_cfg.items() if k != "specs"},
@@ -178,19 +179,20 @@ def _readme(card: dict[str, Any]) -> str:
             f"{m['explained_variance']:.3f} | {m['ce_loss_recovered']:.3f} | {m['kl_score']:.3f} | "
             f"{m['dead_fraction']:.1%} | {m['dense_fraction']:.1%} |"
         )
-    lines += [
-        "",
-        "How each was trained (the command reproduces it; `--time-limit` runs train as many rows as fit):",
-        "",
-    ]
+    by_command: dict[str, list[str]] = {}
     for name, d in card["dictionaries"].items():
+        by_command.setdefault(d["command"], []).append(name)
+    lines += ["", "How they were trained (each command reproduces its run):", ""]
+    for command, names in by_command.items():
+        d = card["dictionaries"][names[0]]
         t, hw = d["training"], d["hardware"]
         where = hw.get("cuda_device") or f"{hw.get('cpus')} CPU cores ({hw.get('threads', '?')} threads)"
         lines += [
-            f"- **{name}**: {t['rows']:,} rows ({t['distinct_tokens']:,} distinct token positions, each used "
-            f"{t['passes']}×) in {t['train_seconds']:,.0f} s on {where}, torch {hw.get('torch')}:",
+            f"- {', '.join(f'`{n}`' for n in names)}: one run of {t['steps']:,} steps, {t['rows']:,} rows "
+            f"({t['streamed_positions']:,} token positions streamed, each used {t['passes']}×) in "
+            f"{t['train_seconds']:,.0f} s on {where}, torch {hw.get('torch')}:",
             "",
-            f"      {d['command']}",
+            f"      {command}",
             "",
         ]
     return "\n".join(lines) + "\n"
