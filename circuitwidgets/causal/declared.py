@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from circuitwidgets.causal.metrics import LazyPositions, Metric, Positions, scalar
+from circuitwidgets.causal.metrics import LazyPositions, Metric, Positions, scalar, token_ids
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError
 
 
@@ -88,13 +88,7 @@ def reads(fn: Callable[[torch.Tensor], object], pos: Positions, tokens: Sequence
 
 
 def _token_ids(arg: str, ids: object) -> list[int]:
-    if isinstance(ids, torch.Tensor):
-        ids = ids.flatten().tolist()
-    if isinstance(ids, int) and not isinstance(ids, bool):
-        return [ids]
-    if isinstance(ids, Sequence) and ids and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        return list(ids)
-    raise ArgumentTypeError(f"{arg}: expected token ids (an int, a list of ints or a tensor), got {ids!r:.80}")
+    return token_ids(arg, ids, "token ids (an int, a list of ints or a tensor)")
 
 
 class LogProb:

@@ -95,8 +95,8 @@ class LogitDiff:
     """
 
     def __init__(self, correct: int | Sequence[int], wrong: int | Sequence[int], pos: int = -1) -> None:
-        self.correct = _ids("correct", correct)
-        self.wrong = _ids("wrong", wrong)
+        self.correct = token_ids("correct", correct)
+        self.wrong = token_ids("wrong", wrong)
         if isinstance(pos, bool) or not isinstance(pos, int):
             raise ArgumentTypeError(f"pos: expected an int position (negative counts from the end), got {pos!r}")
         if len(self.correct) != len(self.wrong) and 1 not in (len(self.correct), len(self.wrong)):
@@ -141,14 +141,15 @@ class LogitDiff:
         return Metric(self.__name__, batched, positions=[self.pos], columns=torch.tensor(ids))
 
 
-def _ids(arg: str, ids: int | Sequence[int]) -> list[int]:
+def token_ids(arg: str, ids: object, expected: str = "a token id or one id per prompt") -> list[int]:
+    """``ids`` (an int, a sequence of ints or a tensor) as a list, or an error naming ``arg`` and ``expected``."""
     if isinstance(ids, torch.Tensor):
         ids = ids.flatten().tolist()
     if isinstance(ids, int) and not isinstance(ids, bool):
         return [ids]
     if isinstance(ids, Sequence) and ids and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         return list(ids)
-    raise ArgumentTypeError(f"{arg}: expected a token id or one id per prompt, got {ids!r:.80}")
+    raise ArgumentTypeError(f"{arg}: expected {expected}, got {ids!r:.80}")
 
 
 def logit_diff(correct: int | Sequence[int], wrong: int | Sequence[int], pos: int = -1) -> LogitDiff:

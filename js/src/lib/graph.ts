@@ -43,70 +43,67 @@ export function edgeOrder(a: Edge, b: Edge): number {
   return b.value - a.value || a.l2 - b.l2 || a.h2 - b.h2 || a.l1 - b.l1 || a.h1 - b.h1 || KINDS.indexOf(a.kind) - KINDS.indexOf(b.kind);
 }
 
-/** Every defined edge of the given kinds, strongest first. */
-export function allEdges(d: CompData, kinds: readonly Kind[], subtract: boolean): Edge[] {
-  const out: Edge[] = [];
+/**
+ * Call `visit` with every (kind, earlier head, later head) pair's value, in a fixed order. No object
+ * per pair: 32 × 32 heads have 1.5 million edges over three kinds.
+ */
+function forEachPair(
+  d: CompData,
+  kinds: readonly Kind[],
+  subtract: boolean,
+  visit: (kind: Kind, l1: number, h1: number, l2: number, h2: number, value: number) => void,
+): void {
   for (const kind of kinds) {
     const k = KINDS.indexOf(kind);
     for (let l2 = 1; l2 < d.nLayers; l2++)
       for (let h2 = 0; h2 < d.nHeads; h2++)
         for (let l1 = 0; l1 < l2; l1++)
-          for (let h1 = 0; h1 < d.nHeads; h1++) {
-            const value = compValue(d, k, l1, h1, l2, h2, subtract);
-            if (Number.isFinite(value)) out.push({ kind, l1, h1, l2, h2, value });
-          }
+          for (let h1 = 0; h1 < d.nHeads; h1++) visit(kind, l1, h1, l2, h2, compValue(d, k, l1, h1, l2, h2, subtract));
   }
+}
+
+/** Every defined edge of the given kinds, strongest first. */
+export function allEdges(d: CompData, kinds: readonly Kind[], subtract: boolean): Edge[] {
+  const out: Edge[] = [];
+  forEachPair(d, kinds, subtract, (kind, l1, h1, l2, h2, value) => {
+    if (Number.isFinite(value)) out.push({ kind, l1, h1, l2, h2, value });
+  });
   return out.sort(edgeOrder);
 }
 
 /**
  * The `n` strongest edges with a positive value of at least `min` (the graph draws these), in
- * `allEdges` order. One pass keeping the best `n` so far: 32 × 32 heads have
- * 1.5 million edges over three kinds, and only the few kept become objects.
+ * `allEdges` order. One pass keeping the best `n` so far: only the few kept become objects.
  */
 export function strongestEdges(d: CompData, kinds: readonly Kind[], n: number, subtract: boolean, min = 0): Edge[] {
   const want = Math.max(0, Math.floor(n));
   const top: Edge[] = [];
   if (want === 0) return top;
-  for (const kind of kinds) {
-    const k = KINDS.indexOf(kind);
-    for (let l2 = 1; l2 < d.nLayers; l2++)
-      for (let h2 = 0; h2 < d.nHeads; h2++)
-        for (let l1 = 0; l1 < l2; l1++)
-          for (let h1 = 0; h1 < d.nHeads; h1++) {
-            const value = compValue(d, k, l1, h1, l2, h2, subtract);
-            if (!(value > 0) || !(value >= min)) continue;
-            const last = top[top.length - 1];
-            if (top.length === want && last !== undefined && value < last.value) continue;
-            const e: Edge = { kind, l1, h1, l2, h2, value };
-            if (top.length === want && last !== undefined && edgeOrder(e, last) >= 0) continue;
-            let lo = 0;
-            let hi = top.length;
-            while (lo < hi) {
-              const mid = (lo + hi) >> 1;
-              if (edgeOrder(top[mid] as Edge, e) <= 0) lo = mid + 1;
-              else hi = mid;
-            }
-            top.splice(lo, 0, e);
-            if (top.length > want) top.pop();
-          }
-  }
+  forEachPair(d, kinds, subtract, (kind, l1, h1, l2, h2, value) => {
+    if (!(value > 0) || !(value >= min)) return;
+    const last = top[top.length - 1];
+    if (top.length === want && last !== undefined && value < last.value) return;
+    const e: Edge = { kind, l1, h1, l2, h2, value };
+    if (top.length === want && last !== undefined && edgeOrder(e, last) >= 0) return;
+    let lo = 0;
+    let hi = top.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (edgeOrder(top[mid] as Edge, e) <= 0) lo = mid + 1;
+      else hi = mid;
+    }
+    top.splice(lo, 0, e);
+    if (top.length > want) top.pop();
+  });
   return top;
 }
 
 /** How many edges of `kinds` have a positive value of at least `min` (those the threshold lets through). */
 export function countEdgesAbove(d: CompData, kinds: readonly Kind[], subtract: boolean, min = 0): number {
   let count = 0;
-  for (const kind of kinds) {
-    const k = KINDS.indexOf(kind);
-    for (let l2 = 1; l2 < d.nLayers; l2++)
-      for (let h2 = 0; h2 < d.nHeads; h2++)
-        for (let l1 = 0; l1 < l2; l1++)
-          for (let h1 = 0; h1 < d.nHeads; h1++) {
-            const value = compValue(d, k, l1, h1, l2, h2, subtract);
-            if (value > 0 && value >= min) count++;
-          }
-  }
+  forEachPair(d, kinds, subtract, (_kind, _l1, _h1, _l2, _h2, value) => {
+    if (value > 0 && value >= min) count++;
+  });
   return count;
 }
 
