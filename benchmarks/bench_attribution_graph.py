@@ -153,7 +153,7 @@ def _ours(args: argparse.Namespace, n: int) -> dict[str, object]:
 def _theirs(args: argparse.Namespace, n: int) -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     cmd = [args.ctracer, str(ROOT / "scripts" / "ctracer_reference.py"), "bench", str(n), str(args.batch),
-           str(args.max_feature_nodes), str(args.threads)]  # fmt: skip
+           str(args.max_feature_nodes), str(args.threads), args.device]  # fmt: skip
     load = os.getloadavg()[0]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, env=_child_env(env, args.threads),
@@ -174,7 +174,8 @@ def _row(ours: dict, theirs: dict | None) -> str:
         ct_s = ct_m = ratio = "—"
     elif "seconds" in theirs:
         ct_s = f"{theirs['seconds']:.1f} ({theirs['cpu_seconds']:.1f})"
-        ct_m = f"{theirs['peak_gb']:.2f}"
+        ct_gpu = theirs.get("gpu_peak_gb")
+        ct_m = f"{theirs['peak_gb']:.2f}" + (f" ({ct_gpu:.2f})" if ct_gpu is not None else "")
         ratio = f"{theirs['seconds'] / ours['seconds']:.1f}× ({theirs['cpu_seconds'] / ours['cpu_seconds']:.1f}×)"
     elif "timeout" in theirs:
         ct_s, ct_m = f"> {theirs['timeout']:.0f} (stopped)", "—"

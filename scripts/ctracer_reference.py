@@ -122,10 +122,11 @@ def build(out: Path) -> None:
     )
 
 
-def bench(n_tokens: int, batch: int, max_nodes: int, threads: int) -> None:
+def bench(n_tokens: int, batch: int, max_nodes: int, threads: int, device: str = "cpu") -> None:
     """Time circuit-tracer's ``attribute`` on a TransformerLens model of gelu-2l's shape (random weights) with TopK
-    transcoders of the shipped width (2,048 features, k = 32), on ``threads`` threads; print one ``RESULT`` JSON
-    line (wall and CPU seconds of ``attribute``, the process's peak resident memory)."""
+    transcoders of the shipped width (2,048 features, k = 32), on ``threads`` threads and ``device``; print one
+    ``RESULT`` JSON line (wall and CPU seconds of ``attribute``, the process's peak resident memory, and on a GPU
+    its peak allocated memory)."""
     import resource
     import time
 
@@ -138,13 +139,13 @@ def bench(n_tokens: int, batch: int, max_nodes: int, threads: int) -> None:
     torch.set_num_threads(threads)
     shape = {"n_layers": 2, "d_model": 256, "n_ctx": max(256, n_tokens), "d_head": 32, "n_heads": 8, "d_mlp": 1024,
              "d_vocab": 2048, "act_fn": "gelu", "normalization_type": "LN", "positional_embedding_type": "shortformer"}  # fmt: skip
-    cfg = HookedTransformerConfig(**shape, seed=0, device="cpu", tokenizer_prepends_bos=False)
+    cfg = HookedTransformerConfig(**shape, seed=0, device=device, tokenizer_prepends_bos=False)
     g = torch.Generator().manual_seed(1)
     transcoders = {}
     for layer in range(2):
-        tc = SingleLayerTranscoder(256, 2048, TopK(32), layer, device=torch.device("cpu"), dtype=torch.float32)
+        tc = SingleLayerTranscoder(256, 2048, TopK(32), layer, device=torch.device(device), dtype=torch.float32)
         with torch.no_grad():
-            dec = torch.randn(2048, 256, generator=g)
+            dec = torch.randn(2048, 256, generator=g).to(device)
             tc.W_dec.copy_(dec / dec.norm(dim=1, keepdim=True))
             tc.W_enc.copy_(tc.W_dec)
         transcoders[layer] = tc
@@ -153,12 +154,17 @@ def bench(n_tokens: int, batch: int, max_nodes: int, threads: int) -> None:
     CONFIG = {**CONFIG, "d_vocab": 2048}
     model = TransformerLensReplacementModel.from_config(cfg, tset, tokenizer=_tokenizer())
     tokens = torch.cat([torch.zeros(1, dtype=torch.long), torch.randint(1, 2048, (n_tokens - 1,), generator=g)])
+    cuda = device.startswith("cuda")
     cpu0, start = time.process_time(), time.perf_counter()
-    graph = attribute(tokens, model, max_feature_nodes=max_nodes, batch_size=batch)
+    graph = attribute(tokens.to(device), model, max_feature_nodes=max_nodes, batch_size=batch)
+    if cuda:
+        torch.cuda.synchronize()
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    gpu_peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
     nodes = int(graph.adjacency_matrix.shape[0])
-    print("RESULT " + json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_gb": peak, "nodes": nodes}))
+    found = {"seconds": seconds, "cpu_seconds": cpu, "peak_gb": peak, "gpu_peak_gb": gpu_peak, "nodes": nodes}
+    print("RESULT " + json.dumps(found))
 
 
 def validate(path: Path) -> None:
@@ -171,7 +177,9 @@ def validate(path: Path) -> None:
 if __name__ == "__main__":
     command = sys.argv[1]
     if command == "bench":
-        bench(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 1)
+        threads = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+        device = sys.argv[6] if len(sys.argv) > 6 else "cpu"
+        bench(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), threads, device)
     elif command == "build":
         build(Path(sys.argv[2]))
     else:
