@@ -141,7 +141,9 @@ def main() -> None:
     )
     parser.add_argument("--random", action="store_true", help="a random TopK transcoder of --width, not a shipped one")
     parser.add_argument("--batch-size", type=int, default=16, help="rows of 128 tokens per forward pass")
-    parser.add_argument("--out", type=Path, default=Path("every-feature.html"))
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs/every-feature.html"), help="the page (default under the ignored runs/)"
+    )
     parser.add_argument("--no-open", action="store_true", help="skip timing the page's opening in chromium")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -161,6 +163,7 @@ def main() -> None:
     marks.append(_mark())
     dash = cw.FeatureDashboard(ex, model, d)
     marks.append(_mark())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     save_html([dash], args.out)
     marks.append(_mark())
     wall = [b[0] - a[0] for a, b in itertools.pairwise(marks)]
