@@ -23,8 +23,9 @@ import torch
 from circuitwidgets.graphs.transcoders import TranscoderLike, transcoder_input
 from circuitwidgets.model import ActivationCache, CircuitModel
 
-#: What the base run keeps.
+#: What the base run keeps (and, for a model with sublayer-output norms, the attention output norm's scale).
 FROZEN_NAMES = ("pattern", "scale", "scale_mlp", "scale_final", "resid_mid", "mlp_out")
+POST_ATTN_SCALE = "scale_attn_post"
 
 
 @dataclass
@@ -64,7 +65,8 @@ def _skip(tc: TranscoderLike, x: torch.Tensor) -> torch.Tensor:
 
 def run_frozen(model: CircuitModel, transcoders: Sequence[TranscoderLike], tokens: torch.Tensor) -> FrozenRun:
     """Run ``tokens`` ``[1, pos]`` and collect the replacement model's frozen values and nodes."""
-    logits, cache = model.run_with_cache(tokens, names=list(FROZEN_NAMES))
+    post = [POST_ATTN_SCALE] if model.weight("post_attn_norm") is not None else []
+    logits, cache = model.run_with_cache(tokens, names=[*FROZEN_NAMES, *post])
     cfg = model.cfg
     inputs, active, values, errors, skip_free = [], [], [], [], []
     with torch.no_grad():
