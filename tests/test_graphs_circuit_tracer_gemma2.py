@@ -93,20 +93,22 @@ def gemma2_from_transformer_lens(spec: dict[str, Any], s: dict[str, torch.Tensor
 
 def _model(out: Path) -> CircuitModel:
     spec = json.loads((out / "config.json").read_text())["model"]
-    return gemma2_from_transformer_lens(spec, {k: v.double() for k, v in load_file(str(out / "model.safetensors")).items()})
+    return gemma2_from_transformer_lens(
+        spec, {k: v.double() for k, v in load_file(str(out / "model.safetensors")).items()}
+    )
 
 
 def _transcoders(out: Path) -> list[Dictionary]:
     t = {k: v.double() for k, v in load_file(str(out / "transcoders.safetensors")).items()}
     n = len({k.split(".")[0] for k in t})
-    return [
-        Dictionary(
-            "transcoder", "jumprelu", W_enc=t[f"L{i}.W_enc"].T.contiguous(), b_enc=t[f"L{i}.b_enc"],
-            W_dec=t[f"L{i}.W_dec"], b_dec=t[f"L{i}.b_dec"], threshold=t[f"L{i}.activation_function.threshold"],
-            layer=i,
-        )  # fmt: skip
-        for i in range(n)
-    ]
+    return [_jumprelu(t, i) for i in range(n)]
+
+
+def _jumprelu(t: dict[str, torch.Tensor], i: int) -> Dictionary:
+    return Dictionary(
+        "transcoder", "jumprelu", W_enc=t[f"L{i}.W_enc"].T.contiguous(), b_enc=t[f"L{i}.b_enc"],
+        W_dec=t[f"L{i}.W_dec"], b_dec=t[f"L{i}.b_dec"], threshold=t[f"L{i}.activation_function.threshold"], layer=i,
+    )  # fmt: skip
 
 
 def test_same_model(reference: Path) -> None:

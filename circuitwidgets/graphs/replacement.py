@@ -87,7 +87,7 @@ def run_frozen(model: CircuitModel, transcoders: Sequence[TranscoderLike], token
             errors.append(error)
             skip_free.append(mlp_out - _skip(tc, x))
     return FrozenRun(
-        tokens, logits[0, -1], cache, inputs, torch.cat(active), torch.cat(values), torch.stack(errors),
+        tokens, logits[0, -1].clone(), cache, inputs, torch.cat(active), torch.cat(values), torch.stack(errors),
         torch.stack(skip_free),
     )  # fmt: skip
 

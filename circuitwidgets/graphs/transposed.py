@@ -82,7 +82,11 @@ Visit = Callable[[int, Gradient], None]
 
 
 class TransposedReplacement:
-    """The transposed linear map of one prompt's replacement model (module docstring); weights in the model's dtype."""
+    """The transposed linear map of one prompt's replacement model (module docstring); weights in the model's dtype.
+
+    It takes the run's attention patterns as its own (scaled in place): ``run.cache``'s patterns are not the
+    model's after this.
+    """
 
     def __init__(self, model: CircuitModel, transcoders: Sequence[TranscoderLike], run: FrozenRun) -> None:
         cfg = model.cfg
@@ -175,13 +179,17 @@ class TransposedReplacement:
 def _scaled_pattern(model: CircuitModel, run: FrozenRun, layer: int) -> torch.Tensor:
     """Attention ``layer``'s pattern ``[H, P, P]`` with each key column divided by the input norm's frozen scale
     there and, with an output norm (Gemma 2), each query row by that norm's frozen scale there: a row ``q`` of the
-    output is ``Σ_k P[q, k] v_k W_O / s_q`` (its multiplier is in ``W_O``; ``b_O / s_q`` is a constant)."""
+    output is ``Σ_k P[q, k] v_k W_O / s_q`` (its multiplier is in ``W_O``; ``b_O / s_q`` is a constant).
+
+    Scaled in place when the run's pattern is already in the model's dtype: the run's patterns are this map's
+    (the caller drops the run's cache), and on a long prompt a second copy of them all would be the largest
+    thing held."""
     pattern = run.cache["pattern", layer][0].detach().to(model.dtype)
     if model.cfg.normalization in ("ln_pre", "rms_pre"):
-        pattern = pattern / run.cache["scale", layer][0, :, 0].detach().to(model.dtype)
+        pattern.div_(run.cache["scale", layer][0, :, 0].detach().to(model.dtype))
     post = run.cache.get((POST_ATTN_SCALE, layer))
     if post is not None:
-        pattern = pattern / post[0].detach().to(model.dtype)  # [P, 1]: rows
+        pattern.div_(post[0].detach().to(model.dtype))  # [P, 1]: rows
     return pattern
 
 
