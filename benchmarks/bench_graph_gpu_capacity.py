@@ -67,9 +67,12 @@ TINY: dict[str, Any] = {**GEMMA_2_2B, "n_layers": 2, "d_model": 64, "d_head": 16
 WIDTH, TINY_WIDTH = 16384, 256
 
 
-def shape(tiny: bool) -> dict[str, Any]:
-    """The model's config (with its per-layer attention kinds: local on even layers, as TransformerLens's)."""
+def shape(tiny: bool, layers: int | None = None, vocab: int | None = None) -> dict[str, Any]:
+    """The model's config (with its per-layer attention kinds: local on even layers, as TransformerLens's);
+    ``layers`` and ``vocab`` override its depth and vocabulary (timing a reduced model on a CPU)."""
     cfg = dict(TINY if tiny else GEMMA_2_2B)
+    cfg["n_layers"] = layers or cfg["n_layers"]
+    cfg["d_vocab"] = vocab or cfg["d_vocab"]
     cfg["attn_types"] = ["global", "local"] * (cfg["n_layers"] // 2) + ["global"] * (cfg["n_layers"] % 2)
     cfg["rotary_dim"] = cfg["d_head"]
     return cfg
@@ -244,7 +247,7 @@ def _peak_gb(device: str) -> float:
 def attempt(args: argparse.Namespace) -> None:
     """One side at one length (in this subprocess): print ``RESULT {json}``."""
     dtype = getattr(torch, args.dtype)
-    cfg = shape(args.tiny)
+    cfg = shape(args.tiny, args.layers, args.vocab)
     out: dict[str, Any] = {"side": args.attempt, "length": args.length}
     try:
         t = draw(cfg, TINY_WIDTH if args.tiny else args.width, args.l0, args.device, dtype)
@@ -263,8 +266,9 @@ def run_attempt(args: argparse.Namespace, side: str, length: int, timeout: float
     paths = [str(ROOT)] if side == "ours" else [p for p in (args.ctracer_pythonpath,) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     command = [python, str(Path(__file__).resolve()), "--attempt", side, "--length", str(length)]
-    for name in ("device", "dtype", "width", "l0", "max_feature_nodes", "batch"):
-        command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    for name in ("device", "dtype", "width", "l0", "max_feature_nodes", "batch", "layers", "vocab"):
+        if getattr(args, name) is not None:
+            command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     command += ["--tiny"] if args.tiny else []
     start = time.perf_counter()
     try:
@@ -338,6 +342,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--tiny", action="store_true", help="the same architecture at a tiny size (a CPU smoke test)")
     p.add_argument("--width", type=int, default=WIDTH, help="transcoder features per layer")
+    p.add_argument("--layers", type=int, default=None, help="fewer layers than the shape's (a reduced timing)")
+    p.add_argument("--vocab", type=int, default=None, help="a smaller vocabulary than the shape's")
     p.add_argument("--l0", type=float, default=None, help="active features per position and layer (64; 16 tiny)")
     p.add_argument("--max-feature-nodes", type=int, default=256)
     p.add_argument("--batch", type=int, default=256)

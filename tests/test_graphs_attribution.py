@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from _graphs import RandomTranscoder, gemma2_model, mlp_model, random_transcoders
+from _graphs import RandomTranscoder, decoder_model, mlp_model, random_transcoders
 
 from circuitwidgets.graphs.attribution import attribution_matrix
 from circuitwidgets.graphs.dense import DenseAttribution
@@ -140,9 +140,11 @@ CASES: dict[str, dict[str, dict[str, Any]]] = {
     # three layers: a layer-2 target goes back through two whole attention layers and a skip path between them
     "ln-3-layers-skip": dict(model={"n_layers": 3, "seed": 5}, tc={"skip": True}),
     # Gemma 2: norms before and after each sublayer, GQA, soft-caps, a sliding window, gated MLPs (3 layers)
-    "gemma2-sandwich-skip": dict(model={"gemma2": True}, tc={"skip": True}),
-    # OLMo 2: norms after each sublayer only (the transcoders read the un-normalised resid_mid)
-    "olmo2-postnorm": dict(model={"gemma2": True, "normalization": "rms_post"}, tc={"in_site": "resid_mid"}),
+    "gemma2-sandwich-skip": dict(model={"family": "gemma2"}, tc={"skip": True}),
+    # OLMo 2: norms after each sublayer only (the transcoders read the un-normalised resid_mid), QK-norm
+    "olmo2-postnorm-qknorm": dict(model={"family": "olmo2"}, tc={"in_site": "resid_mid"}),
+    # Llama: pre-norms, gated SiLU, GQA, rotary (two layers)
+    "llama-gqa-gated": dict(model={"family": "llama", "n_layers": 2}, tc={}),
 }
 
 
@@ -150,7 +152,8 @@ CASES: dict[str, dict[str, dict[str, Any]]] = {
 def built(request: pytest.FixtureRequest) -> Built:
     case = request.param
     kwargs = dict(CASES[case]["model"])
-    model = gemma2_model(**kwargs) if kwargs.pop("gemma2", False) else mlp_model(**kwargs)
+    family = kwargs.pop("family", None)
+    model = decoder_model(family=family, **kwargs) if family else mlp_model(**kwargs)
     tcs = random_transcoders(model, **CASES[case]["tc"])
     graph = attribution_matrix(model, tcs, TOKENS, max_feature_nodes=None, batch=7)
     return case, model, tcs, graph

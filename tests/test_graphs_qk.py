@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _graphs import gemma2_model, mlp_model, random_transcoders
+from _graphs import decoder_model, mlp_model, random_transcoders
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.graphs.qk import qk_attribution
@@ -47,7 +47,7 @@ def test_heads_and_positions_out_of_range_are_refused() -> None:
 
 def test_terms_sum_to_the_score_through_output_norms() -> None:
     """Gemma 2: each earlier head's term goes through the attention output norm (scale frozen); GQA, rotary."""
-    model = gemma2_model(seed=4)
+    model = decoder_model(seed=4)
     tcs = random_transcoders(model, skip=True)
     _, cache = model.run_with_cache(TOKENS, names=["attn_scores"])
     cap = model.cfg.attn_softcap
