@@ -4,7 +4,7 @@ Runs in the peer environment (``make .venv-peers/ctracer/.installed``: circuit-t
 TransformerLens 3 and transformers 4, which our environment's pins exclude), never imported by circuitwidgets.
 
     python scripts/ctracer_reference.py build OUT_DIR   # weights, transcoders, circuit-tracer's graphs and scores
-    python scripts/ctracer_reference.py build-gemma2 OUT_DIR   # the same for a tiny Gemma 2 (GEMMA2)
+    python scripts/ctracer_reference.py build OUT_DIR gemma2   # the same for a tiny Gemma 2 (or llama)
     python scripts/ctracer_reference.py validate FILE   # FILE parses as circuit-tracer's graph JSON model
 
 ``build`` writes ``model.safetensors`` (TransformerLens state dict), ``transcoders.safetensors`` (circuit-tracer's
@@ -38,6 +38,20 @@ GEMMA2 = {
     "attn_scores_soft_cap": 2.0, "output_logits_soft_cap": 5.0, "gated_mlp": True, "final_rms": True,
     "use_normalization_before_and_after": True,
 }  # fmt: skip
+#: A tiny Llama (TransformerLens's llama flags: RMS pre-norms, grouped-query attention, rotary, gated SiLU MLPs);
+#: ReLU transcoders reading mlp.hook_in (the MLP's input: normalised, times the norm's weight) and writing
+#: mlp.hook_out, as circuit-tracer's Llama transcoder sets do.
+LLAMA = {
+    "n_layers": 2, "d_model": 16, "n_ctx": 32, "d_head": 8, "n_heads": 4, "n_key_value_heads": 2, "d_mlp": 48,
+    "d_vocab": 40, "act_fn": "silu", "normalization_type": "RMS", "positional_embedding_type": "rotary",
+    "rotary_dim": 8, "eps": 1e-5, "gated_mlp": True, "final_rms": True,
+}  # fmt: skip
+#: family -> (config, (feature_input_hook, feature_output_hook))
+FAMILIES = {
+    "gelu": (CONFIG, ("ln2.hook_normalized", "hook_mlp_out")),
+    "gemma2": (GEMMA2, ("ln2.hook_normalized", "hook_mlp_out")),
+    "llama": (LLAMA, ("mlp.hook_in", "mlp.hook_out")),
+}
 D_TRANSCODER = 32
 TOKENS = [0, 5, 7, 9, 5, 7, 3, 11, 4, 9, 12, 5]
 #: name -> (max_feature_nodes, batch_size)
@@ -63,8 +77,8 @@ def _tokenizer():
     )
 
 
-def build(out: Path, gemma2: bool = False) -> None:
-    """Write the tiny model (gelu-2l-like, or ``gemma2``: :data:`GEMMA2`), its transcoders and circuit-tracer's graphs."""
+def build(out: Path, family: str = "gelu") -> None:
+    """Write the tiny model of ``family`` (:data:`FAMILIES`), its transcoders and circuit-tracer's graphs."""
     from circuit_tracer import attribute
     from circuit_tracer.graph import compute_graph_scores, prune_graph
     from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
@@ -73,7 +87,8 @@ def build(out: Path, gemma2: bool = False) -> None:
     from transformer_lens import HookedTransformerConfig
 
     torch.manual_seed(0)
-    config = GEMMA2 if gemma2 else CONFIG
+    config, hooks = FAMILIES[family]
+    gemma2 = family == "gemma2"
     cfg = HookedTransformerConfig(**config, seed=0, device="cpu", tokenizer_prepends_bos=False)
     g = torch.Generator().manual_seed(1)
     d = config["d_model"]
@@ -89,7 +104,7 @@ def build(out: Path, gemma2: bool = False) -> None:
             tc.b_dec.copy_(torch.randn(d, generator=g) * 0.1)
         transcoders[layer] = tc
         tensors |= {f"L{layer}.{k}": v.detach().clone() for k, v in tc.state_dict().items()}
-    tset = TranscoderSet(transcoders, feature_input_hook="ln2.hook_normalized", feature_output_hook="hook_mlp_out")
+    tset = TranscoderSet(transcoders, feature_input_hook=hooks[0], feature_output_hook=hooks[1])
     model = TransformerLensReplacementModel.from_config(cfg, tset, tokenizer=_tokenizer())
     with torch.no_grad():  # weights far from TransformerLens's tiny init, so norms, biases and MLPs all matter
         for name, p in model.named_parameters():
@@ -99,7 +114,7 @@ def build(out: Path, gemma2: bool = False) -> None:
                 p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
             elif name.endswith((".b", "b_Q", "b_K", "b_V", "b_O", "b_in", "b_out", "b_U")):
                 # TransformerLens's gated MLP adds b_in after the gate's product (Gemma has none): keep it zero
-                p.copy_(0.1 * torch.randn(p.shape, generator=g) * (not (gemma2 and name.endswith("b_in"))))
+                p.copy_(0.1 * torch.randn(p.shape, generator=g) * (not (cfg.gated_mlp and name.endswith("b_in"))))
             else:
                 p.copy_(
                     torch.randn(p.shape, generator=g) / p.shape[-2] ** 0.5
@@ -191,8 +206,6 @@ if __name__ == "__main__":
     if command == "bench":
         bench(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 1)
     elif command == "build":
-        build(Path(sys.argv[2]))
-    elif command == "build-gemma2":
-        build(Path(sys.argv[2]), gemma2=True)
+        build(Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "gelu")
     else:
         validate(Path(sys.argv[2]))

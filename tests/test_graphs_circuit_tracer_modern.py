@@ -44,31 +44,27 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ctracer-gemma2")
+@pytest.fixture(scope="module", params=["gemma2", "llama"])
+def reference(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp(f"ctracer-{request.param}")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    done = subprocess.run(
-        [str(PYTHON), str(SCRIPT), "build-gemma2", str(out)], capture_output=True, text=True, timeout=900, env=env
-    )
+    command = [str(PYTHON), str(SCRIPT), "build", str(out), request.param]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
 
-def gemma2_from_transformer_lens(spec: dict[str, Any], s: dict[str, torch.Tensor]) -> CircuitModel:
-    """Our model from a TransformerLens Gemma 2 state dict (circuit-tracer's wrapped MLP and unembedding names)."""
+def from_transformer_lens(spec: dict[str, Any], s: dict[str, torch.Tensor]) -> CircuitModel:
+    """Our model from a TransformerLens Gemma 2 or Llama state dict (circuit-tracer's wrapped MLP and unembedding
+    names)."""
     L = spec["n_layers"]
+    gemma = bool(spec.get("use_normalization_before_and_after"))
 
-    def stack(name: str, norm: str | None = None, dim: int = -2) -> torch.Tensor:
+    def stack(name: str, norm: str | None = None) -> torch.Tensor:
         """Layer tensors stacked, the input norm ``norm``'s multiplier folded into their ``d_model`` rows."""
-        out = []
-        for layer in range(L):
-            w = s[f"blocks.{layer}.{name}"]
-            if norm is not None:
-                scale = s[f"blocks.{layer}.{norm}.w"]
-                w = w * (scale[:, None] if dim == -2 else scale)
-            out.append(w)
-        return torch.stack(out)
+        return torch.stack(
+            [s[f"blocks.{i}.{name}"] * (1 if norm is None else s[f"blocks.{i}.{norm}.w"][:, None]) for i in range(L)]
+        )
 
     weights = {
         "W_E": s["embed.W_E"], "W_U": s["ln_final.w"][:, None] * s["unembed.old_unembed.W_U"],
@@ -77,37 +73,52 @@ def gemma2_from_transformer_lens(spec: dict[str, Any], s: dict[str, torch.Tensor
         "b_K": stack("attn._b_K"), "b_V": stack("attn._b_V"), "b_O": stack("attn.b_O"),
         "W_in": stack("mlp.old_mlp.W_in", "ln2"), "W_gate": stack("mlp.old_mlp.W_gate", "ln2"),
         "b_in": stack("mlp.old_mlp.b_in"), "W_out": stack("mlp.old_mlp.W_out"), "b_out": stack("mlp.old_mlp.b_out"),
-        "post_attn_norm": stack("ln1_post.w"), "post_mlp_norm": stack("ln2_post.w"),
     }  # fmt: skip
+    if gemma:
+        weights |= {"post_attn_norm": stack("ln1_post.w"), "post_mlp_norm": stack("ln2_post.w")}
+    windows = tuple(spec["window_size"] if t == "local" else None for t in spec.get("attn_types", ()))
     cfg = ModelConfig(
         L, spec["n_heads"], spec["d_model"], spec["d_head"], spec["d_vocab"], spec["n_ctx"],
         positional_embedding_type="rotary", normalization="rms_pre", has_mlp=True, d_mlp=spec["d_mlp"],
-        act_fn="gelu_tanh", bos_token_id=0, rotary_dim=spec["rotary_dim"], rotary_base=spec["rotary_base"],
-        n_kv_heads=spec["n_key_value_heads"], post_norm=True, gated_mlp=True, attn_scale=spec["attn_scale"],
-        attn_softcap=spec["attn_scores_soft_cap"], final_softcap=spec["output_logits_soft_cap"], ln_eps=spec["eps"],
-        sliding_windows=tuple(spec["window_size"] if t == "local" else None for t in spec["attn_types"]),
+        act_fn="gelu_tanh" if gemma else "silu", bos_token_id=0, rotary_dim=spec["rotary_dim"],
+        rotary_base=spec.get("rotary_base", 10000.0), n_kv_heads=spec["n_key_value_heads"], post_norm=gemma,
+        gated_mlp=True, attn_scale=spec.get("attn_scale"), attn_softcap=spec.get("attn_scores_soft_cap"),
+        final_softcap=spec.get("output_logits_soft_cap"), ln_eps=spec["eps"], sliding_windows=windows or None,
     )  # fmt: skip
     vocab = VocabTokenizer(["<bos>", *[f"t{i}" for i in range(1, spec["d_vocab"])]], bos_token_id=0)
-    return CircuitModel(cfg, weights, tokenizer=vocab, name="ctracer-tiny-gemma2")
+    return CircuitModel(cfg, weights, tokenizer=vocab, name="ctracer-tiny-" + ("gemma2" if gemma else "llama"))
+
+
+def _spec(out: Path) -> dict[str, Any]:
+    spec: dict[str, Any] = json.loads((out / "config.json").read_text())
+    return spec
+
+
+def _state(out: Path) -> dict[str, torch.Tensor]:
+    return {k: v.double() for k, v in load_file(str(out / "model.safetensors")).items()}
 
 
 def _model(out: Path) -> CircuitModel:
-    spec = json.loads((out / "config.json").read_text())["model"]
-    return gemma2_from_transformer_lens(
-        spec, {k: v.double() for k, v in load_file(str(out / "model.safetensors")).items()}
-    )
+    return from_transformer_lens(_spec(out)["model"], _state(out))
 
 
 def _transcoders(out: Path) -> list[Dictionary]:
+    """circuit-tracer's transcoders as ours; a Llama set's (reading ``mlp.hook_in``) with the MLP input norm's weight
+    folded into its encoder rows, as our model folds it into ``W_in``."""
     t = {k: v.double() for k, v in load_file(str(out / "transcoders.safetensors")).items()}
-    n = len({k.split(".")[0] for k in t})
-    return [_jumprelu(t, i) for i in range(n)]
+    llama = not _spec(out)["model"].get("use_normalization_before_and_after")
+    state = _state(out)
+    layers = range(_spec(out)["model"]["n_layers"])
+    return [_transcoder(t, i, state[f"blocks.{i}.ln2.w"] if llama else None) for i in layers]
 
 
-def _jumprelu(t: dict[str, torch.Tensor], i: int) -> Dictionary:
+def _transcoder(t: dict[str, torch.Tensor], i: int, norm: torch.Tensor | None) -> Dictionary:
+    W_enc = t[f"L{i}.W_enc"].T.contiguous()
+    threshold = t.get(f"L{i}.activation_function.threshold")
     return Dictionary(
-        "transcoder", "jumprelu", W_enc=t[f"L{i}.W_enc"].T.contiguous(), b_enc=t[f"L{i}.b_enc"],
-        W_dec=t[f"L{i}.W_dec"], b_dec=t[f"L{i}.b_dec"], threshold=t[f"L{i}.activation_function.threshold"], layer=i,
+        "transcoder", "relu" if threshold is None else "jumprelu",
+        W_enc=W_enc if norm is None else norm[:, None] * W_enc, b_enc=t[f"L{i}.b_enc"], W_dec=t[f"L{i}.W_dec"],
+        b_dec=t[f"L{i}.b_dec"], threshold=threshold, layer=i,
     )  # fmt: skip
 
 
@@ -116,7 +127,8 @@ def test_same_model(reference: Path) -> None:
     theirs = load_file(str(reference / "logits.safetensors"))["logits"].double()
     ours = _model(reference)(torch.tensor([spec["tokens"]]))[0]
     torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
-    assert float(theirs.abs().max()) < spec["model"]["output_logits_soft_cap"]  # soft-capped
+    if "output_logits_soft_cap" in spec["model"]:
+        assert float(theirs.abs().max()) < spec["model"]["output_logits_soft_cap"]  # soft-capped
 
 
 @pytest.mark.parametrize("name", ["all", "top40"])
