@@ -1,7 +1,7 @@
 """The local replacement model of one prompt: transcoders in place of MLPs, attention and norms frozen.
 
 One run of the model records what the replacement model freezes (attention
-patterns, every norm's per-token scale) and what it is made of (each
+patterns, every norm's per-token scale, a sublayer-output norm's too) and what it is made of (each
 transcoder's input and active features, and the error node: the MLP's output
 minus the transcoder's prediction). With those frozen, everything between the
 nodes (features, errors, token embeddings) and the targets (feature
