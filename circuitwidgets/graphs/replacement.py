@@ -33,10 +33,8 @@ class FrozenRun:
     """One prompt's run: what the replacement model freezes, and its nodes.
 
     ``active`` ``[n, 3]`` (layer, pos, feature) sorted, with ``values`` ``[n]``
-    their activations; ``errors`` ``[n_layers, pos, d_model]``; ``skip_free``
-    ``[n_layers, pos, d_model]``: each MLP output minus its skip path (what the
-    replacement model holds constant: the decoded features, the decoder bias and
-    the error). The first position's features and error are not nodes
+    their activations; ``errors`` ``[n_layers, pos, d_model]`` (each MLP's output
+    minus its transcoder's prediction). The first position's features and error are not nodes
     (circuit-tracer 0.5 zeroes them: that position is the attention sink, usually
     BOS); their writes stay as constants.
     """
@@ -44,11 +42,9 @@ class FrozenRun:
     tokens: torch.Tensor
     last_logits: torch.Tensor
     cache: ActivationCache
-    inputs: list[torch.Tensor]
     active: torch.Tensor
     values: torch.Tensor
     errors: torch.Tensor
-    skip_free: torch.Tensor
 
     @property
     def n_pos(self) -> int:
@@ -68,7 +64,7 @@ def run_frozen(model: CircuitModel, transcoders: Sequence[TranscoderLike], token
     post = [POST_ATTN_SCALE] if model.weight("post_attn_norm") is not None else []
     logits, cache = model.run_with_cache(tokens, names=[*FROZEN_NAMES, *post])
     cfg = model.cfg
-    inputs, active, values, errors, skip_free = [], [], [], [], []
+    active, values, errors = [], [], []
     with torch.no_grad():
         for layer, tc in enumerate(transcoders):
             x = transcoder_input(cfg, tc.in_site, cache["resid_mid", layer], cache["scale_mlp", layer])[0]
@@ -83,13 +79,8 @@ def run_frozen(model: CircuitModel, transcoders: Sequence[TranscoderLike], token
             where = torch.nonzero(f)
             active.append(torch.cat([torch.full_like(where[:, :1], layer), where], dim=1))
             values.append(f[where[:, 0], where[:, 1]])
-            inputs.append(x)
             errors.append(error)
-            skip_free.append(mlp_out - _skip(tc, x))
-    return FrozenRun(
-        tokens, logits[0, -1].clone(), cache, inputs, torch.cat(active), torch.cat(values), torch.stack(errors),
-        torch.stack(skip_free),
-    )  # fmt: skip
+    return FrozenRun(tokens, logits[0, -1].clone(), cache, torch.cat(active), torch.cat(values), torch.stack(errors))
 
 
 def final_input(model: CircuitModel, resid_final: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
