@@ -4,6 +4,7 @@ Runs in the peer environment (``make .venv-peers/ctracer/.installed``: circuit-t
 TransformerLens 3 and transformers 4, which our environment's pins exclude), never imported by circuitwidgets.
 
     python scripts/ctracer_reference.py build OUT_DIR   # weights, transcoders, circuit-tracer's graphs and scores
+    python scripts/ctracer_reference.py build OUT_DIR gemma2   # the same for a tiny Gemma 2 (or llama)
     python scripts/ctracer_reference.py validate FILE   # FILE parses as circuit-tracer's graph JSON model
 
 ``build`` writes ``model.safetensors`` (TransformerLens state dict), ``transcoders.safetensors`` (circuit-tracer's
@@ -25,6 +26,32 @@ CONFIG = {
     "n_layers": 2, "d_model": 16, "n_ctx": 32, "d_head": 4, "n_heads": 4, "d_mlp": 64, "d_vocab": 40,
     "act_fn": "gelu", "normalization_type": "LN", "positional_embedding_type": "standard",
 }  # fmt: skip
+#: A tiny Gemma 2 (TransformerLens's gemma-2 flags): norms before and after each sublayer, grouped-query attention,
+#: rotary, attention and final soft-caps, a sliding window on alternate layers, a query scale other than √d_head,
+#: gated tanh-GELU MLPs; JumpReLU transcoders (as GemmaScope's) reading ln2.hook_normalized, writing hook_mlp_out
+#: (after the MLP's output norm), as circuit-tracer's Gemma 2 transcoder sets do.
+GEMMA2 = {
+    "n_layers": 3, "d_model": 16, "n_ctx": 32, "d_head": 8, "n_heads": 4, "n_key_value_heads": 2, "d_mlp": 48,
+    "d_vocab": 40, "act_fn": "gelu_pytorch_tanh", "normalization_type": "RMS", "positional_embedding_type": "rotary",
+    "rotary_dim": 8, "rotary_base": 10000.0, "use_attn_scale": True, "attn_scale": 3.0, "eps": 1e-6,
+    "use_local_attn": True, "window_size": 4, "attn_types": ["local", "global", "local"],
+    "attn_scores_soft_cap": 2.0, "output_logits_soft_cap": 5.0, "gated_mlp": True, "final_rms": True,
+    "use_normalization_before_and_after": True,
+}  # fmt: skip
+#: A tiny Llama (TransformerLens's llama flags: RMS pre-norms, grouped-query attention, rotary, gated SiLU MLPs);
+#: ReLU transcoders reading mlp.hook_in (the MLP's input: normalised, times the norm's weight) and writing
+#: mlp.hook_out, as circuit-tracer's Llama transcoder sets do.
+LLAMA = {
+    "n_layers": 2, "d_model": 16, "n_ctx": 32, "d_head": 8, "n_heads": 4, "n_key_value_heads": 2, "d_mlp": 48,
+    "d_vocab": 40, "act_fn": "silu", "normalization_type": "RMS", "positional_embedding_type": "rotary",
+    "rotary_dim": 8, "eps": 1e-5, "gated_mlp": True, "final_rms": True,
+}  # fmt: skip
+#: family -> (config, (feature_input_hook, feature_output_hook))
+FAMILIES = {
+    "gelu": (CONFIG, ("ln2.hook_normalized", "hook_mlp_out")),
+    "gemma2": (GEMMA2, ("ln2.hook_normalized", "hook_mlp_out")),
+    "llama": (LLAMA, ("mlp.hook_in", "mlp.hook_out")),
+}
 D_TRANSCODER = 32
 TOKENS = [0, 5, 7, 9, 5, 7, 3, 11, 4, 9, 12, 5]
 #: name -> (max_feature_nodes, batch_size)
@@ -50,21 +77,26 @@ def _tokenizer():
     )
 
 
-def build(out: Path) -> None:
+def build(out: Path, family: str = "gelu") -> None:
+    """Write the tiny model of ``family`` (:data:`FAMILIES`), its transcoders and circuit-tracer's graphs."""
     from circuit_tracer import attribute
     from circuit_tracer.graph import compute_graph_scores, prune_graph
     from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
+    from circuit_tracer.transcoder.activation_functions import JumpReLU
     from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
     from transformer_lens import HookedTransformerConfig
 
     torch.manual_seed(0)
-    cfg = HookedTransformerConfig(**CONFIG, seed=0, device="cpu", tokenizer_prepends_bos=False)
+    config, hooks = FAMILIES[family]
+    gemma2 = family == "gemma2"
+    cfg = HookedTransformerConfig(**config, seed=0, device="cpu", tokenizer_prepends_bos=False)
     g = torch.Generator().manual_seed(1)
-    d = CONFIG["d_model"]
+    d = config["d_model"]
     transcoders = {}
     tensors = {}
-    for layer in range(CONFIG["n_layers"]):
-        tc = SingleLayerTranscoder(d, D_TRANSCODER, torch.relu, layer, device=torch.device("cpu"), dtype=torch.float32)
+    for layer in range(config["n_layers"]):
+        act = JumpReLU(torch.randn(D_TRANSCODER, generator=g).abs() * 0.2, 0.1) if gemma2 else torch.relu
+        tc = SingleLayerTranscoder(d, D_TRANSCODER, act, layer, device=torch.device("cpu"), dtype=torch.float32)
         with torch.no_grad():
             tc.W_enc.copy_(torch.randn(D_TRANSCODER, d, generator=g) / d**0.5)
             tc.b_enc.copy_(torch.randn(D_TRANSCODER, generator=g) * 0.3 - 0.3)
@@ -72,7 +104,7 @@ def build(out: Path) -> None:
             tc.b_dec.copy_(torch.randn(d, generator=g) * 0.1)
         transcoders[layer] = tc
         tensors |= {f"L{layer}.{k}": v.detach().clone() for k, v in tc.state_dict().items()}
-    tset = TranscoderSet(transcoders, feature_input_hook="ln2.hook_normalized", feature_output_hook="hook_mlp_out")
+    tset = TranscoderSet(transcoders, feature_input_hook=hooks[0], feature_output_hook=hooks[1])
     model = TransformerLensReplacementModel.from_config(cfg, tset, tokenizer=_tokenizer())
     with torch.no_grad():  # weights far from TransformerLens's tiny init, so norms, biases and MLPs all matter
         for name, p in model.named_parameters():
@@ -81,7 +113,8 @@ def build(out: Path) -> None:
             if name.endswith(".w"):
                 p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
             elif name.endswith((".b", "b_Q", "b_K", "b_V", "b_O", "b_in", "b_out", "b_U")):
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+                # TransformerLens's gated MLP adds b_in after the gate's product (Gemma has none): keep it zero
+                p.copy_(0.1 * torch.randn(p.shape, generator=g) * (not (cfg.gated_mlp and name.endswith("b_in"))))
             else:
                 p.copy_(
                     torch.randn(p.shape, generator=g) / p.shape[-2] ** 0.5
@@ -118,7 +151,7 @@ def build(out: Path) -> None:
             str(out / f"graph_{name}.safetensors"),
         )
     (out / "config.json").write_text(
-        json.dumps({"model": CONFIG, "d_transcoder": D_TRANSCODER, "tokens": TOKENS, "runs": RUNS, "scores": scores})
+        json.dumps({"model": config, "d_transcoder": D_TRANSCODER, "tokens": TOKENS, "runs": RUNS, "scores": scores})
     )
 
 
@@ -181,6 +214,6 @@ if __name__ == "__main__":
         device = sys.argv[6] if len(sys.argv) > 6 else "cpu"
         bench(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), threads, device)
     elif command == "build":
-        build(Path(sys.argv[2]))
+        build(Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "gelu")
     else:
         validate(Path(sys.argv[2]))

@@ -94,3 +94,41 @@ def random_transcoders(
         )
         for layer in range(model.cfg.n_layers)
     ]
+
+
+def decoder_model(
+    n_layers: int = 3, d_model: int = 16, seed: int = 0, window: int = 4, dtype: torch.dtype = torch.float64,
+    family: str = "gemma2",
+) -> CircuitModel:  # fmt: skip
+    """A Gemma-2-like model: RMS norms before and after each sublayer (random multipliers), gated tanh-GELU MLPs,
+    rotary, grouped-query attention (4 heads, 2 key/value heads), attention and final soft-caps, a sliding window on
+    even layers, a query scale other than √d_head, no biases; token 0 is BOS.
+
+    ``family="olmo2"``: OLMo 2's placement instead (norms after each sublayer and at the end only) with its QK-norm
+    over all heads, no soft-caps or window; ``"llama"``: pre-norms only, gated SiLU, no soft-caps or window."""
+    g = torch.Generator().manual_seed(seed)
+    L, H, G, d, V, dh, m = n_layers, 4, 2, d_model, 40, 8, 3 * d_model
+
+    def r(*shape: int, std: float = 1.0, mean: float = 0.0) -> torch.Tensor:
+        return (mean + torch.randn(*shape, generator=g, dtype=torch.float64) * std).to(dtype)
+
+    weights = {
+        "W_E": r(V, d), "W_Q": r(L, H, d, dh, std=d**-0.5), "W_K": r(L, G, d, dh, std=d**-0.5),
+        "W_V": r(L, G, d, dh, std=d**-0.5), "W_O": r(L, H, dh, d, std=(H * dh) ** -0.5),
+        "W_in": r(L, d, m, std=d**-0.5), "W_gate": r(L, d, m, std=d**-0.5), "W_out": r(L, m, d, std=m**-0.5),
+        "W_U": r(d, V, std=d**-0.5),
+    }  # fmt: skip
+    gemma = family == "gemma2"
+    if family != "llama":
+        weights |= {"post_attn_norm": r(L, d, std=0.3, mean=1.0), "post_mlp_norm": r(L, d, std=0.3, mean=1.0)}
+    if family == "olmo2":
+        weights |= {"q_norm": r(L, H, dh, std=0.3, mean=1.0), "k_norm": r(L, G, dh, std=0.3, mean=1.0)}
+    cfg = ModelConfig(
+        L, H, d, dh, V, 64, positional_embedding_type="rotary", normalization="rms_post" if family == "olmo2" else
+        "rms_pre", has_mlp=True, d_mlp=m, act_fn="gelu_tanh" if gemma else "silu", bos_token_id=0, rotary_dim=dh,
+        n_kv_heads=G, post_norm=gemma, gated_mlp=True, qk_norm="all" if family == "olmo2" else None,
+        attn_softcap=2.0 if gemma else None, final_softcap=5.0 if gemma else None, attn_scale=3.0 if gemma else None,
+        ln_eps=1e-6, sliding_windows=tuple(window if gemma and layer % 2 == 0 else None for layer in range(L)),
+    )  # fmt: skip
+    tokenizer = VocabTokenizer(["<bos>", *[f"t{i}" for i in range(1, V)]], bos_token_id=0)
+    return CircuitModel(cfg, weights, tokenizer=tokenizer, name=f"{family}-like-{L}l-seed{seed}")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from _graphs import RandomTranscoder, mlp_model, random_transcoders
+from _graphs import RandomTranscoder, decoder_model, mlp_model, random_transcoders
 
 from circuitwidgets.graphs.attribution import attribution_matrix
 from circuitwidgets.graphs.dense import DenseAttribution
@@ -78,7 +78,14 @@ class FrozenReference:
             hooks[("resid_mid", layer)] = read
             hooks[("mlp_out", layer)] = write
         hooks[("embed", None)] = lambda v: v + embed_delta[None]
+        for layer in range(model.cfg.n_layers):  # the attention output norm's scale (Gemma 2), frozen too
+            post = self.cache.get(("scale_attn_post", layer))
+            if post is not None:
+                hooks[("scale_attn_post", layer)] = lambda v, post=post: post
         logits = model.run_with_hooks(self.tokens, hooks, freeze_norms=self.cache)[0, -1]
+        cap = model.cfg.final_softcap
+        if cap is not None:  # the targets are the logits before the final soft-cap (circuit-tracer's): undo it
+            logits = cap * torch.atanh(logits / cap)
         pre = [reads[layer] @ tc.W_enc for layer, tc in enumerate(self.tcs)]
         return pre, logits - logits.mean()
 
@@ -132,13 +139,21 @@ CASES: dict[str, dict[str, dict[str, Any]]] = {
     ),
     # three layers: a layer-2 target goes back through two whole attention layers and a skip path between them
     "ln-3-layers-skip": dict(model={"n_layers": 3, "seed": 5}, tc={"skip": True}),
+    # Gemma 2: norms before and after each sublayer, GQA, soft-caps, a sliding window, gated MLPs (3 layers)
+    "gemma2-sandwich-skip": dict(model={"family": "gemma2"}, tc={"skip": True}),
+    # OLMo 2: norms after each sublayer only (the transcoders read the un-normalised resid_mid), QK-norm
+    "olmo2-postnorm-qknorm": dict(model={"family": "olmo2"}, tc={"in_site": "resid_mid"}),
+    # Llama: pre-norms, gated SiLU, GQA, rotary (two layers)
+    "llama-gqa-gated": dict(model={"family": "llama", "n_layers": 2}, tc={}),
 }
 
 
 @pytest.fixture(scope="module", params=list(CASES))
 def built(request: pytest.FixtureRequest) -> Built:
     case = request.param
-    model = mlp_model(**CASES[case]["model"])
+    kwargs = dict(CASES[case]["model"])
+    family = kwargs.pop("family", None)
+    model = decoder_model(family=family, **kwargs) if family else mlp_model(**kwargs)
     tcs = random_transcoders(model, **CASES[case]["tc"])
     graph = attribution_matrix(model, tcs, TOKENS, max_feature_nodes=None, batch=7)
     return case, model, tcs, graph

@@ -2,7 +2,8 @@
 
 At layer ``l`` the residual stream at a position is exactly the sum of what
 wrote it there: the token embedding, the position embedding, each earlier
-head's output and attention bias, and, for each earlier MLP, each active
+head's output and attention bias (through the attention output norm, its scale
+frozen, where the model has one), and, for each earlier MLP, each active
 transcoder feature's write ``a W_dec``, the transcoder's skip path, its
 decoder bias, and the error (the MLP's output minus the transcoder's
 prediction). With the norm's per-token scale frozen (its centring is linear),
@@ -71,14 +72,18 @@ def stream_terms(
     if cfg.positional_embedding_type == "standard":
         labels.append("pos")
         vectors.append(cache["pos_embed"][0, pos])
+    post = model.weight("post_attn_norm")
     for earlier in range(layer):
-        result = cache["result", earlier][0, pos]
+        # with an attention output norm (Gemma 2), each head's write is its share of the normalised output:
+        # result · w / s, the scale s frozen at the run's (a linear split of attn_out)
+        factor = 1.0 if post is None else post[earlier] / cache["scale_attn_post", earlier][0, pos]
+        result = cache["result", earlier][0, pos] * factor
         labels += [f"L{earlier}H{h}" for h in range(cfg.n_heads)]
         vectors += list(result)
         b_O = model.weight("b_O")
         if b_O is not None:
             labels.append(f"L{earlier} b_O")
-            vectors.append(b_O[earlier])
+            vectors.append(b_O[earlier] * factor)
         tc = transcoders[earlier]
         x = transcoder_input(cfg, tc.in_site, cache["resid_mid", earlier], cache["scale_mlp", earlier])[0, pos]
         x = x.to(tc.W_enc.dtype)
@@ -151,7 +156,7 @@ def qk_attribution(
     key = _check_index("key", key, n_pos)
     if key > query:
         raise ArgumentError(f"key: a query at position {query} attends to keys 0..{query} (causal), got {key}")
-    names = ["embed", "pos_embed", "result", "resid_mid", "mlp_out", "scale", "scale_mlp", "q", "k"]
+    names = ["embed", "pos_embed", "result", "resid_mid", "mlp_out", "scale", "scale_mlp", "q", "k", "scale_attn_post"]
     _, cache = model.run_with_cache(t, names=names)
     with torch.no_grad():
         q_labels, q_terms = stream_terms(model, checked, cache, layer, query)

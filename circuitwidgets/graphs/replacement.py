@@ -1,7 +1,7 @@
 """The local replacement model of one prompt: transcoders in place of MLPs, attention and norms frozen.
 
 One run of the model records what the replacement model freezes (attention
-patterns, every norm's per-token scale) and what it is made of (each
+patterns, every norm's per-token scale, a sublayer-output norm's too) and what it is made of (each
 transcoder's input and active features, and the error node: the MLP's output
 minus the transcoder's prediction). With those frozen, everything between the
 nodes (features, errors, token embeddings) and the targets (feature
@@ -23,8 +23,9 @@ import torch
 from circuitwidgets.graphs.transcoders import TranscoderLike, transcoder_input
 from circuitwidgets.model import ActivationCache, CircuitModel
 
-#: What the base run keeps.
+#: What the base run keeps (and, for a model with sublayer-output norms, the attention output norm's scale).
 FROZEN_NAMES = ("pattern", "scale", "scale_mlp", "scale_final", "resid_mid", "mlp_out")
+POST_ATTN_SCALE = "scale_attn_post"
 
 
 @dataclass
@@ -32,10 +33,8 @@ class FrozenRun:
     """One prompt's run: what the replacement model freezes, and its nodes.
 
     ``active`` ``[n, 3]`` (layer, pos, feature) sorted, with ``values`` ``[n]``
-    their activations; ``errors`` ``[n_layers, pos, d_model]``; ``skip_free``
-    ``[n_layers, pos, d_model]``: each MLP output minus its skip path (what the
-    replacement model holds constant: the decoded features, the decoder bias and
-    the error). The first position's features and error are not nodes
+    their activations; ``errors`` ``[n_layers, pos, d_model]`` (each MLP's output
+    minus its transcoder's prediction). The first position's features and error are not nodes
     (circuit-tracer 0.5 zeroes them: that position is the attention sink, usually
     BOS); their writes stay as constants.
     """
@@ -43,11 +42,9 @@ class FrozenRun:
     tokens: torch.Tensor
     last_logits: torch.Tensor
     cache: ActivationCache
-    inputs: list[torch.Tensor]
     active: torch.Tensor
     values: torch.Tensor
     errors: torch.Tensor
-    skip_free: torch.Tensor
 
     @property
     def n_pos(self) -> int:
@@ -64,9 +61,10 @@ def _skip(tc: TranscoderLike, x: torch.Tensor) -> torch.Tensor:
 
 def run_frozen(model: CircuitModel, transcoders: Sequence[TranscoderLike], tokens: torch.Tensor) -> FrozenRun:
     """Run ``tokens`` ``[1, pos]`` and collect the replacement model's frozen values and nodes."""
-    logits, cache = model.run_with_cache(tokens, names=list(FROZEN_NAMES))
+    post = [POST_ATTN_SCALE] if model.weight("post_attn_norm") is not None else []
+    logits, cache = model.run_with_cache(tokens, names=[*FROZEN_NAMES, *post])
     cfg = model.cfg
-    inputs, active, values, errors, skip_free = [], [], [], [], []
+    active, values, errors = [], [], []
     with torch.no_grad():
         for layer, tc in enumerate(transcoders):
             x = transcoder_input(cfg, tc.in_site, cache["resid_mid", layer], cache["scale_mlp", layer])[0]
@@ -81,13 +79,8 @@ def run_frozen(model: CircuitModel, transcoders: Sequence[TranscoderLike], token
             where = torch.nonzero(f)
             active.append(torch.cat([torch.full_like(where[:, :1], layer), where], dim=1))
             values.append(f[where[:, 0], where[:, 1]])
-            inputs.append(x)
             errors.append(error)
-            skip_free.append(mlp_out - _skip(tc, x))
-    return FrozenRun(
-        tokens, logits[0, -1], cache, inputs, torch.cat(active), torch.cat(values), torch.stack(errors),
-        torch.stack(skip_free),
-    )  # fmt: skip
+    return FrozenRun(tokens, logits[0, -1].clone(), cache, torch.cat(active), torch.cat(values), torch.stack(errors))
 
 
 def final_input(model: CircuitModel, resid_final: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

@@ -45,13 +45,18 @@ class AdjacencyRows:
         starts = _starts(layers, len(transcoders))
         self.spans = list(itertools.pairwise(starts))
         dtype = model.dtype
+        # each layer's feature writes [n_l, d_model] in one layout: padded by position where that is used, else
+        # the list (one layer at a time, never both: on a long prompt they are the largest tensors held)
+        self.writes: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        self.padded: list[tuple[torch.Tensor, torch.Tensor] | None] = []
         with torch.no_grad():  # transcoders may be modules with trainable parameters: no graph through them
-            writes = [
-                (run.values[s:e, None] * tc.W_dec[run.active[s:e, 2]]).to(dtype)
-                for tc, (s, e) in zip(transcoders, self.spans, strict=True)
-            ]
-            self.writes = [(run.active[s:e, 1].contiguous(), w) for (s, e), w in zip(self.spans, writes, strict=True)]
-            self.padded = [_by_position(pos, w, run.n_pos) for pos, w in self.writes]
+            for tc, (s, e) in zip(transcoders, self.spans, strict=True):
+                pos = run.active[s:e, 1].contiguous()
+                write = (run.values[s:e, None] * tc.W_dec[run.active[s:e, 2]]).to(dtype)
+                padded = _by_position(pos, write, run.n_pos)
+                self.writes.append((pos, write if padded is None else None))
+                self.padded.append(padded)
+                del write
             self.errors = run.errors.to(dtype)
             self.embeds = model.W_E[run.tokens[0]].detach().to(dtype)
         self.n_others = (len(transcoders) + 1) * run.n_pos
@@ -109,6 +114,7 @@ class AdjacencyRows:
             return
         full, padded = grad.full(), self.padded[layer]
         if padded is None:
+            assert write is not None
             out.features[:, s : s + count] = _dots(full, pos[:count], write[:count])
         else:
             out.features[:, s : s + count] = _padded_dots(full, padded[0][:n], padded[1][:count])

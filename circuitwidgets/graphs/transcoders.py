@@ -58,15 +58,20 @@ def transcoder_input(cfg: ModelConfig, site: str, resid_mid: torch.Tensor, scale
 
 
 def check_architecture(model: CircuitModel) -> None:
-    """Refuse, by name, the architectures whose local replacement model this engine does not build exactly."""
+    """Refuse, by name, the architectures whose local replacement model this engine does not build exactly.
+
+    Sublayer-output norms (Gemma 2/3's sandwich, OLMo 2/3) are built: the attention output norm's scale is frozen
+    as the input norms' are, and the MLP's output norm belongs to what a transcoder replaces (it predicts the
+    normalised output, circuit-tracer's ``hook_mlp_out``). Attention soft-caps, sliding windows, grouped-query
+    attention and rotary live in the frozen patterns; the final soft-cap follows the targets' definition (the
+    centred logit before it, circuit-tracer's).
+    """
     cfg = model.cfg
     if not isinstance(model, CircuitModel):
         raise ArgumentTypeError(f"model: expected a CircuitModel, got {type(model).__name__}")
     reasons = {
         "has no MLPs (nothing for transcoders to replace)": not cfg.has_mlp,
         "runs attention and MLP in parallel": cfg.parallel_attn_mlp,
-        "has sublayer output norms (their scales are not hook points)": model.weight("post_attn_norm") is not None
-        or model.weight("post_mlp_norm") is not None,
         "normalises values (v_norm)": cfg.v_norm,
         "has per-layer inputs": cfg.d_per_layer is not None,
         "scales the residual stream per layer": model.weight("layer_scalar") is not None,

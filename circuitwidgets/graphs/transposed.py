@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from circuitwidgets.graphs.replacement import FrozenRun, final_input
+from circuitwidgets.graphs.replacement import POST_ATTN_SCALE, FrozenRun, final_input
 from circuitwidgets.graphs.transcoders import TranscoderLike, transcoder_input
 from circuitwidgets.model import CircuitModel
 
@@ -82,14 +82,19 @@ Visit = Callable[[int, Gradient], None]
 
 
 class TransposedReplacement:
-    """The transposed linear map of one prompt's replacement model (module docstring); weights in the model's dtype."""
+    """The transposed linear map of one prompt's replacement model (module docstring); weights in the model's dtype.
+
+    It takes the run's attention patterns as its own (scaled in place): ``run.cache``'s patterns are not the
+    model's after this.
+    """
 
     def __init__(self, model: CircuitModel, transcoders: Sequence[TranscoderLike], run: FrozenRun) -> None:
         cfg = model.cfg
         dtype = model.dtype
         self.model, self.cfg, self.n_pos = model, cfg, run.n_pos
-        W_V, W_O = model.weight("W_V"), model.weight("W_O")
-        assert W_V is not None and W_O is not None
+        # W_O with the attention output norm's multiplier folded in (model.W_O; the stored one without a norm)
+        W_V, W_O = model.weight("W_V"), model.W_O
+        assert W_V is not None
         with torch.no_grad():  # frozen copies: no autograd through the model's or a transcoder module's parameters
             # The attention input's norm, transposed, is folded into the weights: LayerNorm's centring into W_V
             # (C W_V, C symmetric), the frozen per-position 1/scale into each pattern's key columns, so that no
@@ -172,12 +177,20 @@ class TransposedReplacement:
 
 
 def _scaled_pattern(model: CircuitModel, run: FrozenRun, layer: int) -> torch.Tensor:
-    """Attention ``layer``'s pattern ``[H, P, P]`` with each key column divided by the norm's frozen scale there."""
+    """Attention ``layer``'s pattern ``[H, P, P]`` with each key column divided by the input norm's frozen scale
+    there and, with an output norm (Gemma 2), each query row by that norm's frozen scale there: a row ``q`` of the
+    output is ``Σ_k P[q, k] v_k W_O / s_q`` (its multiplier is in ``W_O``; ``b_O / s_q`` is a constant).
+
+    Scaled in place when the run's pattern is already in the model's dtype: the run's patterns are this map's
+    (the caller drops the run's cache), and on a long prompt a second copy of them all would be the largest
+    thing held."""
     pattern = run.cache["pattern", layer][0].detach().to(model.dtype)
-    if model.cfg.normalization not in ("ln_pre", "rms_pre"):
-        return pattern
-    scale = run.cache["scale", layer][0, :, 0].detach().to(model.dtype)
-    return pattern / scale
+    if model.cfg.normalization in ("ln_pre", "rms_pre"):
+        pattern.div_(run.cache["scale", layer][0, :, 0].detach().to(model.dtype))
+    post = run.cache.get((POST_ATTN_SCALE, layer))
+    if post is not None:
+        pattern.div_(post[0].detach().to(model.dtype))  # [P, 1]: rows
+    return pattern
 
 
 def _at(values: torch.Tensor, pos: torch.Tensor, n: int) -> torch.Tensor:

@@ -20,7 +20,10 @@ class ActivationCache:
     resid_pre, resid_mid, resid_post [batch, pos, d_model]``; ``scale [batch, pos,
     1]`` (the norm's per-token divisor of the attention input: ``sqrt(var + eps)`` for
     LayerNorm, ``rms`` for RMSNorm, 1 without a norm), ``scale_mlp`` (of the MLP
-    input) and, without a layer, ``scale_final`` (of the unembedding's input);
+    input), ``scale_attn_post`` and ``scale_mlp_post`` (the rms of each sublayer's
+    output, for a model that normalises it: Gemma 2/3, OLMo 2/3; hook points, which
+    ``freeze_norms`` leaves recomputed as the causal convention does) and, without a
+    layer, ``scale_final`` (of the unembedding's input);
     ``mlp_pre, mlp_post [batch, pos, d_mlp]`` (each neuron's input and
     activation; gated MLPs: the gate's input, and the product fed to ``W_out``); Gemma 4's
     ``per_layer_input [batch, pos, d_per_layer]`` (the layer's per-layer input)

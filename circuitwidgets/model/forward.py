@@ -188,6 +188,8 @@ def forward_bytes(cfg: ModelConfig, batch: int, n_pos: int, names: set[str] | No
         "result": b * p * H * d,
         "scale": b * p,
         "scale_mlp": b * p if cfg.has_mlp else 0,
+        "scale_attn_post": b * p if cfg.post_norm or cfg.normalization == "rms_post" else 0,
+        "scale_mlp_post": b * p if cfg.has_mlp and (cfg.post_norm or cfg.normalization == "rms_post") else 0,
         "mlp_pre": b * p * (cfg.d_mlp or 0),
         "mlp_post": b * p * (cfg.d_mlp or 0),
         "attn_out": b * p * d,

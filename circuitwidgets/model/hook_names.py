@@ -29,6 +29,8 @@ TL_LAYER_HOOKS: dict[str, str] = {
     "mlp.hook_post": "mlp_post",
     "ln1.hook_scale": "scale",
     "ln2.hook_scale": "scale_mlp",
+    "ln1_post.hook_scale": "scale_attn_post",
+    "ln2_post.hook_scale": "scale_mlp_post",
 }
 #: TransformerLens's hooks without a layer → ours.
 TL_GLOBAL_HOOKS: dict[str, str] = {

@@ -34,6 +34,7 @@ LAYER_NAMES = frozenset(
     {
         "q", "k", "v", "z", "attn_scores", "pattern", "result", "scale", "scale_mlp", "attn_out", "mlp_out",
         "mlp_pre", "mlp_post", "resid_pre", "resid_mid", "resid_post", "per_layer_input", "per_layer_out",
+        "scale_attn_post", "scale_mlp_post",
     }
 )  # fmt: skip
 #: Activation names without a layer.

@@ -72,12 +72,24 @@ class Sublayers:
             rms = used.to(work.dtype)
         return (work / rms).to(x.dtype)
 
-    def _output_norm(self, out: torch.Tensor, layer: int, multiplier: str) -> torch.Tensor:
-        """A sublayer's output norm (Gemma 2/3, OLMo 2/3), or ``out`` unchanged."""
+    def _output_norm(self, out: torch.Tensor, layer: int, multiplier: str, record: Recorder, name: str) -> torch.Tensor:
+        """A sublayer's output norm (Gemma 2/3, OLMo 2/3), or ``out`` unchanged.
+
+        Its per-token scale is the hook point ``name`` (``scale_attn_post``, ``scale_mlp_post``), as the input norms'
+        are: a hook that returns a run's scales freezes it (an attribution graph's linear map needs that).
+        """
         weight = self.weight(multiplier)
         if weight is None:
             return out
-        return rms_norm(out, self.cfg.ln_eps, weight[layer])
+        if record.quiet(name, layer):
+            return rms_norm(out, self.cfg.ln_eps, weight[layer])
+        work = out if out.dtype == torch.float64 else out.float()
+        rms = (work.pow(2).mean(-1, keepdim=True) + self.cfg.ln_eps).sqrt()
+        seen = rms.to(out.dtype)
+        used = record(name, layer, seen)
+        if used is not seen:  # a hook replaced it: divide by that, in float32 at least as rms_norm does
+            rms = used.to(work.dtype)
+        return (work / rms * weight[layer].to(work.dtype)).to(out.dtype)
 
     def _qk_norm(self, x: torch.Tensor, layer: int, multiplier: str) -> torch.Tensor:
         """QK-norm of queries or keys ``[batch, pos, heads, d_head]`` (per head, or over all heads at once)."""
@@ -177,13 +189,13 @@ class Sublayers:
         if replaced is None and record.quiet("result", layer):  # the heads' sum as one product: no [.., H, d] tensor
             W_O = self._buffers["W_O"][layer]  # type: ignore[index]
             out = affine(z.flatten(-2), W_O.flatten(0, 1), None if b_O is None else b_O[layer])
-            return record("attn_out", layer, self._output_norm(out, layer, "post_attn_norm"))
+            return record("attn_out", layer, self._output_norm(out, layer, "post_attn_norm", record, "scale_attn_post"))
         result = record("result", layer, torch.einsum("bqhe,hed->bqhd", z, self._buffers["W_O"][layer]))  # type: ignore[index]
         written = replaced.to(result.dtype) if replaced is not None else result
         out = written.sum(dim=2)
         if b_O is not None:
             out = out + b_O[layer]
-        return record("attn_out", layer, self._output_norm(out, layer, "post_attn_norm"))
+        return record("attn_out", layer, self._output_norm(out, layer, "post_attn_norm", record, "scale_attn_post"))
 
     def _mlp(self, layer: int, resid: torch.Tensor, record: Recorder) -> torch.Tensor:
         cfg = self.cfg
@@ -199,7 +211,7 @@ class Sublayers:
         if cfg.gated_mlp:
             hidden = hidden * project(x, "W_in", "b_in")
         out = project(record("mlp_post", layer, hidden), "W_out", "b_out")
-        return record("mlp_out", layer, self._output_norm(out, layer, "post_mlp_norm"))
+        return record("mlp_out", layer, self._output_norm(out, layer, "post_mlp_norm", record, "scale_mlp_post"))
 
     def _per_layer_inputs(self, tokens: torch.Tensor, embed: torch.Tensor) -> torch.Tensor | None:
         """Gemma 4's per-layer inputs ``[batch, pos, n_layers, d_per_layer]``, or ``None`` without them.
