@@ -24,6 +24,7 @@ Prints one JSON line per phase and a markdown row; saves the page and screenshot
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import runpy
@@ -44,10 +45,10 @@ requestAnimationFrame(tick);
 
 
 def _stats(stamps: list[float]) -> dict[str, float]:
-    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:], strict=False))
+    gaps = sorted(b - a for a, b in itertools.pairwise(stamps))
     if not gaps:
         return {"frames": 0, "median_ms": float("nan"), "p95_ms": float("nan"), "max_ms": float("nan")}
-    p95 = gaps[min(len(gaps) - 1, int(round(0.95 * (len(gaps) - 1))))]
+    p95 = gaps[min(len(gaps) - 1, round(0.95 * (len(gaps) - 1)))]
     return {"frames": len(gaps), "median_ms": statistics.median(gaps), "p95_ms": p95, "max_ms": gaps[-1]}
 
 
@@ -66,7 +67,7 @@ def _view_box(view: Any) -> dict[str, float]:
     plot = view.locator(".cw-plot").first
     box = plot.bounding_box()
     assert box is not None, "the graph's plot is not on screen"
-    return box
+    return dict(box)
 
 
 def measure(page_path: Path, out: Path) -> list[dict[str, Any]]:
@@ -176,7 +177,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for r in results:
         if "median_ms" in r:
-            print(f"| {r['phase']} | {r['frames']} | {r['median_ms']:.1f} | {r['p95_ms']:.1f} | {r['max_ms']:.1f} | {r['load']} |")
+            print(
+                f"| {r['phase']} | {r['frames']} | {r['median_ms']:.1f} | {r['p95_ms']:.1f} | {r['max_ms']:.1f} | {r['load']} |"
+            )
 
 
 if __name__ == "__main__":

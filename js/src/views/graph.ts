@@ -31,6 +31,7 @@ import { visibleLabel, visibleToken } from "../lib/tokens";
 import "../styles/graph.css";
 import { card, type Contexts } from "./graph/card";
 import { lodRenderer } from "./graph/lod";
+import { nodeOfFeature, selectionOf } from "./graph/select";
 import { groupList, pinControls, supernodeEl } from "./graph/pins";
 import { curve, legend, PIN } from "./graph/side";
 
@@ -334,13 +335,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
 
   /** Select node `i`: its head, its token and, for a feature of the linked site, the feature. */
   function select(i: number): void {
-    if (data === null) return;
-    const { kind, layer, index, pos } = { kind: data.nodes.kind[i] ?? "", layer: data.nodes.layer[i] as number, index: data.nodes.index[i] as number, pos: data.nodes.pos[i] as number };
-    const patch: Partial<GraphTraits> = { selected_node: i };
-    if (kind.startsWith("head")) Object.assign(patch, { selected_layer: layer, selected_head: index });
-    if (pos >= 0 && pos < strings(m.get("prompt")).length) patch.selected_dest = pos;
-    if (kind === "feature" && layer === num(m.get("site_layer")) && index < num(m.get("n_site_features"), 0)) patch.selected_feature = index;
-    setTraits(m, patch);
+    if (data !== null) setTraits(m, selectionOf(data.nodes, i, { nTokens: strings(m.get("prompt")).length, layer: num(m.get("site_layer")), nFeatures: num(m.get("n_site_features"), 0) }) as Partial<GraphTraits>);
   }
 
   function setPin(i: number): void {
@@ -349,16 +344,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
 
   /** A feature chosen elsewhere (a linked dashboard): select its node, the most influential one, if the graph has it. */
   function followFeature(): void {
-    if (data === null) return;
-    const f = num(m.get("selected_feature"));
-    const layer = num(m.get("site_layer"));
-    const sel = num(m.get("selected_node"));
-    const { kind, index } = data.nodes;
-    if (f < 0 || (kind[sel] === "feature" && data.nodes.layer[sel] === layer && index[sel] === f)) return;
-    let best = -1;
-    kind.forEach((k, i) => {
-      if (k === "feature" && data?.nodes.layer[i] === layer && index[i] === f && (best < 0 || (data.influence[i] as number) > (data.influence[best] as number))) best = i;
-    });
+    const best = data === null ? -1 : nodeOfFeature(data.nodes, data.influence, num(m.get("site_layer")), num(m.get("selected_feature")), num(m.get("selected_node")));
     if (best >= 0) setTraits(m, { selected_node: best });
   }
 

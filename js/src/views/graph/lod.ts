@@ -131,7 +131,7 @@ export function lodRenderer(doc: Document, plot: HTMLElement, note: HTMLElement,
     const active = activeNodes(s.nodes.kind.length, s.src, s.dst, s.kept);
     const k = s.perPosition ? binSize(colPx(), 24) : 0;
     const cols = s.layout.columns.length;
-    const first = Math.max(0, Math.floor(posAt(-MARGIN_PX)));
+    const first = Math.max(0, Math.floor(posAt(GUTTER)));
     const last = Math.min(cols - 1, Math.ceil(posAt(plotPx + MARGIN_PX)));
     const bins = k > 0 ? binNodes(s.nodes.layer, s.nodes.pos, s.influence, k, first - (first % k), last, { pinned: s.pinned, selected: s.selected, active }) : [];
     place(bins);
@@ -174,8 +174,13 @@ export function lodRenderer(doc: Document, plot: HTMLElement, note: HTMLElement,
     const ctx = canvas.getContext("2d");
     if (ctx === null) return null;
     const ratio = doc.defaultView?.devicePixelRatio ?? 1;
+    ctx.restore(); // (the previous draw's clip; a no-op the first time)
+    ctx.save();
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
     ctx.clearRect(0, 0, plotPx, h);
+    ctx.beginPath();
+    ctx.rect(GUTTER, 0, plotPx - GUTTER, h); // (the rows' names stay clear)
+    ctx.clip();
     ctx.globalAlpha = 0.75;
     return ctx;
   }
@@ -244,7 +249,7 @@ export function lodRenderer(doc: Document, plot: HTMLElement, note: HTMLElement,
     const out: SVGElement[] = [];
     for (let i = 0; i < s.nodes.kind.length; i++) {
       const x = xs[i] as number;
-      if (x < GUTTER - MARGIN_PX || x > plotPx + MARGIN_PX) continue;
+      if (x < GUTTER || x > plotPx + MARGIN_PX) continue;
       out.push(s.nodeEl(i, { x, y: ys[i] as number, r: rs[i] as number }, Boolean(active[i]) || s.pinned.has(i), s.pinned.has(i)));
     }
     return out;
