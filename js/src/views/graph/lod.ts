@@ -38,6 +38,8 @@ export interface LodScene {
 const FRAME_BUDGET_MS = 8;
 /** Edges drawn at once, on top of the others (the strongest in view). */
 const FRONT_EDGES = 150;
+/** The view rests this long after a pan or zoom before the weaker edges are drawn, ms. */
+const IDLE_MS = 150;
 /** Zoom factor of one button press or wheel notch. */
 const STEP = 1.6;
 /** Column labels are at least this far apart, px. */
@@ -69,6 +71,7 @@ export function lodRenderer(doc: Document, plot: HTMLElement, note: HTMLElement,
   };
   toolbar.replaceChildren(el(doc, "span", "cw-graph-zoom-label", "Zoom: "), buttons.out, buttons.in, buttons.fit);
   let scene: LodScene | null = null;
+  let active: Uint8Array = new Uint8Array(0); // (the nodes kept edges touch: once per scene, not per frame)
   let plotPx = 900;
   let inner = plotPx - GUTTER; // (the plot's width right of the rows' names: the view's width on screen)
   let view: XView = fitView(1);
@@ -79,9 +82,11 @@ export function lodRenderer(doc: Document, plot: HTMLElement, note: HTMLElement,
   let ys = new Float32Array(0);
   let rs = new Float32Array(0);
   let dragged = false;
+  let movedAt = -Infinity; // (while the view moves, only the strongest edges are drawn; the rest once it rests)
   const frame = perFrame(render);
 
   function setView(next: XView): void {
+    movedAt = doc.defaultView?.performance.now() ?? 0;
     view = clampX(next, width, inner);
     frame.schedule();
   }
@@ -128,7 +133,6 @@ export function lodRenderer(doc: Document, plot: HTMLElement, note: HTMLElement,
     if (scene === null) return;
     const s = scene;
     const h = s.layout.height;
-    const active = activeNodes(s.nodes.kind.length, s.src, s.dst, s.kept);
     const k = s.perPosition ? binSize(colPx(), 24) : 0;
     const cols = s.layout.columns.length;
     const first = Math.max(0, Math.floor(posAt(GUTTER)));
@@ -209,6 +213,8 @@ export function lodRenderer(doc: Document, plot: HTMLElement, note: HTMLElement,
       const x2 = xs[b] as number;
       const y2 = (ys[b] as number) + (rs[b] as number);
       const bend = Math.max(18, Math.abs(y1 - y2) * 0.45);
+      // (an edge only passing through the view, both ends outside it, is faint: the ends in view matter)
+      ctx.globalAlpha = (x1 < GUTTER || x1 > plotPx) && (x2 < GUTTER || x2 > plotPx) ? 0.15 : 0.75;
       ctx.strokeStyle = edgeColour(w);
       ctx.lineWidth = edgeWidth(w, max);
       ctx.beginPath();
@@ -219,12 +225,17 @@ export function lodRenderer(doc: Document, plot: HTMLElement, note: HTMLElement,
     const now = () => doc.defaultView?.performance.now() ?? Date.now();
     const step = (start: number) => {
       if (token !== drawing) return;
+      if (now() - movedAt < IDLE_MS) {
+        doc.defaultView?.requestAnimationFrame(() => step(start));
+        return;
+      }
       const next = drawChunk(start, end, FRAME_BUDGET_MS, now, (j) => drawOne(j, ctxBack));
       say(next);
       if (next < end) doc.defaultView?.requestAnimationFrame(() => step(next));
     };
     const top = Math.min(end, FRONT_EDGES);
     for (let j = top - 1; j >= 0; j--) drawOne(j, ctxFront); // (weakest first: the strongest on top)
+    say(top);
     step(top);
   }
 
@@ -331,6 +342,7 @@ export function lodRenderer(doc: Document, plot: HTMLElement, note: HTMLElement,
       const start = Math.max(0, (cols[0]?.x ?? 0) - colW / 2);
       const changed = next.layout.width - start !== width || px !== plotPx;
       scene = next;
+      active = activeNodes(next.nodes.kind.length, next.src, next.dst, next.kept);
       if (changed) {
         const frac = width > 0 ? { at: (view.x0 + view.span / 2) / width, span: view.span / width } : null;
         base = start;
