@@ -16,7 +16,7 @@
 // title, metric, caption, negative_note, positive_note, model_name, site_layer,
 // n_site_features. View → kernel: size, selected_node, selected_layer,
 // selected_head, selected_feature, selected_dest, pinned, supernodes,
-// subgraph_only. Drawn in SVG; every label is set as text.
+// subgraph_only. Drawn in SVG (a large graph by level of detail: graph/lod.ts); every label is set as text.
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
