@@ -16,12 +16,13 @@
 // title, metric, caption, negative_note, positive_note, model_name, site_layer,
 // n_site_features. View → kernel: size, selected_node, selected_layer,
 // selected_head, selected_feature, selected_dest, pinned, supernodes,
-// subgraph_only. Drawn in SVG; every label is set as text.
+// subgraph_only. Drawn in SVG (a large graph by level of detail: graph/lod.ts); every label is set as text.
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
 import { el, listen } from "../lib/dom";
 import { drawnId, groupPins, scaleByInfluence, parsePinned, parseSupernodes, subgraph, togglePin, ungroup, type Supernode } from "../lib/graphpins";
+import { nodeWeights, SVG_EDGES } from "../lib/graphlod";
 import { edgeColour, edgePath, edgeWidth, INPUT_KINDS, keptEdges, layoutGraph, shortLabel, type GraphLayout, type GraphNodes, type Placed } from "../lib/graphview";
 import { clearError, makePanel, redrawOnResize, runView, setTitle, showError } from "../lib/panel";
 import { onTraits, perFrame, setTraits } from "../lib/selection";
@@ -29,6 +30,8 @@ import { fmt, svgEl, svgTitle } from "../lib/svg";
 import { visibleLabel, visibleToken } from "../lib/tokens";
 import "../styles/graph.css";
 import { card, type Contexts } from "./graph/card";
+import { lodRenderer } from "./graph/lod";
+import { nodeOfFeature, selectionOf } from "./graph/select";
 import { groupList, pinControls, supernodeEl } from "./graph/pins";
 import { curve, legend, PIN } from "./graph/side";
 
@@ -93,7 +96,8 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   const sliderText = el(doc, "span");
   sliderLabel.append("Edges kept: ", slider, sliderText);
   const pins = pinControls(doc);
-  panel.controls.append(sliderLabel, pins.root);
+  const zoomBar = el(doc, "span", "cw-graph-zoom");
+  panel.controls.append(sliderLabel, zoomBar, pins.root);
   const row = el(doc, "div", "cw-graph-row");
   const plot = el(doc, "div", "cw-plot cw-scroll");
   const side = el(doc, "div", "cw-graph-side");
@@ -104,11 +108,16 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   side.append(legendSlot, cardSlot, groupSlot, curveSlot);
   row.append(plot, side);
   const note = el(doc, "div", "cw-note cw-caption");
-  panel.body.append(row, note);
+  const lodNote = el(doc, "div", "cw-note cw-graph-lod-note");
+  lodNote.dataset.cwLod = "";
+  panel.body.append(row, lodNote, note);
+  const lod = lodRenderer(doc, plot, lodNote, zoomBar);
+  lod.hide();
   let data: Data | null = null;
   let hovered: string | null = null;
   let hoveredNode = -1;
-  const cleanups: (() => void)[] = [];
+  let kept: { n: number; edges: boolean[]; into: Float64Array; out: Float64Array; max: number } | null = null;
+  const cleanups: (() => void)[] = [lod.cleanup];
 
   function load(): void {
     try {
@@ -122,6 +131,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       const n = nodes.kind.length;
       const column = (name: keyof GraphTraits) => optional(name)?.data ?? new Float32Array(n).fill(NaN);
       const ctx: Contexts = { vocab: strings(m.get("ctx_vocab")), tokens: optional("ctx_tokens"), value: optional("ctx_value"), centre: num(m.get("ctx_centre"), 0) };
+      kept = null;
       data = { nodes, labels: strings(m.get("node_label")).map(visibleLabel), src, dst, weight, influence: column("node_influence"), activation: column("node_activation"), ctx };
       clearError(panel);
     } catch (err) {
@@ -134,6 +144,17 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   const pinned = (): number[] => parsePinned(m.get("pinned"));
   const groups = (): Supernode[] => parseSupernodes(m.get("supernodes"));
 
+  /** The first `n` edges' circuit (dangling ones dropped), each node's |weight| in and out, the widest: once per size. */
+  function keptAt(n: number): NonNullable<typeof kept> {
+    if (kept !== null && kept.n === n) return kept;
+    const { nodes, src, dst, weight } = data as Data;
+    const edges = keptEdges(nodes, src, dst, n);
+    let max = 0;
+    for (let e = 0; e < n; e++) if (edges[e]) max = Math.max(max, Math.abs(weight[e] as number));
+    kept = { n, edges, max, ...nodeWeights(nodes.kind.length, src, dst, weight, n) };
+    return kept;
+  }
+
   function draw(): void {
     setTitle(panel, String(m.get("title") || "Graph"), String(m.get("model_name") ?? ""));
     if (data === null) {
@@ -145,15 +166,28 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     const n = size();
     slider.max = String(src.length);
     slider.value = String(n);
-    const layout = layoutGraph(nodes, Math.max(420, (root.clientWidth || 900) - 300), strings(m.get("prompt")).map((t) => visibleToken(t)));
+    const plotPx = Math.max(420, (root.clientWidth || 900) - 300);
+    const layout = layoutGraph(nodes, plotPx, strings(m.get("prompt")).map((t) => visibleToken(t)));
     scaleByInfluence(layout.nodes, data.influence);
     const only = Boolean(m.get("subgraph_only")) && (pinned().length > 0 || groups().length > 0);
     pins.only.checked = Boolean(m.get("subgraph_only"));
     pins.pin.textContent = pinned().includes(num(m.get("selected_node"))) ? "Unpin selected" : "Pin selected";
-    const svg = svgEl(doc, "svg", { width: layout.width, height: layout.height, viewBox: `0 0 ${layout.width} ${layout.height}`, class: "cw-graph-svg", role: "img" });
-    axes(svg, layout);
-    const max = only ? drawSubgraph(svg, layout) : drawFull(svg, layout, n);
-    plot.replaceChildren(svg);
+    const perPosition = Array.from(nodes.pos).some((p) => p >= 0);
+    const circuit = keptAt(n);
+    const drawnCount = circuit.edges.filter(Boolean).length;
+    let max = circuit.max;
+    if (!only && ((perPosition && layout.width > 1.5 * plotPx) || drawnCount > SVG_EDGES)) {
+      // level of detail: too wide or too many edges for one SVG element each (views/graph/lod.ts)
+      sliderText.textContent = ` ${n} of ${src.length} (${drawnCount} drawn: edges on a path from the input to the logits)`;
+      const dest = num(m.get("selected_dest"));
+      lod.show({ layout, nodes, perPosition, src, dst: data.dst, weight: data.weight, kept: circuit.edges, total: src.length, max, influence: data.influence, pinned: new Set(pinned()), selected: num(m.get("selected_node")), dest, rowName: (layer) => rowName(layer), nodeEl: (i, p, active, isPinned) => nodeEl(i, p, active, isPinned, groups()) }, plotPx - 30);
+    } else {
+      lod.hide();
+      const svg = svgEl(doc, "svg", { width: layout.width, height: layout.height, viewBox: `0 0 ${layout.width} ${layout.height}`, class: "cw-graph-svg", role: "img" });
+      axes(svg, layout);
+      max = only ? drawSubgraph(svg, layout) : drawFull(svg, layout, n, circuit.edges, drawnCount);
+      plot.replaceChildren(svg);
+    }
     legendSlot.replaceChildren(legend(doc, max, String(m.get("negative_note") ?? "negative"), String(m.get("positive_note") ?? "positive"), Array.from(data.nodes.pos).some((p) => p >= 0)));
     cardSlot.replaceChildren(hoverCard());
     groupSlot.replaceChildren(groupList(doc, groups(), pinned().length, data.labels));
@@ -165,10 +199,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   function axes(svg: SVGSVGElement, layout: GraphLayout): void {
     if (data === null) return;
     const { nodes } = data;
-    for (const r of layout.rows) {
-      const name = r.layer < 0 ? "embed" : nodes.kind.some((k, i) => k === "logit" && nodes.layer[i] === r.layer) ? "logits" : `L${r.layer}`;
-      svg.append(svgEl(doc, "text", { x: 6, y: r.y + 4, "font-size": 11, fill: "#555" }, name));
-    }
+    for (const r of layout.rows) svg.append(svgEl(doc, "text", { x: 6, y: r.y + 4, "font-size": 11, fill: "#555" }, rowName(r.layer)));
     const dest = num(m.get("selected_dest"));
     const perPosition = Array.from(nodes.pos).some((p) => p >= 0);
     layout.columns.forEach((c, k) => {
@@ -177,21 +208,23 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     });
   }
 
+  function rowName(layer: number): string {
+    const { nodes } = data as Data;
+    return layer < 0 ? "embed" : nodes.kind.some((k, i) => k === "logit" && nodes.layer[i] === layer) ? "logits" : `L${layer}`;
+  }
+
   function edgeEl(from: Placed, to: Placed, w: number, max: number, title: string, e: number | string): SVGPathElement {
     const path = svgEl(doc, "path", { d: edgePath(from, to), fill: "none", stroke: edgeColour(w), "stroke-width": edgeWidth(w, max), "stroke-opacity": 0.75, class: "cw-edge", "data-cw-edge": e });
     svgTitle(doc, path, `${title}: ${fmt(w, 3)}`);
     return path;
   }
 
-  function drawFull(svg: SVGSVGElement, layout: GraphLayout, n: number): number {
+  function drawFull(svg: SVGSVGElement, layout: GraphLayout, n: number, kept: readonly boolean[], drawnCount: number): number {
     if (data === null) return 0;
     const { nodes, labels, src, dst, weight } = data;
-    const kept = keptEdges(nodes, src, dst, n);
-    const drawnCount = kept.filter(Boolean).length;
     sliderText.textContent = ` ${n} of ${src.length} (${drawnCount} drawn: edges on a path from the input to the logits)`;
     svgTitle(doc, svg, `${String(m.get("title") ?? "graph")}: ${drawnCount} edges`);
-    let max = 0;
-    for (let e = 0; e < n; e++) if (kept[e]) max = Math.max(max, Math.abs(weight[e] as number));
+    const max = keptAt(n).max;
     const edges = svgEl(doc, "g", { class: "cw-edges" });
     for (let e = n - 1; e >= 0; e--) {
       // weakest first, so the strongest edges are drawn on top
@@ -279,15 +312,8 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
 
   function describeNode(i: number): string {
     if (data === null) return "";
-    const { src, dst, weight, labels } = data;
-    const n = size();
-    let into = 0;
-    let out = 0;
-    for (let e = 0; e < n; e++) {
-      if (dst[e] === i) into += Math.abs(weight[e] as number);
-      if (src[e] === i) out += Math.abs(weight[e] as number);
-    }
-    return `${labels[i] ?? i}: |weight| in ${fmt(into, 3)}, out ${fmt(out, 3)} (kept edges)`;
+    const { into, out } = keptAt(size());
+    return `${data.labels[i] ?? i}: |weight| in ${fmt(into[i] as number, 3)}, out ${fmt(out[i] as number, 3)} (kept edges)`;
   }
 
   function hoverCard(): HTMLElement {
@@ -309,13 +335,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
 
   /** Select node `i`: its head, its token and, for a feature of the linked site, the feature. */
   function select(i: number): void {
-    if (data === null) return;
-    const { kind, layer, index, pos } = { kind: data.nodes.kind[i] ?? "", layer: data.nodes.layer[i] as number, index: data.nodes.index[i] as number, pos: data.nodes.pos[i] as number };
-    const patch: Partial<GraphTraits> = { selected_node: i };
-    if (kind.startsWith("head")) Object.assign(patch, { selected_layer: layer, selected_head: index });
-    if (pos >= 0 && pos < strings(m.get("prompt")).length) patch.selected_dest = pos;
-    if (kind === "feature" && layer === num(m.get("site_layer")) && index < num(m.get("n_site_features"), 0)) patch.selected_feature = index;
-    setTraits(m, patch);
+    if (data !== null) setTraits(m, selectionOf(data.nodes, i, { nTokens: strings(m.get("prompt")).length, layer: num(m.get("site_layer")), nFeatures: num(m.get("n_site_features"), 0) }) as Partial<GraphTraits>);
   }
 
   function setPin(i: number): void {
@@ -324,16 +344,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
 
   /** A feature chosen elsewhere (a linked dashboard): select its node, the most influential one, if the graph has it. */
   function followFeature(): void {
-    if (data === null) return;
-    const f = num(m.get("selected_feature"));
-    const layer = num(m.get("site_layer"));
-    const sel = num(m.get("selected_node"));
-    const { kind, index } = data.nodes;
-    if (f < 0 || (kind[sel] === "feature" && data.nodes.layer[sel] === layer && index[sel] === f)) return;
-    let best = -1;
-    kind.forEach((k, i) => {
-      if (k === "feature" && data?.nodes.layer[i] === layer && index[i] === f && (best < 0 || (data.influence[i] as number) > (data.influence[best] as number))) best = i;
-    });
+    const best = data === null ? -1 : nodeOfFeature(data.nodes, data.influence, num(m.get("site_layer")), num(m.get("selected_feature")), num(m.get("selected_node")));
     if (best >= 0) setTraits(m, { selected_node: best });
   }
 
