@@ -97,11 +97,12 @@ def _model(n_tokens: int):
 
 
 def _transcoders(model, kind: str):
-    if kind == "shipped":
+    if kind.startswith("shipped"):
         from circuitwidgets.features import load_pretrained
 
+        # one transcoder per layer: layer 0 ships a plain and a skip-transcoder, and a graph takes one of them
         found = load_pretrained("gelu-2l")
-        return [d for d in found.values() if d.kind in ("transcoder", "skip-transcoder")]
+        return [found["L0.stc" if kind == "shipped-skip" else "L0.tc"], found["L1.tc"]]
     from circuitwidgets.features.dictionary import Dictionary
 
     return [
@@ -214,7 +215,12 @@ def _goals(rows: list[tuple[dict, dict | None]]) -> list[tuple[str, bool]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[64])
-    parser.add_argument("--transcoders", choices=["random", "shipped"], default="random")
+    parser.add_argument(
+        "--transcoders",
+        choices=["random", "shipped", "shipped-skip"],
+        default="random",
+        help="random TopK ones, or the shipped L0.tc + L1.tc (shipped-skip: L0.stc + L1.tc)",
+    )
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--max-feature-nodes", type=int, default=7500)
     parser.add_argument("--ctracer", type=str, default=None, help="circuit-tracer 0.5 environment's python")
