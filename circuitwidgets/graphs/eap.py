@@ -32,7 +32,7 @@ from circuitwidgets.causal.metrics import Metric
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.graphs import gradpass
 from circuitwidgets.graphs.components import Components
-from circuitwidgets.graphs.gradpass import Block, Written
+from circuitwidgets.graphs.gradpass import Block, Written, norm_jvp
 from circuitwidgets.graphs.graph import Graph
 from circuitwidgets.graphs.runs import Setup, bytes_per_sequence, chunks, prompt_of, setup
 from circuitwidgets.model import CircuitModel
@@ -82,8 +82,8 @@ def edge_attribution(
         share = (stop - start) / n
         clean_value += share * values[0]
         corrupted_value += share * values[1]
-        for block, part in _scores(blocks, acts_clean, acts_corrupted):
-            scores[: block.group.upstream, block.first : block.first + block.size] += share * part
+        for sender, size, receiver, r, part in _scores(model, blocks, acts_clean, acts_corrupted):
+            scores[sender : sender + size, receiver : receiver + r] += share * part
     whole = s.whole
     if whole.normalise:
         c = whole.clean if whole.clean is not None else clean_value
@@ -131,30 +131,51 @@ def _runs(
         return run.blocks, run.writes, corrupted.writes, (float(run.values[0]), float(corrupted.values[0]))
     run = gradpass.run(s, m, torch.cat([a, b]), 2)
     n = a.shape[0]
-    halves = [[Written(w.first, w.value[i * n : (i + 1) * n], w.rows) for w in run.writes] for i in (0, 1)]
+    halves = [[Written(w.first, w.value[i * n : (i + 1) * n], w.rows, w.layer) for w in run.writes] for i in (0, 1)]
     return run.blocks, halves[0], halves[1], (float(run.values[0]), float(run.values[1]))
 
 
-def _scores(blocks: list[Block], clean: list[Written], corrupted: list[Written]) -> list[tuple[Block, np.ndarray]]:
-    """Each block's scores ``[upstream senders, receivers]``: ``Σ_{prompts, positions, d_model} (corrupted − clean
-    write) · gradient``, over the positions the block's receivers read (the last layer's queries and MLP, and the
-    logits, only where the metric reads: their gradient is zero elsewhere)."""
-    diffs = [(c.first, k.value - c.value, c.rows) for c, k in zip(clean, corrupted, strict=True)]
-    stacked: dict[tuple[int, bool], torch.Tensor] = {}
+def _scores(
+    model: CircuitModel, blocks: list[Block], clean: list[Written], corrupted: list[Written]
+) -> list[tuple[int, int, int, int, np.ndarray]]:
+    """``(first sender, senders, first receiver, receivers, scores)`` per sender group and receiver block:
+    ``Σ_{prompts, positions, d_model} (corrupted − clean write) · gradient``, over the positions the block's
+    receivers read (the last layer's queries and MLP, and the logits, only where the metric reads: their gradient
+    is zero elsewhere). Writes are sender-major ``[senders, batch, pos, d_model]``, gradients receiver-major, so
+    that each block is one matrix product over ``(batch, pos, d_model)``."""
+    W_O = model._buffers["W_O"]
+    diffs = []
+    for c, k in zip(clean, corrupted, strict=True):
+        d = k.value - c.value
+        if c.layer >= 0:  # the heads' writes: (Δz)_h W_O[h], each head apart
+            h = d.shape[2]
+            d = torch.bmm(d.permute(2, 0, 1, 3).reshape(h, -1, d.shape[-1]), W_O[c.layer]).view(h, *d.shape[:2], -1)  # type: ignore[index]
+        else:
+            d = d.permute(2, 0, 1, 3)
+        diffs.append((c.first, d, c.rows))
+    at_rows: dict[int, torch.Tensor] = {}
+    normed: dict[tuple[int, bool, int], torch.Tensor] = {}
     out = []
     for block in blocks:
-        u, rows = block.group.upstream, block.rows
-        key = (u, rows is None)
-        if key not in stacked:
-            parts = []
-            for first, d, at in diffs:
-                if first >= u:
-                    break
-                assert rows is not None or at is None  # a receiver at every position reads no last-layer sender
-                parts.append(d if at is not None or rows is None else d[:, rows])
-            stacked[key] = torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
-        # (in the model's dtype: a float64 model gets float64 scores)
-        out.append((block, torch.einsum("bpud,bprd->ur", stacked[key], block.grad).double().cpu().numpy()))
+        r, variants = block.size, block.grad.shape[1]
+        grad = block.grad.reshape(r, -1)
+        if block.stream is None and variants > 1:
+            grad = block.grad.sum(1).reshape(r, -1) / variants
+        for first, d, rows in diffs:
+            if first >= block.group.upstream:
+                break
+            assert block.rows is not None or rows is None  # a receiver at every position reads no last-layer sender
+            if block.rows is not None and rows is None:
+                d = at_rows[first] if first in at_rows else at_rows.setdefault(first, d[:, :, block.rows])
+            if block.stream is not None:  # J_N(stream) applied to the writes (fewer than the receivers it serves)
+                key = (block.group.first, block.rows is None, first)
+                if key not in normed:
+                    normed[key] = norm_jvp(model, block.stream, d[:, None])
+                part = normed[key].reshape(d.shape[0], -1) @ grad.T / variants
+            else:
+                part = d.reshape(d.shape[0], -1) @ grad.T
+            # (in the model's dtype: a float64 model gets float64 scores)
+            out.append((first, d.shape[0], block.first, r, part.double().cpu().numpy()))
     return out
 
 

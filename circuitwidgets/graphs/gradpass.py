@@ -31,51 +31,67 @@ from circuitwidgets.graphs.components import Group
 from circuitwidgets.graphs.runs import Setup, metric_values
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.cache import Recorder
-from circuitwidgets.model.forward import chunked_attention, rms_norm, soft_cap
+from circuitwidgets.model.forward import affine, chunked_attention, rms_norm, soft_cap
 from circuitwidgets.model.rotary import rotate
 
-#: ``edit(first, out, rows)``: the writes ``[batch, pos or len(rows), k, d_model]`` of senders ``first …`` replaced.
+#: ``edit(first, out, rows)``: senders ``first …``'s output replaced (the heads' ``z`` ``[batch, pos or len(rows),
+#: n_heads, d_head]``, whose write is ``z W_O`` per head, so that mixing ``z`` mixes the writes; the input's and an
+#: MLP's write ``[batch, pos or len(rows), 1, d_model]``).
 WriteEdit = Callable[[int, torch.Tensor, "list[int] | None"], torch.Tensor]
 
 
 @dataclass
 class Written:
-    """One sender group's writes ``[batch, pos or len(rows), k, d_model]``: senders ``first …``, at ``rows``
-    (``None``: every position)."""
+    """One sender group's output: senders ``first …``, at ``rows`` (``None``: every position); ``value`` is the
+    heads' ``z`` ``[batch, pos, n_heads, d_head]`` for a layer's heads (``layer`` ≥ 0), else the write
+    ``[batch, pos, 1, d_model]`` (``layer`` −1)."""
 
     first: int
     value: torch.Tensor
     rows: list[int] | None
+    layer: int = -1
 
 
 @dataclass
 class Block:
-    """``Σ_variants ∂metric/∂input / variants`` of receivers ``first … first + size − 1`` (of ``group``)
-    ``[batch, pos or len(rows), size, d_model]``, at ``rows`` (``None``: every position)."""
+    """The gradient of each variant's metric with respect to receivers ``first … first + size − 1`` of ``group``,
+    at ``rows`` (``None``: every position): ``grad`` ``[size, variants, batch, pos, d_model]``. For a head's q, k or v,
+    ``stream`` ``[variants, batch, pos, d_model]`` is what the layer normalised and ``grad`` the gradient after the
+    norm (``J_N(stream)ᵀ grad`` is the receiver's: :func:`norm_jvp` applies ``J_N``, which is symmetric, to the
+    senders' writes instead, fewer than the receivers); else ``stream`` is ``None`` and ``grad`` the receiver's."""
 
     group: Group
     first: int
     size: int
     rows: list[int] | None
     grad: torch.Tensor
+    stream: torch.Tensor | None
 
 
 @dataclass
 class Pass:
-    """What :func:`run` returns: each variant's metric ``[variants]``, the writes (detached) and the gradients."""
+    """What :func:`run` returns: each variant's metric ``[variants]``, the outputs (detached) and the gradients."""
 
     values: torch.Tensor
     writes: list[Written]
     blocks: list[Block]
 
 
+@dataclass
+class _Place:
+    group: Group
+    first: int
+    rows: list[int] | None
+    stream: torch.Tensor | None
+
+
 def run(
     s: Setup, m: Metric, tokens: torch.Tensor, variants: int = 1, edit: WriteEdit | None = None, grad: bool = True
 ) -> Pass:
     """The pass on ``tokens`` (``variants`` stacked variant-major on the batch axis, each of ``len(tokens) //
-    variants`` prompts), its writes replaced by ``edit``; with ``grad`` every receiver's gradient."""
+    variants`` prompts), its outputs replaced by ``edit``; with ``grad`` every receiver's gradient."""
     model, comps, cfg = s.model, s.comps, s.model.cfg
-    rec, targets, places = Recorder({}, set()), list[torch.Tensor](), list[Place]()
+    rec, targets, places = Recorder({}, set()), list[torch.Tensor](), list[_Place]()
     n_pos = tokens.shape[1]
     read = m.positions_at(n_pos)
     asked = sorted(set(read)) if read is not None else None
@@ -87,36 +103,39 @@ def run(
     writes = [Written(0, first.detach(), None)]
     resid = first[:, :, 0].detach().requires_grad_(grad)  # the root the gradients flow from (never asked for)
     resid_rows: list[int] | None = None
-    b_O = model.weight("b_O")
+    b_O, W_O = model.weight("b_O"), model._buffers["W_O"]
     with torch.set_grad_enabled(grad):
         for group in comps.groups():
+            layer = group.layer
             if group.kind == "attn":
-                rows = asked if group.layer == cfg.n_layers - 1 else None
-                before = resid if rows is None else resid[:, rows]
-                result, qkv = _heads(model, group.layer, resid, pos, rec, rows)
-                targets += qkv
+                rows = asked if layer == cfg.n_layers - 1 else None
                 stream = resid.detach()
-                places += [Place(group, group.first, rows, stream if rows is None else stream[:, rows])]
-                places += [Place(group, group.first + i * cfg.n_heads, None, stream) for i in (1, 2)]
+                z, qkv = _heads(model, layer, resid, pos, rec, rows)
+                targets += qkv
+                places += [_Place(group, group.first, rows, stream if rows is None else stream[:, rows])]
+                places += [_Place(group, group.first + i * cfg.n_heads, None, stream) for i in (1, 2)]
+                heads = comps.head_sender(layer, 0)
                 if edit is not None:
-                    result = edit(comps.head_sender(group.layer, 0), result, rows)
-                writes.append(Written(comps.head_sender(group.layer, 0), result.detach(), rows))
-                resid = (before if rows is None else resid[:, rows]) + result.sum(2)
-                resid = resid + b_O[group.layer] if b_O is not None else resid
+                    z = edit(heads, z, rows)
+                writes.append(Written(heads, z.detach(), rows, layer))
+                before = resid if rows is None else resid[:, rows]
+                bias = None if b_O is None else b_O[layer]
+                resid = before + affine(z.flatten(-2), W_O[layer].flatten(0, 1), bias)  # type: ignore[index]
                 resid_rows = rows
             elif group.kind == "mlp":
-                x = (before if comps.parallel else resid).view_as(before if comps.parallel else resid)
+                source = before if comps.parallel else resid
+                x = source.view_as(source)
                 targets.append(x)  # an alias the MLP alone reads: its gradient is the MLP's input's
-                places.append(Place(group, group.first, resid_rows, None))
-                out = model._mlp(group.layer, x, rec)[:, :, None]
+                places.append(_Place(group, group.first, resid_rows, None))
+                out = model._mlp(layer, x, rec)[:, :, None]
                 if edit is not None:
-                    out = edit(comps.mlp_sender(group.layer), out, resid_rows)
-                writes.append(Written(comps.mlp_sender(group.layer), out.detach(), resid_rows))
+                    out = edit(comps.mlp_sender(layer), out, resid_rows)
+                writes.append(Written(comps.mlp_sender(layer), out.detach(), resid_rows))
                 resid = resid + out[:, :, 0]
             else:
                 x = resid.view_as(resid)
                 targets.append(x)
-                places.append(Place(group, group.first, resid_rows, None))
+                places.append(_Place(group, group.first, resid_rows, None))
                 logits = _logits(model, x, read, resid_rows, m.columns, rec)
         n = tokens.shape[0] // variants
         values = metric_values(m, logits, variants, n)
@@ -133,8 +152,8 @@ def _heads(
     model: CircuitModel, layer: int, resid: torch.Tensor, pos: torch.Tensor | None, rec: Recorder,
     rows: list[int] | None,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
-    """Each head's write ``z W_O`` ``[batch, pos or len(rows), n_heads, d_model]`` (queries at ``rows`` only) and
-    each head's ``q, k, v`` before QK-norm and rotation (keys and values per query head): the gradients' targets."""
+    """The heads' ``z`` ``[batch, pos or len(rows), n_heads, d_head]`` (queries at ``rows`` only) and each head's
+    ``q, k, v`` before QK-norm and rotation (keys and values per query head): the gradients' targets."""
     cfg = model.cfg
     normed = model._normalize(resid, rec, "scale", layer)
     qk_in = normed + pos if cfg.positional_embedding_type == "shortformer" and pos is not None else normed
@@ -149,8 +168,7 @@ def _heads(
         where = torch.arange(resid.shape[1], device=resid.device)
         qn = rotate(qn, freq, where if rows is None else where[rows], pos_dim=1)
         kn = rotate(kn, freq, where, pos_dim=1)
-    z = chunked_attention(qn, kn, v, cfg.scale, cfg.attn_softcap, cfg.window(layer), 0, rows)
-    return torch.einsum("bqhe,hed->bqhd", z, model._buffers["W_O"][layer]), [q, k, v]  # type: ignore[index]
+    return chunked_attention(qn, kn, v, cfg.scale, cfg.attn_softcap, cfg.window(layer), 0, rows), [q, k, v]
 
 
 def _k_norm(model: CircuitModel, layer: int, k: torch.Tensor) -> torch.Tensor:
@@ -184,44 +202,32 @@ def _logits(
     return soft_cap(logits, model.cfg.final_softcap)
 
 
-@dataclass
-class Place:
-    """Where a gradient's target sits: receivers ``first …`` of ``group`` at ``rows``; for a head's ``q``, ``k`` or
-    ``v``, the ``stream`` its layer normalised (at those rows)."""
-
-    group: Group
-    first: int
-    rows: list[int] | None
-    stream: torch.Tensor | None
-
-
-def _block(model: CircuitModel, place: Place, g: torch.Tensor, variants: int) -> Block:
-    """The receivers' gradient from their target's: back through the projection and the norm for a head's q, k or v
-    (``[batch, pos, heads, d_head]``); an MLP's or the logits' (``[batch, pos, d_model]``) is the stream's already."""
+def _block(model: CircuitModel, place: _Place, g: torch.Tensor, variants: int) -> Block:
+    """A block from its target's gradient: a head's q, k or v (``[batch, pos, heads, d_head]``) mapped back through
+    its projection (``W ∂metric/∂q``, per query head through its group's weights), receiver-major; an MLP's or the
+    logits' (``[batch, pos, d_model]``) as it is."""
     group = place.group
-    if place.stream is not None:
-        letter = "QKV"[(place.first - group.first) // model.cfg.n_heads]
-        W = model._buffers[f"W_{letter}"][group.layer]  # type: ignore[index]
-        b, p, h, e = g.shape
-        grouped = g.view(b, p, W.shape[0], h // W.shape[0], e)  # [.., kv group, query head in group, d_head]
-        g = norm_vjp(model, place.stream, torch.einsum("bpgje,gde->bpgjd", grouped, W).reshape(b, p, h, -1))
-    else:
-        g = g[:, :, None]
-    n = g.shape[0] // variants
-    out = g.view(variants, n, *g.shape[1:]).sum(0) / variants if variants > 1 else g
-    return Block(group, place.first, g.shape[2], place.rows, out)
+    b, p = g.shape[:2]
+    n = b // variants
+    if place.stream is None:
+        return Block(group, place.first, 1, place.rows, g.view(1, variants, n, p, -1), None)
+    W = model._buffers["W_" + "QKV"[(place.first - group.first) // model.cfg.n_heads]][group.layer]  # type: ignore[index]
+    h, e = g.shape[2:]
+    heads = g.permute(2, 0, 1, 3).reshape(W.shape[0], -1, e)  # [kv group, (query head in group, batch, pos), d_head]
+    back = torch.bmm(heads, W.transpose(1, 2)).view(h, variants, n, p, -1)
+    return Block(group, place.first, h, place.rows, back, place.stream.view(variants, n, p, -1))
 
 
-def norm_vjp(model: CircuitModel, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """``J_N(x)ᵀ g`` for the model's input norm ``N`` (folded: centring and division by the per-token scale) at
-    ``x`` ``[batch, pos, d_model]``, for gradients ``g`` ``[batch, pos, r, d_model]`` of ``r`` receivers."""
+def norm_jvp(model: CircuitModel, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """``J_N(x) t`` for the model's input norm ``N`` (folded: centring and division by the per-token scale) at
+    ``x`` ``[..., d_model]`` and tangents ``t`` ``[k, ..., d_model]`` (``J_N`` is symmetric, so this is also ``J_Nᵀ t``:
+    ``(t − ȳ·(t·y)/d) / s`` with ``y = N(x)``, ``s`` the scale, after centring ``t`` for a LayerNorm)."""
     cfg = model.cfg
     if cfg.normalization == "none":
-        return g
-    x = x[:, :, None]
+        return t.expand(t.shape[0], *x.shape)
     if cfg.normalization == "ln_pre":
         x = x - x.mean(-1, keepdim=True)
-        g = g - g.mean(-1, keepdim=True)
+        t = t - t.mean(-1, keepdim=True)
     scale = (x.pow(2).mean(-1, keepdim=True) + cfg.ln_eps).sqrt()
     y = x / scale
-    return (g - y * (g * y).mean(-1, keepdim=True)) / scale
+    return (t - y * (t * y).mean(-1, keepdim=True)) / scale
