@@ -32,7 +32,7 @@ from circuitwidgets.causal.metrics import Metric
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.graphs import gradpass
 from circuitwidgets.graphs.components import Components
-from circuitwidgets.graphs.gradpass import Block, Written, norm_jvp
+from circuitwidgets.graphs.gradpass import Block, Written, norm_jvp, sender_major
 from circuitwidgets.graphs.graph import Graph
 from circuitwidgets.graphs.runs import Setup, bytes_per_sequence, chunks, prompt_of, setup
 from circuitwidgets.model import CircuitModel
@@ -143,15 +143,9 @@ def _scores(
     receivers read (the last layer's queries and MLP, and the logits, only where the metric reads: their gradient
     is zero elsewhere). Writes are sender-major ``[senders, batch, pos, d_model]``, gradients receiver-major, so
     that each block is one matrix product over ``(batch, pos, d_model)``."""
-    W_O = model._buffers["W_O"]
     diffs = []
-    for c, k in zip(clean, corrupted, strict=True):
-        d = k.value - c.value
-        if c.layer >= 0:  # the heads' writes: (Δz)_h W_O[h], each head apart
-            h = d.shape[2]
-            d = torch.bmm(d.permute(2, 0, 1, 3).reshape(h, -1, d.shape[-1]), W_O[c.layer]).view(h, *d.shape[:2], -1)  # type: ignore[index]
-        else:
-            d = d.permute(2, 0, 1, 3)
+    for c, k in zip(clean, corrupted, strict=True):  # (a layer's heads: (Δz)_h W_O[h], one product for both runs)
+        d = sender_major(model, Written(c.first, k.value - c.value, c.rows, c.layer))
         diffs.append((c.first, d, c.rows))
     at_rows: dict[int, torch.Tensor] = {}
     normed: dict[tuple[int, bool, int], torch.Tensor] = {}

@@ -218,6 +218,16 @@ def _block(model: CircuitModel, place: _Place, g: torch.Tensor, variants: int) -
     return Block(group, place.first, h, place.rows, back, place.stream.view(variants, n, p, -1))
 
 
+def sender_major(model: CircuitModel, w: Written) -> torch.Tensor:
+    """A sender group's writes ``[senders, batch, pos, d_model]`` (a layer's heads: ``z_h W_O[h]``, each head apart)."""
+    if w.layer < 0:
+        return w.value.permute(2, 0, 1, 3)
+    z = w.value
+    h = z.shape[2]
+    per_head = torch.bmm(z.permute(2, 0, 1, 3).reshape(h, -1, z.shape[-1]), model._buffers["W_O"][w.layer])  # type: ignore[index]
+    return per_head.view(h, *z.shape[:2], -1)
+
+
 def norm_jvp(model: CircuitModel, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """``J_N(x) t`` for the model's input norm ``N`` (folded: centring and division by the per-token scale) at
     ``x`` ``[..., d_model]`` and tangents ``t`` ``[k, ..., d_model]`` (``J_N`` is symmetric, so this is also ``J_Nᵀ t``:
