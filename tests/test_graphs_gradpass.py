@@ -183,3 +183,31 @@ def test_norm_jvp_is_the_norms_jacobian(normalization: str) -> None:
     got = norm_jvp(model, x, t)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
     torch.testing.assert_close(got, vjp, rtol=0, atol=1e-12)  # symmetric: the same map takes gradients back
+
+
+#: (test_graphs_faithfulness checks the LayerNorm models, sequential and parallel, with both ablations)
+PATCH_CASES = [("a-attn-only-shortformer", "mean")] + [(name, "patch") for name in sorted(MODELS) if name[0] != "b"]
+
+
+@pytest.mark.parametrize(("name", "ablation"), PATCH_CASES)
+def test_patching_pass_is_the_per_edge_definition(name: str, ablation: str) -> None:
+    """Circuits of every density through :mod:`~circuitwidgets.graphs.patchpass` against the split pass with each
+    dropped edge added to its receiver's own copy (``test_graphs_faithfulness``'s definition), reading two positions."""
+    from test_graphs_faithfulness import _slow_masked_values
+
+    from circuitwidgets.graphs.patching import masked_values
+    from circuitwidgets.graphs.runs import setup
+
+    model = MODELS[name]()
+    clean, corrupted, _ = _pair(model, n_pos=6)
+    metric = _metric(model, "two-positions", clean.shape[0])
+    comps = components_of(model)
+    exists = comps.edge_mask()
+    rng = np.random.default_rng(1)
+    densities = (0.1, 0.5, 0.9)
+    drop = np.stack([exists & (rng.random(exists.shape) < p) for p in densities] + [exists, np.zeros_like(exists)])
+    wk = _writes(model, comps, corrupted)
+    reference = wk if ablation == "patch" else wk.mean(0, keepdim=True).expand_as(wk)
+    want = _slow_masked_values(model, clean, reference, metric, drop)
+    got = masked_values(setup(model, clean, corrupted, metric, None), drop, ablation)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
