@@ -18,18 +18,30 @@ r₁ … r₇``; the metric is the logit difference ``r₈ − s₈`` at the las
 
 Run from the repository root (threads pinned to 2, as CI's machine)::
 
-    nice -n 10 .venv/bin/python benchmarks/bench_eap.py
+    nice -n 10 .venv/bin/python benchmarks/bench_eap.py --pairs 1000 --steps 5 --threads 2   # the issue's table
     .venv/bin/python benchmarks/bench_eap.py --pairs 100 --agree-pairs 8      # quick
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/bench_eap.py --threads 1 --clock cpu  # a loaded machine
 
-Prints markdown tables and the machine's load average. Not part of the test suite.
+Prints markdown tables (each timing, what it is measured against in the same run, the ratio, the goal and whether it
+is met) and the machine's load average. Not part of the test suite.
 
-Measured (1 thread, ``--clock cpu``, load 17–22 on 2 CPUs; CPU seconds, which that load does not inflate the
-way it inflates wall time): 1,000 pairs: EAP-IG (5 steps) 32.2 s; plain EAP 6.6 forward+backward units; curve
-3.15× its floor. Before the fused receiver norm and the faithfulness patcher's single delta buffer, on 250 pairs
-in the same conditions: plain EAP 10.2 → 6.2 units, EAP-IG 16.1 → 9.7 s, curve 6.6× → 3.8×. Plain EAP's gap is
-the 3 · n_heads copies of the stream the split pass normalises and differentiates; the earlier 2.50 units and
-2.09× were wall times on a loaded machine.
+Measured (1,000 pairs, 1 thread, ``--clock cpu --skip-agreement``, load 9–15 on 2 CPUs; CPU seconds, which that load
+inflates far less than wall time), this code against the code before it (main 6cf45f5) run the same way::
+
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/bench_eap.py --pairs 1000 --steps 5 \
+        --threads 1 --clock cpu --skip-agreement
+
+| what | before | after | goal |
+|---|---:|---:|---|
+| EAP-IG inputs, 5 steps, every edge | 32.55 s (1.09 of 30 s) | 10.46 s (0.35) | ≤ 30 s on 2 cores |
+| plain EAP, every edge | 9.67 forward+backward units | 2.54 units | ≤ 3 |
+| faithfulness curve, 20 sizes (14 distinct circuits) | 6.98× its floor | 1.80× | ≤ 2× |
+
+Plain EAP's gap was the ``3 · n_heads`` normalised copies of the stream the split pass differentiated (now one pass
+of the model's own computation, each receiver's gradient by the chain rule: graphs/gradpass.py); the curve's was the
+same copies in every variant and the last layer run at every position (now receivers grouped by the senders they
+drop, the last layer at the metric's positions: graphs/patchpass.py). The same runs on 250 pairs: 8.90 → 2.19 units,
+10.55 → 2.82 s, 4.11× → 1.80× (the curve's floor then counted 16 sizes, not 13 distinct circuits).
 """
 
 from __future__ import annotations

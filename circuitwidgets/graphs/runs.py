@@ -68,11 +68,11 @@ def sliced(metric: object, start: int, stop: int, batch: int) -> object | None:
     return None
 
 
-def chunks(s: Setup, per_prompt_bytes: int) -> list[tuple[int, int, Metric]]:
-    """``(start, stop, metric)`` per chunk of prompts: as many as ``s.budget`` holds at ``per_prompt_bytes`` each
-    (all prompts in one chunk when the metric cannot be sliced)."""
+def chunks(s: Setup, per_prompt_bytes: int, most: int | None = None) -> list[tuple[int, int, Metric]]:
+    """``(start, stop, metric)`` per chunk of prompts: as many as ``s.budget`` holds at ``per_prompt_bytes`` each,
+    and at most ``most`` (all prompts in one chunk when the metric cannot be sliced)."""
     n = s.clean.shape[0]
-    size = max(1, min(n, s.budget // max(per_prompt_bytes, 1)))
+    size = max(1, min(n, s.budget // max(per_prompt_bytes, 1), most if most is not None else n))
     if sliced(s.metric, 0, 1, n) is None or size >= n:
         return [(0, n, s.whole)]
     out = []
