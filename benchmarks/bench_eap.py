@@ -33,9 +33,12 @@ inflates far less than wall time), this code against the code before it (main 6c
 
 | what | before | after | goal |
 |---|---:|---:|---|
-| EAP-IG inputs, 5 steps, every edge | 32.55 s (1.09 of 30 s) | 10.46 s (0.35) | ≤ 30 s on 2 cores |
-| plain EAP, every edge | 9.67 forward+backward units | 2.54 units | ≤ 3 |
-| faithfulness curve, 20 sizes (14 distinct circuits) | 6.98× its floor | 1.80× | ≤ 2× |
+| EAP-IG inputs, 5 steps, every edge | 32.55 s (1.09 of 30 s) | 11.25 s (0.38) | ≤ 30 s on 2 cores |
+| plain EAP, every edge | 9.67 forward+backward units | 1.64 units | ≤ 3 |
+| faithfulness curve, 20 sizes (14 distinct circuits) | 6.98× its floor | 1.54× | ≤ 2× |
+
+On that machine the same code's ratios vary by about ±20 % from run to run (earlier runs of this code before the
+caps on rows per pass: 2.10–2.54 units, 1.80–2.15× for the curve); a quiet machine gives the figure to report.
 
 Plain EAP's gap was the ``3 · n_heads`` normalised copies of the stream the split pass differentiated (now one pass
 of the model's own computation, each receiver's gradient by the chain rule: graphs/gradpass.py); the curve's was the
