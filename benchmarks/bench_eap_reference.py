@@ -23,10 +23,11 @@ benchmark the check against the reference's own code. Build the environment once
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/bench_eap_reference.py --peer /work/venvs/eapig/bin/python
 
-Measured (load 11–22 on 2 CPUs, so CPU seconds): scores over all 32,491 edges agree to a relative 5.1e-15 (eap)
-and 5.5e-15 (eap-ig-inputs), same top-20, every sign; plain EAP on 20 pairs, 1 thread: reference 58.7 CPU s,
-ours 5.7 (293 and 28.6 per 100 pairs, 0.10×), peak RSS 4.3 GiB (1.3 above the model) against 2.7 GiB. EAP-IG
-at 100 pairs did not finish on the loaded machine within the session.
+Measured (load 11–22 on 2 CPUs, so CPU seconds): scores over all 32,491 edges agree to a relative 6.5e-15 (eap)
+and 6.0e-15 (eap-ig-inputs), same top-20, every sign (with the one-pass gradients of graphs/gradpass.py; 5.1e-15 and
+5.5e-15 with the split pass before them); plain EAP on 20 pairs, 1 thread: reference 58.7 CPU s,
+ours 5.7 (293 and 28.6 per 100 pairs, 0.10×; ours before the one-pass gradients), peak RSS 4.3 GiB (1.3 above
+the model) against 2.7 GiB. EAP-IG at 100 pairs did not finish on the loaded machine within the session.
 """
 
 from __future__ import annotations

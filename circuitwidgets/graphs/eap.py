@@ -23,7 +23,6 @@ backward pass per chunk.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -31,22 +30,21 @@ import torch
 
 from circuitwidgets.causal.metrics import Metric
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
-from circuitwidgets.graphs.components import Components, Group
+from circuitwidgets.graphs import gradpass
+from circuitwidgets.graphs.components import Components
+from circuitwidgets.graphs.gradpass import Block, Written, norm_jvp, sender_major
 from circuitwidgets.graphs.graph import Graph
-from circuitwidgets.graphs.runs import (
-    Setup,
-    bytes_per_sequence,
-    chunks,
-    logits_of,
-    metric_values,
-    prompt_of,
-    setup,
-    writes_and_value,
-)
+from circuitwidgets.graphs.runs import Setup, bytes_per_sequence, chunks, prompt_of, setup
 from circuitwidgets.model import CircuitModel
 
 METHODS = ("eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
 Method = Literal["eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted"]
+
+#: Token rows (variants × prompts × positions) one pass holds at most, memory allowing: the per-receiver gradients
+#: (``3 · n_heads`` of ``d_model`` per row and layer) are the largest tensors, and bigger passes measured slower per
+#: row on a CPU (plain EAP, gelu-2l, 1,000 pairs, 1 thread, CPU seconds on a loaded machine: 2.1–2.9 s with passes
+#: of 512–1,024 rows, 3.1–3.2 s with 2,000–6,000).
+ROWS_PER_PASS = 1024
 
 CONVENTION = (
     "weight ≈ metric(clean run with the sender's write replaced by its corrupted write for this receiver only) − "
@@ -84,16 +82,16 @@ def edge_attribution(
     variants = _n_variants(method, steps, comps)
     scores = np.zeros((comps.n_senders, comps.n_receivers))
     clean_value = corrupted_value = 0.0
-    for start, stop, m in chunks(s, variants * bytes_per_sequence(model, s.clean.shape[1], comps)):
+    n_pos = s.clean.shape[1]
+    most = max(1, ROWS_PER_PASS // (variants * n_pos))
+    for start, stop, m in chunks(s, variants * bytes_per_sequence(model, n_pos, comps), most):
         a, b = s.clean[start:stop], s.corrupted[start:stop]
-        grads, acts_clean, acts_corrupted, values = _runs(s, m, method, steps, a, b)
+        blocks, acts_clean, acts_corrupted, values = _runs(s, m, method, steps, a, b)
         share = (stop - start) / n
         clean_value += share * values[0]
         corrupted_value += share * values[1]
-        diff = acts_corrupted - acts_clean  # (in the model's dtype: a float64 model gets float64 scores)
-        for group, grad in zip(comps.groups(), grads, strict=True):
-            block = torch.einsum("bpud,bprd->ur", diff[:, :, : group.upstream], grad).double()
-            scores[: group.upstream, group.first : group.first + group.size] += share * block.cpu().numpy()
+        for sender, size, receiver, r, part in _scores(model, blocks, acts_clean, acts_corrupted):
+            scores[sender : sender + size, receiver : receiver + r] += share * part
     whole = s.whole
     if whole.normalise:
         c = whole.clean if whole.clean is not None else clean_value
@@ -123,117 +121,96 @@ def _n_variants(method: str, steps: int, comps: Components) -> int:
 
 def _runs(
     s: Setup, m: Metric, method: str, steps: int, a: torch.Tensor, b: torch.Tensor
-) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, tuple[float, float]]:
-    """The gradients of :func:`_gradients`, both prompts' writes and metric values (clean, corrupted).
+) -> tuple[list[Block], list[Written], list[Written], tuple[float, float]]:
+    """Per receiver block, ``Σ_variants ∂metric/∂input / variants``; both prompts' writes; their metric values.
 
     ``eap`` and ``clean-corrupted`` run the clean (and corrupted) prompts themselves in the
     gradient pass, so their writes and values are recorded there (one or two forward
     passes fewer); the integrated-gradients methods record them first, to interpolate.
     """
     if method in ("eap-ig-inputs", "eap-ig-activations"):
-        (acts_clean, clean_value), (acts_corrupted, corrupted_value) = (
-            writes_and_value(s, a, m),
-            writes_and_value(s, b, m),
-        )
-        grads, _, _ = _gradients(s, m, method, steps, a, b, acts_clean, acts_corrupted)
-        return grads, acts_clean, acts_corrupted, (clean_value, corrupted_value)
-    grads, recorded, values = _gradients(s, m, method, steps, a, b, None, None)
-    n = a.shape[0]
+        clean, corrupted = gradpass.run(s, m, a, grad=False), gradpass.run(s, m, b, grad=False)
+        v = _n_variants(method, steps, s.comps)
+        edit = _interpolation(method, steps, clean.writes, corrupted.writes, a.shape[0])
+        blocks = gradpass.run(s, m, a.repeat(v, 1), v, edit).blocks
+        return blocks, clean.writes, corrupted.writes, (float(clean.values[0]), float(corrupted.values[0]))
     if method == "eap":
-        acts_corrupted, corrupted_value = writes_and_value(s, b, m)
-        return grads, recorded, acts_corrupted, (values[0], corrupted_value)
-    return grads, recorded[:n], recorded[n:], (values[0], values[1])
-
-
-def _gradients(
-    s: Setup,
-    m: Metric,
-    method: str,
-    steps: int,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    acts_clean: torch.Tensor | None,
-    acts_corrupted: torch.Tensor | None,
-) -> tuple[list[torch.Tensor], torch.Tensor, list[float]]:
-    """Per receiver group, ``Σ_variants ∂metric/∂input / variants`` ``[batch, pos, group size, d_model]``; the
-    writes of every variant (when no interpolation is given, else empty) and each variant's metric."""
-    comps = s.comps
+        run, corrupted = gradpass.run(s, m, a), gradpass.run(s, m, b, grad=False)
+        return run.blocks, run.writes, corrupted.writes, (float(run.values[0]), float(corrupted.values[0]))
+    run = gradpass.run(s, m, torch.cat([a, b]), 2)
     n = a.shape[0]
-    v = _n_variants(method, steps, comps)
-    tokens = torch.cat([a, b]) if method == "clean-corrupted" else a.repeat(v, 1)
-    leaves: list[torch.Tensor] = []
-    recorded: list[torch.Tensor] = []
+    halves = [[Written(w.first, w.value[i * n : (i + 1) * n], w.rows, w.layer) for w in run.writes] for i in (0, 1)]
+    return run.blocks, halves[0], halves[1], (float(run.values[0]), float(run.values[1]))
 
-    def add_leaf(group: Group, x: torch.Tensor, _: Callable[[], torch.Tensor]) -> torch.Tensor:
-        leaf = torch.zeros_like(x, requires_grad=True)
-        leaves.append(leaf)
-        return x + leaf
 
-    def record(_: int, value: torch.Tensor) -> torch.Tensor:
-        recorded.append(value.detach())
-        return value
-
-    edit_output = (
-        _interpolation(method, steps, comps, acts_clean, acts_corrupted, n)
-        if acts_clean is not None and acts_corrupted is not None
-        else record
-    )
-    with torch.enable_grad():
-        logits = logits_of(s, m, tokens, edit_input=add_leaf, edit_output=edit_output)
-        values = metric_values(m, logits, v, n)
-        values.sum().backward()  # type: ignore[no-untyped-call]
+def _scores(
+    model: CircuitModel, blocks: list[Block], clean: list[Written], corrupted: list[Written]
+) -> list[tuple[int, int, int, int, np.ndarray]]:
+    """``(first sender, senders, first receiver, receivers, scores)`` per sender group and receiver block:
+    ``Σ_{prompts, positions, d_model} (corrupted − clean write) · gradient``, over the positions the block's
+    receivers read (the last layer's queries and MLP, and the logits, only where the metric reads: their gradient
+    is zero elsewhere). Writes are sender-major ``[senders, batch, pos, d_model]``, gradients receiver-major, so
+    that each block is one matrix product over ``(batch, pos, d_model)``."""
+    diffs = []
+    for c, k in zip(clean, corrupted, strict=True):  # (a layer's heads: (Δz)_h W_O[h], one product for both runs)
+        d = sender_major(model, Written(c.first, k.value - c.value, c.rows, c.layer))
+        diffs.append((c.first, d, c.rows))
+    at_rows: dict[int, torch.Tensor] = {}
+    normed: dict[tuple[int, bool, int], torch.Tensor] = {}
     out = []
-    for leaf in leaves:
-        grad = leaf.grad
-        assert grad is not None
-        out.append(grad.view(v, n, *grad.shape[1:]).sum(0) / v)
-    writes = torch.cat(recorded, dim=2) if recorded else torch.zeros(0)
-    return out, writes, [float(x) for x in values.detach()]
+    for block in blocks:
+        r, variants = block.size, block.grad.shape[1]
+        grad = block.grad.reshape(r, -1)
+        if block.stream is None and variants > 1:
+            grad = block.grad.sum(1).reshape(r, -1) / variants
+        for first, d, rows in diffs:
+            if first >= block.group.upstream:
+                break
+            assert block.rows is not None or rows is None  # a receiver at every position reads no last-layer sender
+            if block.rows is not None and rows is None:
+                d = at_rows[first] if first in at_rows else at_rows.setdefault(first, d[:, :, block.rows])
+            if block.stream is not None:  # J_N(stream) applied to the writes (fewer than the receivers it serves)
+                key = (block.group.first, block.rows is None, first)
+                if key not in normed:
+                    normed[key] = norm_jvp(model, block.stream, d[:, None])
+                part = normed[key].reshape(d.shape[0], -1) @ grad.T / variants
+            else:
+                part = d.reshape(d.shape[0], -1) @ grad.T
+            # (in the model's dtype: a float64 model gets float64 scores)
+            out.append((first, d.shape[0], block.first, r, part.double().cpu().numpy()))
+    return out
 
 
 def _interpolation(
-    method: str, steps: int, comps: Components, clean: torch.Tensor, corrupted: torch.Tensor, n: int
-) -> Callable[[int, torch.Tensor], torch.Tensor] | None:
-    """The output edit of the integrated-gradients methods (``None`` for the others: ``record`` is used).
+    method: str, steps: int, clean: list[Written], corrupted: list[Written], n: int
+) -> gradpass.WriteEdit:
+    """The write edit of the integrated-gradients methods.
 
     Variants are stacked variant-major; variant ``i`` of ``eap-ig-inputs`` sets the input to
     ``corrupted + i/steps (clean − corrupted)``; variant ``g · steps + k − 1`` of ``eap-ig-activations``
     sets sender group ``g``'s writes to ``α clean + (1 − α) corrupted`` with ``α = k/steps``.
     """
+    c0 = clean[0].value
     if method == "eap-ig-inputs":
-        alphas = torch.arange(steps, dtype=clean.dtype, device=clean.device) / steps
-        groups = torch.zeros(steps, dtype=torch.long, device=clean.device)
-    elif method == "eap-ig-activations":
-        n_groups = 1 + comps.n_layers * (1 + int(comps.has_mlp))
-        k = torch.arange(1, steps + 1, dtype=clean.dtype, device=clean.device) / steps
-        alphas = k.repeat(n_groups)
-        groups = torch.arange(n_groups, device=clean.device).repeat_interleave(steps)
+        alphas = torch.arange(steps, dtype=c0.dtype, device=c0.device) / steps
+        groups = torch.zeros(steps, dtype=torch.long, device=c0.device)
     else:
-        return None
-    firsts = _group_firsts(comps)
+        k = torch.arange(1, steps + 1, dtype=c0.dtype, device=c0.device) / steps
+        alphas = k.repeat(len(clean))
+        groups = torch.arange(len(clean), device=c0.device).repeat_interleave(steps)
+    index = {w.first: i for i, w in enumerate(clean)}
     chosen_groups = {int(g) for g in groups}
     v = len(alphas)
 
-    def edit(first: int, out: torch.Tensor) -> torch.Tensor:
-        g = firsts.index(first)
+    def edit(first: int, out: torch.Tensor, _: list[int] | None) -> torch.Tensor:
+        g = index[first]
         if g not in chosen_groups:
             return out  # no variant sets this group: its writes are the run's own
-        width = out.shape[2]
-        c, k = clean[:, :, first : first + width], corrupted[:, :, first : first + width]
+        c, k = clean[g].value, corrupted[g].value
         alpha = alphas.view(v, 1, 1, 1, 1)
         mixed = (k + alpha * (c - k)).expand(v, *c.shape) if method == "eap-ig-inputs" else alpha * c + (1 - alpha) * k
         chosen = (groups == g).view(v, 1, 1, 1, 1)
-        values = out.view(v, n, *out.shape[1:])
-        return torch.where(chosen, mixed.to(out.dtype), values).view_as(out)
+        values = out.reshape(v, n, *out.shape[1:])
+        return torch.where(chosen, mixed.to(out.dtype), values).reshape(out.shape)
 
     return edit
-
-
-def _group_firsts(comps: Components) -> list[int]:
-    """First sender of each sender group: the input, then per layer the heads and the MLP."""
-    out = [0]
-    for layer in range(comps.n_layers):
-        out.append(comps.head_sender(layer, 0))
-        if comps.has_mlp:
-            out.append(comps.mlp_sender(layer))
-    return out

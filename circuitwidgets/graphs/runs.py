@@ -1,4 +1,4 @@
-"""What edge attribution and edge patching share: checked inputs, the metric per chunk of prompts, recorded writes.
+"""What edge attribution and edge patching share: checked inputs, the metric per chunk of prompts, the cost estimate.
 
 Prompts are processed in chunks so that memory stays bounded on many pairs.
 The metric is a mean over prompts (as :func:`~circuitwidgets.causal.logit_diff`
@@ -18,7 +18,6 @@ from circuitwidgets.causal.engine import check_pair
 from circuitwidgets.causal.metrics import LogitDiff, Metric, Normalised, as_metric, scalar
 from circuitwidgets.errors import ArgumentTypeError
 from circuitwidgets.graphs.components import Components, components_of
-from circuitwidgets.graphs.split import split_run
 from circuitwidgets.model import CircuitModel
 
 #: Default bytes one batched backward pass may hold (activations kept for the backward pass).
@@ -69,11 +68,11 @@ def sliced(metric: object, start: int, stop: int, batch: int) -> object | None:
     return None
 
 
-def chunks(s: Setup, per_prompt_bytes: int) -> list[tuple[int, int, Metric]]:
-    """``(start, stop, metric)`` per chunk of prompts: as many as ``s.budget`` holds at ``per_prompt_bytes`` each
-    (all prompts in one chunk when the metric cannot be sliced)."""
+def chunks(s: Setup, per_prompt_bytes: int, most: int | None = None) -> list[tuple[int, int, Metric]]:
+    """``(start, stop, metric)`` per chunk of prompts: as many as ``s.budget`` holds at ``per_prompt_bytes`` each,
+    and at most ``most`` (all prompts in one chunk when the metric cannot be sliced)."""
     n = s.clean.shape[0]
-    size = max(1, min(n, s.budget // max(per_prompt_bytes, 1)))
+    size = max(1, min(n, s.budget // max(per_prompt_bytes, 1), most if most is not None else n))
     if sliced(s.metric, 0, 1, n) is None or size >= n:
         return [(0, n, s.whole)]
     out = []
@@ -85,41 +84,12 @@ def chunks(s: Setup, per_prompt_bytes: int) -> list[tuple[int, int, Metric]]:
     return out
 
 
-def writes(s: Setup, tokens: torch.Tensor) -> torch.Tensor:
-    """Every sender's write ``[batch, pos, senders, d_model]`` on ``tokens`` (no gradient)."""
-    return writes_and_value(s, tokens, None)[0]
-
-
-def writes_and_value(s: Setup, tokens: torch.Tensor, m: Metric | None) -> tuple[torch.Tensor, float]:
-    """Every sender's write on ``tokens`` and, from the same pass, the metric ``m`` (NaN without one)."""
-    out: list[torch.Tensor] = []
-
-    def keep(_: int, value: torch.Tensor) -> torch.Tensor:
-        out.append(value)
-        return value
-
-    with torch.no_grad():
-        if m is None:
-            split_run(s.model, s.comps, tokens, edit_output=keep)
-            return torch.cat(out, dim=2), float("nan")
-        logits = logits_of(s, m, tokens, edit_output=keep)
-        value = float(metric_values(m, logits, 1, tokens.shape[0])[0])
-    return torch.cat(out, dim=2), value
-
-
 def metric_values(m: Metric, logits: torch.Tensor, n: int, batch: int) -> torch.Tensor:
     """The metric of ``n`` variants stacked variant-major on the batch axis ``[n]`` (typed error if not scalar)."""
     values = m.batched(logits.view(n, batch, *logits.shape[1:]), batch)
     if values.shape != (n,):
         scalar(values, m.name)  # raises, naming the metric
     return values
-
-
-def logits_of(s: Setup, m: Metric, tokens: torch.Tensor, **edits: object) -> torch.Tensor:
-    """Logits the metric reads, of the split pass on ``tokens`` with ``edits`` (``edit_input``, ``edit_output``)."""
-    positions = m.positions_at(tokens.shape[1])
-    columns = m.columns.to(s.model.device) if m.columns is not None else None
-    return split_run(s.model, s.comps, tokens, positions=positions, columns=columns, **edits)  # type: ignore[arg-type]
 
 
 def prompt_of(model: CircuitModel, tokens: torch.Tensor) -> tuple[list[str], list[int]]:
@@ -139,10 +109,7 @@ def bytes_per_sequence(model: CircuitModel, n_pos: int, comps: Components) -> in
 __all__: Sequence[str] = (
     "Setup",
     "chunks",
-    "logits_of",
     "metric_values",
     "setup",
     "sliced",
-    "writes",
-    "writes_and_value",
 )

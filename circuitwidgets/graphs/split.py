@@ -1,4 +1,10 @@
-"""The forward pass with every receiver's input apart: the pass edge attribution differentiates and edge patching edits.
+"""The forward pass with every receiver's input apart: the definition of edge attribution's and edge patching's passes.
+
+Edge attribution (:mod:`~circuitwidgets.graphs.gradpass`) and edge patching
+(:mod:`~circuitwidgets.graphs.patchpass`) run faster passes that share what
+receivers have in common; the tests hold both to this one, where every
+receiver literally reads its own copy of the stream (a zero leaf on a copy
+has that receiver's gradient; an edit of a copy patches that receiver only).
 
 The same computation as :meth:`CircuitModel.forward` (its own norms,
 projections, rotary, attention and MLP code), except that each head's query,
