@@ -111,7 +111,7 @@ class Clock:
 
     device: torch.device
     kind: str
-    repeats: int = 5  # most calls per measurement
+    repeats: int = 3  # most calls per measurement
     budget: float = 5.0  # seconds (the clock's kind) after which a measurement stops repeating
 
     def sync(self) -> None:

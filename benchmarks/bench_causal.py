@@ -11,7 +11,7 @@ met, the floor and the ratio to it, the largest difference from TransformerLens'
 ``--device cuda`` refuses clearly where torch sees no CUDA device. On CUDA every timed call is synchronised
 (``torch.cuda.synchronize``) before and after, each model runs one untimed forward first, and the clock is wall
 time; on CPU it is this process's CPU time (``--clock wall`` to change), which other processes on a shared machine
-disturb far less than wall time. A measurement repeats its call up to ``--repeats`` times (5) until its calls took
+disturb far less than wall time. A measurement repeats its call up to ``--repeats`` times (3) until its calls took
 ``--budget`` seconds (5) and reports the median of the calls after the first (a warm-up for both libraries:
 kernels, caches, and our one-off choice of variants per pass, cached per shape); a call that alone spends the
 budget is reported as it is (TransformerLens's longer sweeps; ours then include that choice, at most 5% of the
@@ -304,7 +304,7 @@ def main() -> None:
     parser.add_argument("--sweeps", default="", help="only these sites (and 'induction'), comma-separated")
     parser.add_argument("--forward", default="tiny,medium", help="shapes of the forward rows ('' for none)")
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens")
-    parser.add_argument("--repeats", type=int, default=5, help="most calls per measurement; the median counts (5)")
+    parser.add_argument("--repeats", type=int, default=3, help="most calls per measurement (default 3)")
     parser.add_argument("--budget", type=float, default=5.0,
                         help="seconds (the clock's) after which a measurement stops repeating (default 5)")  # fmt: skip
     args = parser.parse_args()
