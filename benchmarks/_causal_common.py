@@ -112,7 +112,7 @@ class Clock:
     device: torch.device
     kind: str
     repeats: int = 3  # most calls per measurement
-    budget: float = 5.0  # seconds (the clock's kind) after which a measurement stops repeating
+    budget: float = 10.0  # seconds (the clock's kind) after which a measurement stops repeating
 
     def sync(self) -> None:
         """Wait for the device's queued work (a no-op on CPU)."""

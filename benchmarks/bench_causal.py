@@ -12,10 +12,11 @@ met, the floor and the ratio to it, the largest difference from TransformerLens'
 (``torch.cuda.synchronize``) before and after, each model runs one untimed forward first, and the clock is wall
 time; on CPU it is this process's CPU time (``--clock wall`` to change), which other processes on a shared machine
 disturb far less than wall time. A measurement repeats its call up to ``--repeats`` times (3) until its calls took
-``--budget`` seconds (5) and reports the median of the calls after the first (a warm-up for both libraries:
+``--budget`` seconds (10) and reports the median of the calls after the first (a warm-up for both libraries:
 kernels, caches, and our one-off choice of variants per pass, cached per shape); a call that alone spends the
-budget is reported as it is (TransformerLens's longer sweeps; ours then include that choice, at most 5% of the
-sweep). JSON keeps every call.
+budget is reported as it is, marked "1 call" in the table (TransformerLens's longer sweeps, whose first call ran
+up to a quarter slower than its second here; ours then include that choice, at most 5% of the sweep). JSON keeps
+every call.
 
 Shapes (random Hugging Face GPT-2 weights built offline, float32, read by ``circuitwidgets.from_hf`` and bridged
 by TransformerLens ``TransformerBridge.boot_transformers`` from the same object, on the same device):
@@ -234,11 +235,11 @@ def print_table(rows: list[Row], meta: dict[str, Any]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = r.ratio()
-        tl = "—" if r.tl is None else f"{r.tl.seconds:.3f} s"
+        tl = "—" if r.tl is None else f"{r.tl.seconds:.3f} s" + (" (1 call)" if len(r.tl.cpu) == 1 else "")
         met = "—" if ratio is None else ("yes" if ratio >= r.goal else "**no**")
         d = "—" if r.delta is None else f"{r.delta:.1e}"
         print(
-            f"| {r.shape} | {r.sweep} | {r.ours.seconds:.3f} s | {tl} | {'—' if ratio is None else f'{ratio:.2f}×'} | "
+            f"| {r.shape} | {r.sweep} | {r.ours.seconds:.3f} s{' (1 call)' if len(r.ours.cpu) == 1 else ''} | {tl} | {'—' if ratio is None else f'{ratio:.2f}×'} | "
             f"{goal_text(r)} | {met} | {r.floor:.3f} s | {r.ours.seconds / r.floor:.2f}× | {d} | "
             f"{r.ours.peak_bytes / 2**20:,.0f} MB |"
         )
@@ -305,8 +306,8 @@ def main() -> None:
     parser.add_argument("--forward", default="tiny,medium", help="shapes of the forward rows ('' for none)")
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens")
     parser.add_argument("--repeats", type=int, default=3, help="most calls per measurement (default 3)")
-    parser.add_argument("--budget", type=float, default=5.0,
-                        help="seconds (the clock's) after which a measurement stops repeating (default 5)")  # fmt: skip
+    parser.add_argument("--budget", type=float, default=10.0,
+                        help="seconds (the clock's) after which a measurement stops repeating (default 10)")  # fmt: skip
     args = parser.parse_args()
     device = device_of(parser, args.device)
     keys = [k for k in args.shapes.split(",") if k]
