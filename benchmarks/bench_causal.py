@@ -52,6 +52,7 @@ hour of wall time, so this session measured the three rows it worked on, each in
     nice -n 10 .venv/bin/python benchmarks/bench_causal.py --threads 1 --shapes tiny --sweeps pattern --forward "" --repeats 5 --budget 5
     nice -n 10 .venv/bin/python benchmarks/bench_causal.py --threads 1 --shapes medium --sweeps induction --forward "" --repeats 5 --budget 5
     nice -n 10 .venv/bin/python benchmarks/bench_causal.py --threads 1 --shapes gpt2 --sweeps resid_pre --forward "" --repeats 5 --budget 5
+    nice -n 10 .venv/bin/python benchmarks/bench_causal.py --threads 1 --shapes medium --sweeps induction --forward "" --budget 20
 
 | shape | sweep | before: ours, TL | after: ours | TL 4.3 | TL / ours | goal | floor | ours / floor | max abs Δ |
 |---|---|---|---|---|---|---|---|---|---|
