@@ -163,7 +163,9 @@ def evaluate_variants(
     def prefix(at: int) -> tuple[torch.Tensor, torch.Tensor]:
         return base.cache["k", at][:, :offset], base.cache["v", at][:, :offset]
 
-    record = Recorder({}, set(), hooks, prefix if offset else None, offset)
+    record = Recorder(
+        {}, set(), hooks, prefix if offset else None, offset, resumed(model, base, layer, site, n, offset)
+    )
     columns = metric.columns.to(model.device) if metric.columns is not None else None
     logits = model.run_from(tokens, start, resid, record, positions=positions, columns=columns)
     values = metric.batched(logits.view(n, batch, *logits.shape[1:]), batch)
@@ -174,6 +176,26 @@ def evaluate_variants(
     if not bool(torch.isfinite(values).all()):
         raise ArgumentError(f"metric: {metric.name} returned a non-finite value for a patched run")
     return values
+
+
+#: Sites after which a pass may resume a layer from the base run (the patched layer's queries, keys, values and pattern
+#: are the base run's: only what follows the site is recomputed).
+RESUMABLE = frozenset({"z", "attn_out"})
+
+
+def resumed(
+    model: CircuitModel, base: BaseRun, layer: int, site: str, n: int, offset: int
+) -> tuple[int, str, torch.Tensor] | None:
+    """Where ``n`` variants patching ``site`` at ``layer`` may resume (:attr:`Recorder.resume`): the base run's value
+    of the site, repeated; ``None`` where the layer must run whole (a site before z, or keys and values shared with
+    other layers, which the pass must recompute for them)."""
+    sources = model.cfg.kv_sources
+    if site not in RESUMABLE or (site, layer) not in base.cache or model.restart_layer(layer) != layer:
+        return None
+    if sources is not None and layer in sources[layer + 1 :]:
+        return None
+    value = base.cache[site, layer][:, offset:]
+    return layer, site, value.repeat(n, *([1] * (value.ndim - 1)))
 
 
 def sweep(

@@ -89,6 +89,7 @@ class Recorder:
         hooks: Mapping[tuple[str, int | None], Hook] | None = None,
         prefix: Callable[[int], tuple[torch.Tensor, torch.Tensor]] | None = None,
         offset: int = 0,
+        resume: tuple[int, str, torch.Tensor] | None = None,
     ) -> None:
         self.store, self.keep = store, keep
         self.hooks = dict(hooks or {})
@@ -97,6 +98,11 @@ class Recorder:
         # keys and values of the earlier positions are ``prefix(l)`` (``[batch, offset, heads, d_head]``, from a run
         # that agrees with this one before ``offset``: causal attention leaves those positions unchanged).
         self.prefix, self.offset = prefix, offset
+        # ``(layer, name, value)``: at ``layer`` the attention sublayer's ``name`` (``z`` or ``attn_out``) is ``value``,
+        # known from a run that agrees with this one up to there, so the pass skips computing it (the causal engine's
+        # patches of ``z`` and ``attn_out``: the queries, keys, values and pattern of the patched layer are the base
+        # run's). A hook on ``name`` still applies.
+        self.resume = resume
 
     def keeps(self, name: str) -> bool:
         """Whether ``name`` is kept or hooked (at some layer)."""

@@ -124,15 +124,29 @@ def chunked_attention(
         first, last = at[r0], at[r1 - 1]
         c0 = 0 if window is None else max(0, first - window + 1)
         keys = k[:, c0 : last + 1]
-        scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q[:, r0:r1], keys) / scale, softcap)
+        causal = window is None and c0 == 0 and at[r0:r1] == list(range(last + 1))  # every key up to each row
         dest_at = torch.tensor(at[r0:r1], device=q.device)[:, None]
         src = torch.arange(c0, last + 1, device=q.device)[None, :]
         allowed = src <= dest_at
         if window is not None:
             allowed &= src > dest_at - window
+        if softcap is None:  # torch's fused kernel: the same softmax, about twice as fast at a pass's shapes
+            z[:, r0:r1] = sdpa(q[:, r0:r1], keys, v[:, c0 : last + 1], scale, None if causal else allowed)
+            continue
+        scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q[:, r0:r1], keys) / scale, softcap)
         weights = scores.masked_fill_(~allowed, float("-inf")).softmax(dim=-1)
         z[:, r0:r1] = torch.einsum("bhqk,bkhe->bqhe", weights, v[:, c0 : last + 1])
     return z
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, allowed: torch.Tensor | None) -> torch.Tensor:
+    """``softmax(q kᵀ / scale) v`` for ``[batch, pos, heads, d_head]`` tensors by ``scaled_dot_product_attention``;
+    ``allowed`` ``[dest, src]`` the keys each query sees, ``None`` for the causal mask (as many queries as keys)."""
+    out = nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+        attn_mask=allowed, is_causal=allowed is None, scale=1.0 / scale,
+    )  # fmt: skip
+    return out.transpose(1, 2)
 
 
 def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

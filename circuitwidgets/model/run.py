@@ -22,7 +22,7 @@ import torch
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, ShapeError
 from circuitwidgets.model.cache import ActivationCache, Hook, Recorder
 from circuitwidgets.model.config import ModelConfig
-from circuitwidgets.model.forward import check_overrides, check_weights_present, forward_bytes, soft_cap
+from circuitwidgets.model.forward import affine, check_overrides, check_weights_present, forward_bytes, soft_cap
 from circuitwidgets.model.hook_names import did_you_mean, parse_tl_name
 from circuitwidgets.model.sublayers import Sublayers
 
@@ -255,10 +255,11 @@ class Runner(Sublayers):
                 resid = resid[:, at]
         final = self._normalize(resid, record, "scale_final", None)
         W_U = self.W_U if columns is None else self.W_U[:, columns]
-        logits = final @ W_U
         b_U = self.weight("b_U")
-        if b_U is not None:
-            logits = logits + (b_U if columns is None else b_U[columns])
+        if b_U is not None and b_U.dtype == final.dtype:  # the bias added inside the product's kernel
+            logits = affine(final, W_U, b_U if columns is None else b_U[columns])
+        else:
+            logits = final @ W_U if b_U is None else final @ W_U + (b_U if columns is None else b_U[columns])
         return soft_cap(logits, cfg.final_softcap)
 
     def _check_names(self, names: Sequence[str] | None) -> set[str] | None:

@@ -30,6 +30,7 @@ from circuitwidgets.model.forward import (
     rms_scale,
     soft_cap,
 )
+from circuitwidgets.model.fused import FusedProjections
 from circuitwidgets.model.rotary import rotate
 
 
@@ -107,6 +108,30 @@ class Sublayers:
         bias = self.weight(f"b_{letter}")
         return out + bias[layer] if bias is not None else out
 
+    def _fused_projections(
+        self, x: torch.Tensor, layer: int, queries: list[int] | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """Raw ``q`` (at rows ``queries`` of ``x``, all when ``None``), ``k`` and ``v`` of ``layer`` from one product
+        over the layer's fused weight (:mod:`circuitwidgets.model.fused`), or ``None`` to project per head."""
+        cache = self.__dict__.get("_fused_cache")
+        if cache is None:
+            cache = self.__dict__["_fused_cache"] = FusedProjections()
+        fused = cache.get(self._buffers, layer)
+        if fused is None:
+            return None
+        weight, bias, (n_q, n_k, n_v) = fused
+        if queries is None:
+            q, k, v = torch.split(affine(x, weight, bias), [n_q, n_k, n_v], dim=-1)
+        else:  # the last layer asks at a few rows: their queries, every row's keys and values (column slices, no copy)
+            q = affine(x[:, queries], weight[:, :n_q], None if bias is None else bias[:n_q])
+            k, v = torch.split(affine(x, weight[:, n_q:], None if bias is None else bias[n_q:]), [n_k, n_v], dim=-1)
+        kv_heads = self.cfg.kv_heads
+        return (
+            q.view(*q.shape[:-1], self.cfg.n_heads, -1),
+            k.view(*k.shape[:-1], kv_heads, -1),
+            v.view(*v.shape[:-1], kv_heads, -1),
+        )
+
     def _keys_and_values(
         self,
         layer: int,
@@ -114,18 +139,20 @@ class Sublayers:
         qk_in: torch.Tensor,
         positions: torch.Tensor,
         shared: dict[int, tuple[torch.Tensor, torch.Tensor]],
+        raw: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys (normed and rotated) and values (normed) ``[batch, pos, kv_heads, d_head]`` of ``layer``.
 
         A layer sharing an earlier layer's keys and values takes them from
-        ``shared``, where that layer left them in this pass.
+        ``shared``, where that layer left them in this pass. ``raw``: the keys and
+        values already projected (:meth:`_fused_projections`).
         """
         cfg = self.cfg
         source = cfg.kv_source(layer)
         if source != layer:
             return shared[source]
-        k = self._qk_norm(self._project(qk_in, layer, "K"), layer, "k_norm")
-        v = self._project(x, layer, "V")
+        k = self._qk_norm(raw[0] if raw is not None else self._project(qk_in, layer, "K"), layer, "k_norm")
+        v = raw[1] if raw is not None else self._project(x, layer, "V")
         if cfg.v_norm:
             v = rms_scale(v, cfg.ln_eps, cfg.head_width(layer))[0]
         freq = self.rotary_freq(layer)
@@ -148,16 +175,24 @@ class Sublayers:
     ) -> torch.Tensor:
         """The attention sublayer's output; ``queries``: only those rows of ``resid`` ask (keys and values from all)."""
         cfg = self.cfg
+        if record.resume is not None and record.resume[0] == layer:  # known up to z or attn_out (Recorder.resume)
+            _, name, value = record.resume
+            value = value if queries is None else value[:, queries]
+            if name == "attn_out":
+                return record("attn_out", layer, value)
+            return self._head_outputs(layer, record("z", layer, value), replaced, record)
         x = self._normalize(resid, record, "scale", layer)
         qk_in = x + pos if cfg.positional_embedding_type == "shortformer" and pos is not None else x
         offset = record.offset
         positions = torch.arange(offset, offset + resid.shape[1], device=resid.device)
+        own_kv = cfg.kv_source(layer) == layer
+        raw = self._fused_projections(x, layer, queries) if qk_in is x and own_kv else None
         asking = qk_in if queries is None else qk_in[:, queries]
-        q = self._qk_norm(self._project(asking, layer, "Q"), layer, "q_norm")
+        q = self._qk_norm(raw[0] if raw is not None else self._project(asking, layer, "Q"), layer, "q_norm")
         freq = self.rotary_freq(layer)
         if freq is not None:
             q = rotate(q, freq, positions if queries is None else positions[queries], pos_dim=1)
-        k, v = self._keys_and_values(layer, x, qk_in, positions, shared)
+        k, v = self._keys_and_values(layer, x, qk_in, positions, shared, None if raw is None else (raw[1], raw[2]))
         if cfg.group_size > 1:
             k, v = k.repeat_interleave(cfg.group_size, dim=2), v.repeat_interleave(cfg.group_size, dim=2)
         q = record("q", layer, q)
