@@ -58,7 +58,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the browser tests' helpers: tests/e2e is a package
 
-from e2e._hosts import JupyterServer, NotebookPage, jupyter_server  # noqa: E402
+from e2e._hosts import JupyterServer, jupyter_server  # noqa: E402
+from e2e._notebook import NotebookPage  # noqa: E402
 from e2e._pages import TIMEOUT_MS, watch  # noqa: E402
 from e2e.chromium import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
@@ -214,10 +215,9 @@ def run_case(
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1, locale="en-US")
     context.set_default_timeout(TIMEOUT_MS)
     path = jupyter.write_notebook(f"paint-{n}-{inputs}-{repeat}.ipynb")
-    kernel = jupyter.start_kernel(path)
+    notebook = NotebookPage(context.new_page(), watch(context))
     try:
-        notebook = NotebookPage(context.new_page(), watch(context))
-        notebook.open(jupyter.lab_url(path))
+        notebook.open(jupyter, path)
         notebook.run("import torch, circuitwidgets as cw", timeout_s=180)
         notebook.run(PREPARE.format(layers=layers, heads=heads, n=n, d=D_HEAD), timeout_s=300)
         if inputs == "dense":
@@ -225,7 +225,8 @@ def run_case(
         result = measure(notebook, BUILD[inputs], timeout_s)
     finally:
         context.close()
-        shut_down(jupyter, kernel)
+        if notebook.kernel_id:  # (set as soon as the session is made)
+            shut_down(jupyter, notebook.kernel_id)
     return {"N": n, "input": inputs, "heads": f"{layers} × {heads}", **result}
 
 

@@ -4,6 +4,7 @@ Usage::
 
     .venv/bin/python scripts/make_readme_images.py              # every view
     .venv/bin/python scripts/make_readme_images.py eigen explorer
+    .venv/bin/python scripts/make_readme_images.py report   # the two reports at 1,400 and 1,000 px
 
 Each view is built from the shipped models the way the notebooks build it, written
 with :func:`circuitwidgets.save_html` into a temporary directory, opened from
@@ -11,8 +12,13 @@ with :func:`circuitwidgets.save_html` into a temporary directory, opened from
 Playwright; never a downloaded browser, and every non-file request is aborted),
 and screenshotted, cropped to the widget, into ``docs/images/<view>.png``.
 
-``tests/test_notebooks.py`` checks that :data:`VIEWS`, the PNGs in ``docs/images``
-and the images the README shows are the same set, so none can go missing.
+``report`` writes both shipped reports as ``circuitwidgets report`` does and
+saves each at 1,400 and 1,000 px, cropped, as ``docs/images/report-<model>-<width>.png``
+(``scripts/report_images.py``).
+
+``tests/test_notebooks.py`` checks that :data:`VIEWS` with the report's pictures,
+the PNGs in ``docs/images`` and the images the README shows are the same set, so
+none can go missing.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ IMAGES = REPO / "docs" / "images"
 _BROWSER = runpy.run_path(str(REPO / "tests" / "e2e" / "chromium.py"))
 CHROMIUM: Path = _BROWSER["CHROMIUM"]
 CHROMIUM_ARGS: list[str] = _BROWSER["CHROMIUM_ARGS"]
+#: The report's pictures (``report``): both shipped reports at 1,400 and 1,000 px (scripts/report_images.py).
+REPORT_IMAGES = runpy.run_path(str(REPO / "scripts" / "report_images.py"))
 
 #: The views shown in the README, one PNG each (``docs/images/<view>.png``), in README order.
 VIEWS: tuple[str, ...] = (
@@ -232,6 +240,29 @@ def _wait_drawn(view: Any, timeout_s: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+def offline(route: Any) -> None:
+    """Offline, as an exported page is meant to be: only file:, data: and blob: load."""
+    if route.request.url.split(":", 1)[0] in ("file", "data", "blob"):
+        route.continue_()
+    else:
+        route.abort()
+
+
+def report_pictures(out_dir: Path) -> list[Path]:
+    """Write both shipped reports as ``circuitwidgets report`` does and save their pictures into ``out_dir``."""
+    from playwright.sync_api import sync_playwright
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="readme-reports-") as tmp, sync_playwright() as pw:
+        pages = REPORT_IMAGES["write_reports"](Path(tmp))
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            written: list[Path] = REPORT_IMAGES["shoot_reports"](browser, pages, out_dir, _DRAWN_JS, MAX_BYTES, offline)
+        finally:
+            browser.close()
+    return written
+
+
 def screenshot(pages: dict[str, Path], out_dir: Path) -> dict[str, Path]:
     """Open each saved page offline in headless chromium and save the widget as ``out_dir/<view>.png``."""
     from playwright.sync_api import sync_playwright
@@ -249,15 +280,7 @@ def screenshot(pages: dict[str, Path], out_dir: Path) -> dict[str, Path]:
                     device_scale_factor=SCALES.get(name, 1),
                     locale="en-US",
                 )
-                # Offline, as an exported page is meant to be: only file:, data: and blob: load.
-                context.route(
-                    "**/*",
-                    lambda route: (
-                        route.continue_()
-                        if route.request.url.split(":", 1)[0] in ("file", "data", "blob")
-                        else route.abort()
-                    ),
-                )
+                context.route("**/*", offline)
                 page = context.new_page()
                 errors: list[str] = []
                 page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
@@ -300,20 +323,27 @@ def ensure_bundle() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("views", nargs="*", help=f"views to draw (default all: {', '.join(VIEWS)})")
+    parser.add_argument(
+        "views", nargs="*", help=f"views to draw (default all: {', '.join(VIEWS)}), and `report` for the report's"
+    )
     parser.add_argument(
         "--out", type=Path, default=IMAGES, help=f"output directory (default {IMAGES.relative_to(REPO)})"
     )
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.views) - set(VIEWS))
+    unknown = sorted(set(args.views) - {*VIEWS, "report"})
     if unknown:
-        parser.error(f"unknown views {unknown}; expected some of {list(VIEWS)}")
-    names = list(args.views) or list(VIEWS)
+        parser.error(f"unknown views {unknown}; expected some of {[*VIEWS, 'report']}")
+    names = [n for n in args.views if n != "report"] if args.views else list(VIEWS)
     assert set(BUILDERS) == set(VIEWS), "every view needs a builder"
 
     import circuitwidgets as cw
 
     ensure_bundle()
+    if not args.views or "report" in args.views:
+        for path in report_pictures(args.out):
+            print(f"wrote {path.name} ({path.stat().st_size / 1e3:.0f} kB)", flush=True)
+    if not names:
+        return 0
     models = _Models()
     with tempfile.TemporaryDirectory(prefix="readme-images-") as tmp:
         pages = {}

@@ -1,5 +1,7 @@
 """Hosts the browser tests drive: a Jupyter server (JupyterLab 4 and Notebook 7) and marimo.
 
+A notebook page on the Jupyter server is driven by :class:`._notebook.NotebookPage`.
+
 Servers listen on 127.0.0.1 on a random free port with a random token, run in
 their own process group from a temporary directory, and are always stopped
 (the fixtures call :meth:`Server.stop` in ``finally``). Every wait has a timeout.
@@ -24,17 +26,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from playwright.sync_api import Locator, Page
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
-
-from ._pages import PageLog
-
 HERE = Path(__file__).resolve().parent
 
 #: How long a server may take to answer (the CI machine has 2 loaded cores).
 START_TIMEOUT_S = 120
-#: How long one notebook cell may run (the weight-space widgets compute on the shipped model).
-CELL_TIMEOUT_S = 180
 
 
 def free_port() -> int:
@@ -190,20 +185,34 @@ class JupyterServer:
         return name
 
     def start_kernel(self, path: str, timeout_s: float = START_TIMEOUT_S) -> str:
-        """Start the notebook's kernel through the REST API (as opening it would) and return the kernel id.
+        """Start the notebook's session and kernel through the REST API (as opening it would); return the kernel id.
 
-        Done before the page opens, so the front end joins a running session
-        instead of asking, on a slow machine, which kernel to start.
+        The server answers with the existing session when the notebook has one, so this never starts a second
+        kernel for a notebook. Done before the page opens, so the front end joins a running session.
         """
-        body = json.dumps({"path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}}).encode()
+        body = {"path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}}
+        return str(self.api("/api/sessions", "POST", body, timeout_s=timeout_s)["kernel"]["id"])
+
+    def api(self, path: str, method: str = "GET", body: dict[str, Any] | None = None, timeout_s: float = 60) -> Any:
+        """Call the server's REST API (``/api/...``) and return the decoded JSON answer (None when empty)."""
         request = urllib.request.Request(
-            f"{self.url}/api/sessions",
-            data=body,
-            method="POST",
+            f"{self.url}{path}",
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
             headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return str(json.load(response)["kernel"]["id"])
+            data = response.read()
+        return json.loads(data) if data else None
+
+    def session_kernel(self, path: str) -> dict[str, Any] | None:
+        """The kernel model (id, execution_state, connections) of the notebook ``path``'s session, or None.
+
+        The server keys sessions by path, so a notebook has at most one; a kernel started for it by the page
+        (its "Select Kernel" answer) would replace this kernel, not add a session.
+        """
+        sessions = [s for s in self.api("/api/sessions") if s.get("path") == path]
+        return dict(sessions[0]["kernel"]) if sessions and sessions[0].get("kernel") else None
 
     def lab_url(self, path: str) -> str:
         """JupyterLab on ``path`` in a workspace of its own.
@@ -228,134 +237,6 @@ def jupyter_server(root: Path) -> Iterator[JupyterServer]:
         yield jupyter
     finally:
         jupyter.server.stop()
-
-
-class NotebookPage:
-    """Drive a notebook in JupyterLab or Notebook 7 as a user does: type in the last cell, Shift+Enter.
-
-    Both front ends share the notebook widgets (``.jp-Notebook``, ``.jp-Cell``,
-    ``.jp-InputPrompt``, ``.jp-OutputArea-output``).
-    """
-
-    def __init__(self, page: Page, log: PageLog | None = None) -> None:
-        self.page = page
-        self.log = PageLog() if log is None else log
-
-    @property
-    def cells(self) -> Locator:
-        return self.page.locator(".jp-Notebook .jp-Cell")
-
-    def open(self, url: str, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Load the notebook and wait until its kernel runs a cell."""
-        self.page.goto(url, timeout=timeout_s * 1000)
-        self.cells.first.wait_for(timeout=timeout_s * 1000)
-        try:
-            self.run("print('cw-kernel-ready')", timeout_s=timeout_s)
-        except Exception as exc:
-            dialog = self.page.locator(".jp-Dialog")
-            text = dialog.first.inner_text() if dialog.count() else "(no dialog)"
-            raise AssertionError(f"the notebook did not run a first cell; dialog: {text!r}") from exc
-
-    def no_dialog(self) -> None:
-        """Accept a kernel choice (the preferred Python 3); fail with its text on any other dialog."""
-        dialog = self.page.locator(".jp-Dialog")
-        if not dialog.count():
-            return
-        text = dialog.first.inner_text()
-        if "Select Kernel" in text:
-            dialog.first.locator(".jp-mod-accept").first.click()
-            dialog.first.wait_for(state="detached")
-            return
-        raise AssertionError(f"a dialog covers the notebook: {text!r}")
-
-    def _prompt(self, index: int) -> str:
-        return str(self.cells.nth(index).locator(".jp-InputPrompt").first.text_content() or "")
-
-    def run(self, code: str, timeout_s: float = CELL_TIMEOUT_S) -> str:
-        """Type ``code`` into the last (empty) cell, run it, and return its output text.
-
-        Raises AssertionError with the traceback when the cell raises.
-        """
-        index = self.cells.count() - 1
-        cell = self.cells.nth(index)
-        editor = cell.locator(".cm-content").first
-        deadline = time.monotonic() + timeout_s
-        while True:  # a dialog (kernel choice) may open at any moment while the page settles
-            self.no_dialog()
-            try:
-                editor.click(timeout=5_000)
-                break
-            except PlaywrightTimeoutError:
-                if time.monotonic() > deadline:
-                    raise
-        self.page.keyboard.press("Control+a")
-        self.page.keyboard.press("Delete")
-        self.page.keyboard.insert_text(code)
-        self.page.keyboard.press("Shift+Enter")
-        sent = time.monotonic()
-        while True:
-            prompt = self._prompt(index)
-            if re.search(r"\[\d+\]", prompt):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"cell {index} did not finish within {timeout_s:.0f}s (prompt {prompt!r}):\n{code}")
-            # "[ ]" a few seconds after Shift+Enter: the run was dropped (kernel not yet connected); run again
-            if "*" not in prompt and time.monotonic() - sent > 5:
-                self.no_dialog()
-                editor.click()
-                self.page.keyboard.press("Shift+Enter")
-                sent = time.monotonic()
-            time.sleep(0.2)
-        return self.output(index)
-
-    def output(self, index: int) -> str:
-        outputs = self.cells.nth(index).locator(".jp-OutputArea-output")
-        texts = [outputs.nth(i).inner_text() for i in range(outputs.count())]
-        errors = self.cells.nth(index).locator(
-            '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"], .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]'
-        )
-        if errors.count() and any("Traceback" in t or "Error" in t for t in errors.all_inner_texts()):
-            raise AssertionError(f"cell {index} raised:\n" + "\n".join(texts))
-        return "\n".join(texts)
-
-    def value(self, expr: str) -> Any:
-        """Evaluate ``expr`` in the kernel (printed as JSON by a new cell) and return it."""
-        out = self.run(f"import json as _json; print('CW=' + _json.dumps({expr}))")
-        for line in reversed(out.splitlines()):
-            if line.startswith("CW="):
-                return json.loads(line[3:])
-        raise AssertionError(f"no value printed for {expr!r}: {out!r}")
-
-    def wait_value(self, expr: str, expected: Any, timeout_s: float = 30.0) -> Any:
-        """Re-evaluate ``expr`` until it equals ``expected`` (clicks reach the kernel asynchronously)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            got = self.value(expr)
-            if got == expected:
-                return got
-            if time.monotonic() > deadline:
-                raise AssertionError(f"kernel: {expr} is {got!r}, expected {expected!r}")
-            time.sleep(0.5)
-
-    def view(self, index: int, name: str) -> Locator:
-        """The ``[data-cw-view=name]`` root in cell ``index``'s output."""
-        return self.cells.nth(index).locator(f'.jp-OutputArea-output [data-cw-view="{name}"]').first
-
-    def display(self, code: str, name: str, timeout_s: float = CELL_TIMEOUT_S) -> Locator:
-        """Run ``code`` (whose last line displays a widget) and return its view root once attached."""
-        index = self.cells.count() - 1
-        seen = len(self.log.page_errors), len(self.log.console_errors)
-        self.run(code, timeout_s=timeout_s)
-        view = self.view(index, name)
-        deadline = time.monotonic() + 60
-        while view.count() == 0:
-            errors = self.log.ours(self.log.page_errors[seen[0] :] + self.log.console_errors[seen[1] :])
-            if errors:
-                raise AssertionError(f"view {name!r} not shown; the page logged: {errors}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"view {name!r} not shown within 60s of its cell finishing")
-            time.sleep(0.2)
-        return view
 
 
 # --- marimo -------------------------------------------------------------------------

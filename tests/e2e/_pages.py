@@ -27,12 +27,7 @@ OURS = re.compile(r"circuitwidgets|anywidget|cw-|blob:", re.IGNORECASE)
 #: ``initialize`` take more than a fixed 2 s, even when the model then
 #: initializes and the view renders (seen with the explorer on 2 loaded
 #: cores); the tests still require the view to draw and sync.
-# The second: JupyterLab's own kernel client cancelling its requests when the test harness replaces a kernel
-# under load (seen once in test_e2e_jupyterlab with a CPU hog beside it; test_e2e_lab_causal explains the race).
-# It names a kernel message (create_subshell_request, debug_request), never one of our views.
-BENIGN = re.compile(
-    r"^\[anywidget\] Failed to initialize model\.|^Error: Canceled future for \w+ message before replies were done"
-)
+BENIGN = re.compile(r"^\[anywidget\] Failed to initialize model\.")
 
 #: Default wait for anything in a page, ms.
 TIMEOUT_MS = 30_000

@@ -21,7 +21,8 @@ import circuitwidgets as cw
 from circuitwidgets.model import CircuitModel, ModelConfig
 from circuitwidgets.tokenizer import VocabTokenizer
 
-from ._hosts import JupyterServer, NotebookPage
+from ._hosts import JupyterServer
+from ._notebook import NotebookPage
 from ._pages import TIMEOUT_MS, PageLog, open_offline, wait_for, wait_status, wait_view, watch
 
 #: Three prompts of unequal length (padded on the wire, each shown at its own length).
@@ -102,8 +103,7 @@ def lab(jupyter: JupyterServer, browser: Browser) -> Iterator[NotebookPage]:
     try:
         notebook = NotebookPage(context.new_page(), watch(context))
         path = jupyter.write_notebook("batch.ipynb")
-        jupyter.start_kernel(path)
-        notebook.open(jupyter.lab_url(path))
+        notebook.open(jupyter, path)
         yield notebook
     finally:
         context.close()

@@ -23,7 +23,8 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from ._hostile import assert_tokens_are_text
-from ._hosts import JupyterServer, NotebookPage
+from ._hosts import JupyterServer
+from ._notebook import NotebookPage
 from ._pages import (
     TIMEOUT_MS,
     PageLog,
@@ -51,8 +52,7 @@ def lab(jupyter: JupyterServer, browser: Browser) -> Iterator[NotebookPage]:
         log = watch(context)
         notebook = NotebookPage(context.new_page(), log)
         path = jupyter.write_notebook("lab.ipynb")
-        jupyter.start_kernel(path)
-        notebook.open(jupyter.lab_url(path))
+        notebook.open(jupyter, path)
         notebook.run("from _widgets import BUILDERS, hostile_attention")
         yield notebook
     finally:
@@ -201,18 +201,18 @@ def _notebook_of_two_views(jupyter: JupyterServer, browser: Browser, name: str) 
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
     context.set_default_timeout(TIMEOUT_MS)
     jupyter.write_notebook(name)
-    kernel = jupyter.start_kernel(name)
+    notebook = NotebookPage(context.new_page(), watch(context))
     try:
-        notebook = NotebookPage(context.new_page(), watch(context))
-        notebook.open(jupyter.lab_url(name))
+        notebook.open(jupyter, name)
         notebook.run("from _widgets import BUILDERS")
         for view in ("attention", "eigen"):
             assert_drawn(notebook.display(f"w_{view} = BUILDERS[{view!r}]()\nw_{view}", view))
         yield notebook
     finally:
         context.close()
-        with suppress(OSError):  # (the server may already be gone; its kernels go with it)
-            _send(jupyter, "DELETE", f"/api/kernels/{kernel}")
+        if notebook.kernel_id:  # (set as soon as the session is made)
+            with suppress(OSError):  # (the server may already be gone; its kernels go with it)
+                _send(jupyter, "DELETE", f"/api/kernels/{notebook.kernel_id}")
 
 
 def _open_export(browser: Browser, html: Path) -> tuple[Page, PageLog]:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import pytest
 from playwright.sync_api import Browser, Locator, Page
 
-from ._hosts import JupyterServer, NotebookPage
+from ._hosts import JupyterServer
+from ._notebook import NotebookPage
 from ._pages import TIMEOUT_MS, assert_drawn, assert_figure_has_no_controls, is_styled, screenshot, wait_status, watch
 
 #: The clean prompt: [BOS] r r[:19] (20 random tokens r, then its first 19 again); the corrupted prompt replaces the
@@ -80,10 +81,7 @@ def views(jupyter: JupyterServer, browser: Browser) -> Iterator[Views]:
     try:
         lab = NotebookPage(context.new_page(), watch(context))
         path = jupyter.write_notebook("causal.ipynb")
-        # (no kernel started beforehand, as the other modules do: JupyterLab then asks for one all the same, and
-        # the answer, NotebookPage.no_dialog's, started a second kernel and shut the first down, while the page
-        # had requests in flight to it: "Canceled future for create_subshell_request", about one run in three)
-        lab.open(jupyter.lab_url(path))
+        lab.open(jupyter, path)
         index = lab.cells.count() - 1
         out = lab.run(BUILD)
         assert "selected_layer, selected_head, selected_dest" in out, f"not linked as expected: {out!r}"

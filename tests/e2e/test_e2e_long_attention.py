@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page
 
-from ._hosts import JupyterServer, NotebookPage
+from ._hosts import JupyterServer
+from ._notebook import NotebookPage
 from ._pages import TIMEOUT_MS, PageLog, open_offline, wait_for, wait_status, wait_view, watch
 
 N_TOKENS = 32_768  # the long context: the kernel serves tiles down to single weights
@@ -41,8 +42,7 @@ def lab(jupyter: JupyterServer, browser: Browser) -> Iterator[NotebookPage]:
     try:
         notebook = NotebookPage(context.new_page(), watch(context))
         path = jupyter.write_notebook("long.ipynb")
-        jupyter.start_kernel(path)
-        notebook.open(jupyter.lab_url(path))
+        notebook.open(jupyter, path)
         yield notebook
     finally:
         context.close()

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser
 
-from ._hosts import JupyterServer, NotebookPage
+from ._hosts import JupyterServer
+from ._notebook import NotebookPage
 from ._pages import TIMEOUT_MS, wait_for, wait_status, watch
 
 N_TOKENS = 4096
@@ -31,8 +32,7 @@ def lab(jupyter: JupyterServer, browser: Browser) -> Iterator[NotebookPage]:
     try:
         notebook = NotebookPage(context.new_page(), watch(context))
         path = jupyter.write_notebook("long_dense.ipynb")
-        jupyter.start_kernel(path)
-        notebook.open(jupyter.lab_url(path))
+        notebook.open(jupyter, path)
         yield notebook
     finally:
         context.close()

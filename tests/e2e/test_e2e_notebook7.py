@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser
 
-from ._hosts import JupyterServer, NotebookPage
+from ._hosts import JupyterServer
+from ._notebook import NotebookPage
 from ._pages import (
     TIMEOUT_MS,
     assert_drawn,
@@ -41,9 +42,7 @@ def test_attention_in_notebook7_draws_and_syncs_both_ways(jupyter: JupyterServer
     # the file browser of the classic interface lists it
     notebook.page.goto(f"{jupyter.url}/tree?token={jupyter.token}")
     notebook.page.get_by_text("classic.ipynb").first.wait_for()
-
-    jupyter.start_kernel(path)
-    notebook.open(jupyter.notebook7_url(path))
+    notebook.open(jupyter, path, front="notebook7")
     notebook.run("from _widgets import attention_patterns")
     view = notebook.display("w = attention_patterns()\nw", "attention")
     assert_drawn(view)

@@ -17,7 +17,8 @@ import circuitwidgets
 from circuitwidgets.superposition.phase import phase_diagram
 from circuitwidgets.widgets import Superposition
 
-from ._hosts import JupyterServer, NotebookPage
+from ._hosts import JupyterServer
+from ._notebook import NotebookPage
 from ._pages import TIMEOUT_MS, PageLog, assert_drawn, open_offline, screenshot, wait_for, wait_status, watch
 
 SMALL = "probabilities=[1.0, 0.1, 0.01], decays=[1.0, 0.9], steps=600, snapshots=8"
@@ -90,7 +91,7 @@ def live(jupyter: JupyterServer, browser: Browser) -> Iterator[tuple[NotebookPag
     context.set_default_timeout(TIMEOUT_MS)
     try:
         lab = NotebookPage(context.new_page(), watch(context))
-        lab.open(jupyter.lab_url(jupyter.write_notebook("superposition.ipynb")))
+        lab.open(jupyter, jupyter.write_notebook("superposition.ipynb"))
         index = lab.cells.count() - 1
         lab.run(BUILD, timeout_s=180)
         view = lab.cells.nth(index).locator('.jp-OutputArea-output [data-cw-view="superposition"]')

@@ -14,7 +14,7 @@ import { el, listen } from "../lib/dom";
 import { noExport } from "../lib/export";
 import { type CompData, compValue, countEdgesAbove, edgeFloor, edgeOfSelection, edgeOr, edgeWidth, type Kind, KIND_STYLE, KINDS, nearestEdge, parseEdgeId } from "../lib/graph";
 import { offsetControl } from "../lib/offset";
-import { clearError, makePanel, runView, segmented, setTitle, showError } from "../lib/panel";
+import { clearError, makePanel, redrawOnResize, runView, segmented, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
 import { fmt, headName, svgEl } from "../lib/svg";
 import { type DrawnGraph, drawGraph, EDGE_PICK_PX, type GraphSelection, graphEdges } from "./composition/graph";
@@ -44,6 +44,9 @@ type Model = AnyModel<CompositionTraits>;
 /** Edge counts offered (the kernel accepts 1–200; its default, 12, reads well at any size). */
 const EDGE_COUNTS = [6, 12, 24, 48, 96];
 const DEFAULT_EDGES = 12;
+/** The gaps between the graph and the maps' column, and between two maps (composition.css). */
+const BODY_GAP_PX = 22;
+const MAP_GAP_PX = 14;
 
 export function renderComposition({ model, el: root }: RenderProps<CompositionTraits>): () => void {
   const doc = root.ownerDocument;
@@ -181,6 +184,7 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
     const graph = drawGraph(doc, d, edges, sel, w);
     drawn = graph.edges;
     graphBox.replaceChildren(graph.svg);
+    arrange(); // (with the graph drawn: its width decides)
     graphNote.textContent = graph.hidden > 0 ? `The ${edges.length} strongest edges; only the heads they join (and the selected head) are drawn, ${graph.hidden} others are not.` : "";
     note.textContent = titled
       ? `${sub && d.baseline !== 0 ? `Values minus ${fmt(d.baseline, 3)}. ` : ""}Maps: rows earlier heads, columns later heads; the graph draws the largest positive values.`
@@ -229,6 +233,16 @@ export function renderComposition({ model, el: root }: RenderProps<CompositionTr
   }
 
   const frame = perFrame(draw);
+  cleanups.push(redrawOnResize(panel.body, frame));
+
+  /** The maps stand in their own column beside the graph when two fit side by side there (three maps and the
+   * legend in a 2 × 2); otherwise the graph, the maps and the legend share one flow (`cw-flow`, composition.css). */
+  function arrange(): void {
+    const canvas = maps.element.querySelector("canvas");
+    const mapWidth = canvas === null ? 0 : parseFloat(canvas.style.width) || 0;
+    const room = panel.body.clientWidth - graphColumn.offsetWidth - BODY_GAP_PX;
+    panel.body.classList.toggle("cw-flow", mapWidth > 0 && room < 2 * mapWidth + MAP_GAP_PX);
+  }
 
   /** A pointer event's position in the graph's own coordinates (the SVG may be drawn scaled). */
   function graphPoint(event: MouseEvent): { x: number; y: number } | null {

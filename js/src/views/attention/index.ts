@@ -209,7 +209,8 @@ export function renderAttention({ model, el: root }: RenderProps<AttentionTraits
 
   function drawMain(s: Sel, p: PatternSource, d: Data): void {
     const L = layout();
-    if (main.style.width !== `${L.width}px`) main.style.width = `${L.width}px`;
+    // its widest (the column may narrow, drawing the canvas smaller, to stay beside the thumbnails: attention.css)
+    if (main.style.maxWidth !== `${L.width}px`) main.style.maxWidth = `${L.width}px`;
     const dpr = globalThis.devicePixelRatio || 1;
     const ready = p.ready(s.layer, s.head);
     if (ready && p instanceof LongSource) p.need(s.layer, s.head, view, L.size * dpr); // ask first: tiles are computed while this frame draws

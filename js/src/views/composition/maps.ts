@@ -105,6 +105,7 @@ export function compositionMaps(
         const canvas = el(doc, "canvas");
         canvas.dataset.kind = kind;
         canvas.title = `${words.mapTitle(kind)}: rows earlier heads, columns later heads; click a cell to select the pair`;
+        canvas.addEventListener("wheel", onWheel);
         canvases.push(canvas);
         box.append(canvas);
         return box;
@@ -264,6 +265,22 @@ export function compositionMaps(
     redraw();
   }
 
+  /** Ctrl/⌘ + wheel over a map zooms the maps at the pointer. On each canvas, not the maps' box: the maps' box has
+   * no layout box in the flow of a narrow view (display: contents), and Chromium then scrolls the page without
+   * letting a listener there cancel the wheel. */
+  function onWheel(event: WheelEvent): void {
+    const canvas = canvasOf(event);
+    // without a modifier the page scrolls as usual; with Ctrl/⌘ the maps zoom at the pointer
+    if (!canvas || !(event.ctrlKey || event.metaKey)) return;
+    event.preventDefault();
+    const rect = canvas.getBoundingClientRect();
+    const size = mapSize(n);
+    const scale = rect.width / (AXIS.left + size) || 1;
+    const fx = Math.max(0, Math.min(1, ((event.clientX - rect.left) / scale - AXIS.left) / size));
+    const fy = Math.max(0, Math.min(1, ((event.clientY - rect.top) / scale - AXIS.top) / size));
+    setView(zoomAt(view, n, event.deltaY > 0 ? 1.25 : 0.8, fy, fx));
+  }
+
   let drag: { x: number; y: number; view: Viewport; moved: boolean } | null = null;
   let suppressClick = false;
   const canvasOf = (event: Event) => (event.target instanceof HTMLCanvasElement ? event.target : null);
@@ -271,18 +288,6 @@ export function compositionMaps(
     listen(zoomIn, "click", () => setView(zoomAt(view, n, 0.5, 0.5, 0.5))),
     listen(zoomOut, "click", () => setView(zoomAt(view, n, 2, 0.5, 0.5))),
     listen(whole, "click", () => setView(fullView(n))),
-    listen(maps, "wheel", (event) => {
-      const canvas = canvasOf(event);
-      // without a modifier the page scrolls as usual; with Ctrl/⌘ the maps zoom at the pointer
-      if (!canvas || !(event.ctrlKey || event.metaKey)) return;
-      event.preventDefault();
-      const rect = canvas.getBoundingClientRect();
-      const size = mapSize(n);
-      const scale = rect.width / (AXIS.left + size) || 1;
-      const fx = Math.max(0, Math.min(1, ((event.clientX - rect.left) / scale - AXIS.left) / size));
-      const fy = Math.max(0, Math.min(1, ((event.clientY - rect.top) / scale - AXIS.top) / size));
-      setView(zoomAt(view, n, event.deltaY > 0 ? 1.25 : 0.8, fy, fx));
-    }),
     listen(maps, "pointerdown", (event) => {
       const canvas = canvasOf(event);
       if (!canvas || event.button !== 0 || isFull(view, n)) return;
@@ -340,7 +345,11 @@ export function compositionMaps(
       cellLine.textContent = "";
     }),
   ];
-  return { element: column, legend, load, draw, cleanup: () => cleanups.forEach((c) => c()) };
+  const cleanup = () => {
+    cleanups.forEach((c) => c());
+    for (const canvas of canvases) canvas.removeEventListener("wheel", onWheel);
+  };
+  return { element: column, legend, load, draw, cleanup };
 }
 
 function line(ctx: CanvasRenderingContext2D, x0: number, y0: number, x1: number, y1: number): void {
