@@ -213,10 +213,12 @@ export function lodRenderer(doc: Document, plot: HTMLElement, note: HTMLElement,
       const x2 = xs[b] as number;
       const y2 = (ys[b] as number) + (rs[b] as number);
       const bend = Math.max(18, Math.abs(y1 - y2) * 0.45);
-      // (an edge only passing through the view, both ends outside it, is faint: the ends in view matter)
-      ctx.globalAlpha = (x1 < GUTTER || x1 > plotPx) && (x2 < GUTTER || x2 > plotPx) ? 0.15 : 0.75;
+      // An edge only passing through the view (both ends outside it) is a hairline: zoomed into a long prompt,
+      // thousands of them cross the window, and drawn at their weight's width they hid the edges with an end in view.
+      const through = (x1 < GUTTER || x1 > plotPx) && (x2 < GUTTER || x2 > plotPx);
+      ctx.globalAlpha = through ? 0.08 : 0.75;
       ctx.strokeStyle = edgeColour(w);
-      ctx.lineWidth = edgeWidth(w, max);
+      ctx.lineWidth = through ? 1 : edgeWidth(w, max);
       ctx.beginPath();
       ctx.moveTo(x1, y1);
       ctx.bezierCurveTo(x1, y1 - bend, x2, y2 + bend, x2, y2);
