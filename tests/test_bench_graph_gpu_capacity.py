@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from _ctracer import NEEDS_CTRACER
+from _ctracer import PYTHON as PYTHON
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTHON = Path(os.environ.get("CW_CTRACER_PYTHON", ROOT / ".venv-peers" / "ctracer" / "bin" / "python"))
 
 
 def _bench() -> ModuleType:
@@ -73,11 +73,7 @@ def test_search_stops_at_a_timeout_and_at_the_longest_length(monkeypatch: pytest
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not PYTHON.exists(),
-    reason=f"circuit-tracer 0.5's environment is absent ({PYTHON}); `make .venv-peers/ctracer/.installed` builds it "
-    "(make test does)",
-)
+@NEEDS_CTRACER
 def test_tiny_path_on_the_cpu(tmp_path: Path) -> None:
     bench = _bench()
     out = tmp_path / "capacity.json"

@@ -13,8 +13,6 @@ circuit-tracer's own JSON model accepts our graph file.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _ctracer import NEEDS_CTRACER, run_reference
 from safetensors.torch import load_file
 
 from circuitwidgets.features.dictionary import Dictionary
@@ -32,31 +31,13 @@ from circuitwidgets.graphs.influence import graph_scores, prune_by_influence
 from circuitwidgets.model import CircuitModel, ModelConfig
 from circuitwidgets.sources._convert import RawModel, fold_layer_norms
 
-ROOT = Path(__file__).resolve().parents[1]
-PYTHON = Path(os.environ.get("CW_CTRACER_PYTHON", ROOT / ".venv-peers" / "ctracer" / "bin" / "python"))
-SCRIPT = ROOT / "scripts" / "ctracer_reference.py"
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not PYTHON.exists(),
-        reason=f"circuit-tracer 0.5's environment is absent ({PYTHON}); `make .venv-peers/ctracer/.installed` builds it "
-        "(make test does)",
-    ),
-]
-
-
-def _run(*args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    done = subprocess.run([str(PYTHON), str(SCRIPT), *args], capture_output=True, text=True, timeout=900, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+pytestmark = [pytest.mark.slow, NEEDS_CTRACER]
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ctracer")
-    _run("build", str(out))
+    run_reference("build", str(out))
     return out
 
 
@@ -145,7 +126,7 @@ def test_circuit_tracer_reads_our_json(reference: Path, tmp_path: Path) -> None:
     spec = json.loads((reference / "config.json").read_text())
     graph = attribution_graph(_model(reference), _transcoders(reference), torch.tensor(spec["tokens"]))
     path = to_circuit_tracer_json(graph, tmp_path / "ours.json")
-    assert _run("validate", str(path)).startswith(f"valid: {len(graph.nodes)} nodes, {len(graph.edges)} links")
+    assert run_reference("validate", str(path)).startswith(f"valid: {len(graph.nodes)} nodes, {len(graph.edges)} links")
 
 
 if __name__ == "__main__":  # pragma: no cover

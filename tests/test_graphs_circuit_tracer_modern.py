@@ -14,14 +14,13 @@ the final soft-cap), pruned nodes and edges, scores.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from _ctracer import NEEDS_CTRACER, run_reference
 from safetensors.torch import load_file
 
 from circuitwidgets.features.dictionary import Dictionary
@@ -30,27 +29,13 @@ from circuitwidgets.graphs.influence import graph_scores, prune_by_influence
 from circuitwidgets.model import CircuitModel, ModelConfig
 from circuitwidgets.tokenizer import VocabTokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
-PYTHON = Path(os.environ.get("CW_CTRACER_PYTHON", ROOT / ".venv-peers" / "ctracer" / "bin" / "python"))
-SCRIPT = ROOT / "scripts" / "ctracer_reference.py"
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not PYTHON.exists(),
-        reason=f"circuit-tracer 0.5's environment is absent ({PYTHON}); `make .venv-peers/ctracer/.installed` builds it "
-        "(make test does)",
-    ),
-]
+pytestmark = [pytest.mark.slow, NEEDS_CTRACER]
 
 
 @pytest.fixture(scope="module", params=["gemma2", "llama"])
 def reference(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp(f"ctracer-{request.param}")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    command = [str(PYTHON), str(SCRIPT), "build", str(out), request.param]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_reference("build", str(out), request.param)
     return out
 
 
