@@ -204,8 +204,12 @@ def test_patching_pass_is_the_per_edge_definition(name: str, ablation: str) -> N
     comps = components_of(model)
     exists = comps.edge_mask()
     rng = np.random.default_rng(1)
-    densities = (0.1, 0.5, 0.9)
-    drop = np.stack([exists & (rng.random(exists.shape) < p) for p in densities] + [exists, np.zeros_like(exists)])
+    densities = (0.1, 0.5, 0.9, 0.98)  # (a receiver keeping a few senders reads the reference stream minus theirs)
+    last = comps.groups()[-3 if comps.has_mlp else -2]  # every receiver before the last layer's drops everything:
+    lower = exists & (np.arange(exists.shape[1]) < last.first)[None]  # one input for all their q, k, v (fused)
+    drop = np.stack(
+        [exists & (rng.random(exists.shape) < p) for p in densities] + [lower, exists, np.zeros_like(exists)]
+    )
     wk = _writes(model, comps, corrupted)
     reference = wk if ablation == "patch" else wk.mean(0, keepdim=True).expand_as(wk)
     want = _slow_masked_values(model, clean, reference, metric, drop)

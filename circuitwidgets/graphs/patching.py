@@ -73,11 +73,12 @@ def masked_values(s: Setup, drop: np.ndarray, ablation: str = "patch") -> np.nda
     everything = s.comps.edge_mask()
     per_prompt = bytes_per_sequence(s.model, n_pos, s.comps) // 3  # no backward pass: only one layer's work is alive
     for start, stop, m in chunks(s, per_prompt, max(1, ROWS_PER_RUN // n_pos)):
-        ref, corrupted_value = reference_writes(s, start, stop, ablation, m)
+        writes, corrupted_value = reference_writes(s, start, stop, ablation, m)
         share = (stop - start) / n
         states: list[patchpass.State] = []
         tokens = s.clean[start:stop]
         with torch.no_grad():
+            ref = patchpass.reference(s, writes)
             clean = patchpass.run(s, m, tokens, np.zeros_like(masks[0]), ref, states=states)
             for v, mask in enumerate(masks):
                 if not mask.any():

@@ -108,15 +108,20 @@ class Sublayers:
         bias = self.weight(f"b_{letter}")
         return out + bias[layer] if bias is not None else out
 
+    def _fused_weight(self, layer: int) -> tuple[torch.Tensor, torch.Tensor | None, tuple[int, int, int]] | None:
+        """``layer``'s ``[W_Q | W_K | W_V]`` as one ``[d_model, n]`` matrix, its bias and the three widths (cached:
+        :mod:`circuitwidgets.model.fused`), or ``None`` where the model projects per head."""
+        cache = self.__dict__.get("_fused_cache")
+        if cache is None:
+            cache = self.__dict__["_fused_cache"] = FusedProjections()
+        return cache.get(self._buffers, layer)
+
     def _fused_projections(
         self, x: torch.Tensor, layer: int, queries: list[int] | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """Raw ``q`` (at rows ``queries`` of ``x``, all when ``None``), ``k`` and ``v`` of ``layer`` from one product
         over the layer's fused weight (:mod:`circuitwidgets.model.fused`), or ``None`` to project per head."""
-        cache = self.__dict__.get("_fused_cache")
-        if cache is None:
-            cache = self.__dict__["_fused_cache"] = FusedProjections()
-        fused = cache.get(self._buffers, layer)
+        fused = self._fused_weight(layer)
         if fused is None:
             return None
         weight, bias, (n_q, n_k, n_v) = fused
