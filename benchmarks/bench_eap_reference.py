@@ -23,11 +23,16 @@ benchmark the check against the reference's own code. Build the environment once
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/bench_eap_reference.py --peer /work/venvs/eapig/bin/python
 
-Measured (load 11–22 on 2 CPUs, so CPU seconds): scores over all 32,491 edges agree to a relative 6.5e-15 (eap)
-and 6.0e-15 (eap-ig-inputs), same top-20, every sign (with the one-pass gradients of graphs/gradpass.py; 5.1e-15 and
-5.5e-15 with the split pass before them); plain EAP on 20 pairs, 1 thread: reference 58.7 CPU s,
-ours 5.7 (293 and 28.6 per 100 pairs, 0.10×; ours before the one-pass gradients), peak RSS 4.3 GiB (1.3 above
-the model) against 2.7 GiB. EAP-IG at 100 pairs did not finish on the loaded machine within the session.
+Measured (2026-11-28, main 38401ab, load 4.6–5.2 on 2 CPUs while other work ran, so CPU seconds; one thread each)::
+
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/bench_eap_reference.py --time-pairs 20 --threads 1
+
+Scores over all 32,491 edges (8 pairs, float64) agree to a relative 6.1e-15 (eap) and 4.7e-15 (eap-ig-inputs),
+same top-20, every sign. Per 100 pairs (20 timed, float32, CPU seconds): plain EAP, reference 258.5 s, ours 21.7 s
+(0.08×); EAP-IG inputs, 5 steps, reference 938.0 s, ours 97.8 s (0.10×). Peak resident memory: reference 4,994 MiB
+(EAP, 1,161 above its loaded model) and 7,302 MiB (EAP-IG, 3,468 above); ours 3,833 MiB for both, no higher than
+loading the weights took (0 above). An earlier run (load 11–22, before the one-pass gradients) gave 293 and 28.6 s
+per 100 pairs for plain EAP; EAP-IG did not finish then.
 """
 
 from __future__ import annotations
