@@ -232,6 +232,15 @@ BUILDERS: dict[str, Callable[[_Models], Any]] = {
 # ----------------------------------------------------------------------------- screenshots
 
 
+def _collect(errors: list[str]) -> Callable[[Any], None]:
+    """A page-error listener appending to this page's own list (bound now, not to a later page's)."""
+
+    def add(exc: Any) -> None:
+        errors.append(str(exc))
+
+    return add
+
+
 def _wait_drawn(view: Any, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not view.evaluate(_DRAWN_JS):
@@ -283,7 +292,7 @@ def screenshot(pages: dict[str, Path], out_dir: Path) -> dict[str, Path]:
                 context.route("**/*", offline)
                 page = context.new_page()
                 errors: list[str] = []
-                page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
+                page.on("pageerror", _collect(errors))
                 page.goto(page_path.resolve().as_uri())
                 view = page.locator(f'[data-cw-view="{name}"]').first
                 view.wait_for(timeout=30_000)

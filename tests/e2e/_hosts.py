@@ -178,10 +178,10 @@ class JupyterServer:
         """Write a notebook (one empty code cell unless ``cells``) and return its path relative to the root."""
         import nbformat
 
-        nb = nbformat.v4.new_notebook()
-        nb.cells = [nbformat.v4.new_code_cell(src) for src in (cells or [""])]
+        nb = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
+        nb.cells = [nbformat.v4.new_code_cell(src) for src in (cells or [""])]  # type: ignore[no-untyped-call]
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-        nbformat.write(nb, self.notebooks / name)
+        nbformat.write(nb, self.notebooks / name)  # type: ignore[no-untyped-call]
         return name
 
     def start_kernel(self, path: str, timeout_s: float = START_TIMEOUT_S) -> str:
