@@ -15,20 +15,30 @@ from test_causal import _slow_patch
 import circuitwidgets as cw
 from circuitwidgets import causal
 from circuitwidgets.causal import engine
+from circuitwidgets.causal.passes import Curve
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.sources.huggingface import from_hf
 
 
-def _offsets(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def _offsets(monkeypatch: pytest.MonkeyPatch, layers: list[int] | None = None) -> list[int]:
+    """The offsets of the sweep's passes (and in ``layers`` how many layers each pass joins), as they run."""
     seen: list[int] = []
-    real = engine.evaluate_variants
+    real = engine.evaluate_pass
 
     def spy(*args: Any) -> torch.Tensor:
-        seen.append(args[8] if len(args) > 8 else 0)
+        seen.append(args[6] if len(args) > 6 else 0)
+        if layers is not None:
+            layers.append(len(args[4]))
         return real(*args)
 
-    monkeypatch.setattr(engine, "evaluate_variants", spy)
+    monkeypatch.setattr(engine, "evaluate_pass", spy)
     return seen
+
+
+def _least_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plan passes as if time were proportional to rows (no per-pass overhead): the passes of least work, so every
+    position starts its own pass, and the layers of a pass join it as a staircase."""
+    monkeypatch.setattr(engine, "cost_curve", lambda *args: Curve((1,), (1e-6,), 0.0))
 
 
 def _check_every_cell(model: CircuitModel, site: str, by: tuple[str, ...], clean: torch.Tensor, corrupted: torch.Tensor,
@@ -48,9 +58,15 @@ def test_suffix_only_passes_equal_the_definition_on_every_family(case: Any, monk
     clean = torch.randint(3, VOCAB, (2, 7), generator=gen)
     corrupted = torch.randint(3, VOCAB, (2, 7), generator=gen)
     metric = causal.logit_diff(clean[:, -1].tolist(), 4)
-    offsets = _offsets(monkeypatch)
+    joined: list[int] = []
+    offsets = _offsets(monkeypatch, joined)
+    _least_work(monkeypatch)
     _check_every_cell(model, "resid_pre", ("layer", "pos"), clean, corrupted, metric, memory_budget=2**24)
     assert max(offsets) > 0  # the passes did skip positions
+    assert max(joined) == model.cfg.n_layers  # a pass carried every layer's variants (a staircase)
+    _check_every_cell(model, "mlp_out", ("layer", "pos"), clean, corrupted, metric, every=3)
+    monkeypatch.undo()  # passes planned by their measured cost
+    _check_every_cell(model, "resid_mid", ("layer", "pos"), clean, corrupted, metric, every=3)
     if case.id.startswith(("llama", "gemma4", "mistral")):  # a head site split by position, and frozen norms
         _check_every_cell(model, "k", ("layer", "pos", "head"), clean, corrupted, metric, every=5)
         frozen = causal.patch(model, clean, corrupted, metric, site="z", by=("layer", "pos"), freeze_norms=True)

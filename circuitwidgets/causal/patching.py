@@ -21,7 +21,6 @@ from circuitwidgets._checks import check_bool
 from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_paths, nnsight_sites
 from circuitwidgets.causal.attribution import attribution_patch
 from circuitwidgets.causal.engine import (
-    BaseRun,
     base_names,
     check_budget,
     check_pair,
@@ -35,6 +34,7 @@ from circuitwidgets.causal.metrics import as_metric
 from circuitwidgets.causal.precision import full_precision
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import Cells, check_site, site_alias
+from circuitwidgets.causal.staircase import BaseRun
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
