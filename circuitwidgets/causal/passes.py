@@ -99,9 +99,10 @@ def measure_curve(
     if two_layers:  # one layer more at the smallest size: one pass = overhead + layer, two = overhead + 2 layers
         n, length = ladder[0]
         one = points[n * batch * length]
-        overhead = min(0.9 * one, max(0.0, 2 * one - min(time_pass(n, length, 2) for _ in range(3))))
+        overhead = min(0.5 * one, max(0.0, 2 * one - min(time_pass(n, length, 2) for _ in range(3))))
     ladder_rows = tuple(sorted(points))
-    curve = Curve(ladder_rows, tuple(max(points[r] - overhead, 1e-7) for r in ladder_rows), overhead)
+    layer = np.maximum.accumulate([points[r] - overhead for r in ladder_rows])  # more rows never cost less (noise)
+    curve = Curve(ladder_rows, tuple(float(s) for s in layer), overhead)
     _CURVES[key] = curve
     return curve
 
