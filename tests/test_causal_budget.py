@@ -128,7 +128,7 @@ def test_passes_are_chosen_by_their_modelled_cost() -> None:
     offsets, restarts = [0, 1, 2, 3], [0, 1, 2]
 
     def plan(curve: passes.Curve, most: int = 64, staircase: bool = True) -> passes.Plan:
-        return passes.choose(counts, offsets, restarts, 3, lambda o: 2 * (4 - o), curve, most, staircase)
+        return passes.choose(counts, [2 * (4 - o) for o in offsets], restarts, 3, curve, most, staircase)
 
     linear = passes.Curve((1,), (1e-6,), 0.0)  # time ∝ rows, no overhead: the least work, one position per pass
     least = plan(linear)

@@ -203,9 +203,8 @@ def _passes(
     curve = cost_curve(model, base, cells, metric, suffix, most, freeze_norms, work)
     restarts = [model.restart_layer(layer) for layer in layer_list]
     staircase = cells.site not in RESUMABLE
-    chosen = choose(
-        counts, offsets, restarts, model.cfg.n_layers, lambda o: batch * (n_pos - o), curve, most, staircase
-    )
+    row_len = [batch * (n_pos - o) for o in offsets]
+    chosen = choose(counts, row_len, restarts, model.cfg.n_layers, curve, most, staircase)
     passes = []
     for q0, q1, runs in chosen.passes:
         for a, b in runs:

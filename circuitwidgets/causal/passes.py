@@ -140,22 +140,39 @@ class Plan:
 
 def choose(
     counts: np.ndarray,
-    offsets: Sequence[int],
+    row_len: Sequence[int],
     restarts: Sequence[int],
     n_layers: int,
-    row_len: Callable[[int], int],
     curve: Curve,
     most: int,
     staircase: bool,
 ) -> Plan:
-    """The passes of least modelled time.
+    """The passes of least modelled time (cached: a sweep called again plans nothing).
 
     ``counts[i, q]``: cells of the ``i``-th swept layer (ascending, restart layers
-    ``restarts[i]``, non-decreasing) in column ``q``; ``offsets[q]``: the first
-    position a pass starting at column ``q`` computes (non-decreasing);
-    ``row_len(offset)``: rows per variant. A pass holds at most ``most`` variants;
-    ``staircase``: a pass may hold several layers (else one layer each).
+    ``restarts[i]``, non-decreasing) in column ``q``; ``row_len[q]``: rows per variant
+    of a pass starting at column ``q`` (prompts × the positions it computes). A pass
+    holds at most ``most`` variants; ``staircase``: a pass may hold several layers
+    (else one layer each).
     """
+    key = (counts.tobytes(), counts.shape, tuple(row_len), tuple(restarts), n_layers, curve, most, staircase)
+    if key not in _PLANS:
+        _PLANS[key] = _choose(counts, row_len, restarts, n_layers, curve, most, staircase)
+    return _PLANS[key]
+
+
+_PLANS: dict[tuple[object, ...], Plan] = {}
+
+
+def _choose(
+    counts: np.ndarray,
+    row_len: Sequence[int],
+    restarts: Sequence[int],
+    n_layers: int,
+    curve: Curve,
+    most: int,
+    staircase: bool,
+) -> Plan:
     n_cols = counts.shape[1]
     cum = np.concatenate([np.zeros((counts.shape[0], 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
     best = [0.0] + [math.inf] * n_cols
@@ -165,7 +182,7 @@ def choose(
             if best[i] == math.inf:
                 continue
             group = [int(c) for c in cum[:, j] - cum[:, i]]
-            seconds, runs = _group_cost(group, restarts, n_layers, row_len(offsets[i]), curve, most, staircase)
+            seconds, runs = _group_cost(group, restarts, n_layers, row_len[i], curve, most, staircase)
             if best[i] + seconds < best[j]:
                 best[j], back[j] = best[i] + seconds, (i, runs)
     passes: list[tuple[int, int, tuple[tuple[int, int], ...]]] = []

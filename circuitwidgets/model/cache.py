@@ -118,9 +118,14 @@ class Recorder:
         return not (self.keep is None or name in self.keep or (name, layer) in self.hooks)
 
     def silent_at(self, layer: int) -> bool:
-        """Whether this pass keeps nothing and hooks nothing at ``layer`` nor at ``resid_final``: the layer may then
-        compute its queries and everything after them only at the positions the logits are read at."""
-        return self.keep is not None and not self.keep and all(l != layer and n != "resid_final" for n, l in self.hooks)
+        """Whether this pass keeps nothing and hooks nothing at ``layer`` (but its input, ``resid_pre``, which the
+        layer reads whole before narrowing) nor at ``resid_final``: the layer may then compute its queries and
+        everything after them only at the positions the logits are read at."""
+        return (
+            self.keep is not None
+            and not self.keep
+            and all((l != layer or n == "resid_pre") and n != "resid_final" for n, l in self.hooks)
+        )
 
     def __call__(self, name: str, layer: int | None, value: torch.Tensor) -> torch.Tensor:
         hook = self.hooks.get((name, layer))
