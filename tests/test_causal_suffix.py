@@ -89,3 +89,26 @@ def test_pattern_by_destination_and_metric_positions_bound_the_suffix(monkeypatc
     early = causal.log_prob(clean[:, 4], pos=3)  # reads position 3: no pass may start after it
     _check_every_cell(model, "resid_pre", ("layer", "pos"), clean, corrupted, early)
     assert max(offsets) <= 3
+
+
+@pytest.mark.parametrize("case_id", ["llama-gqa2-biases-llama3rope", "gemma4-e2b-shaped"])
+def test_staircase_passes_with_frozen_norms_equal_one_layer_whole_passes(
+    case_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = from_hf(next(c for c in CASES if c.id == case_id).build(), dtype=torch.float64)
+    gen = torch.Generator().manual_seed(6)
+    clean = torch.randint(3, VOCAB, (2, 6), generator=gen)
+    corrupted = torch.randint(3, VOCAB, (2, 6), generator=gen)
+    metric = causal.logit_diff(clean[:, -1].tolist(), 4)
+    joined: list[int] = []
+    offsets = _offsets(monkeypatch, joined)
+    _least_work(monkeypatch)
+    stair = causal.patch(model, clean, corrupted, metric, site="resid_mid", by=("layer", "pos"), freeze_norms=True)
+    assert max(joined) == model.cfg.n_layers and max(offsets) > 0  # staircases, skipping positions
+    joined.clear()
+    monkeypatch.setattr(engine, "RESUMABLE", frozenset({"resid_mid"}))  # one layer per pass
+    single = causal.patch(
+        model, clean, corrupted, lambda logits: metric(logits), site="resid_mid", by=("layer", "pos"), freeze_norms=True
+    )  # an undeclared metric: whole passes
+    assert max(joined) == 1
+    np.testing.assert_allclose(stair.values, single.values, atol=1e-9, rtol=0)
