@@ -127,8 +127,11 @@ def test_passes_are_chosen_by_their_modelled_cost() -> None:
     counts = np.ones((3, 4), dtype=np.int64)
     offsets, restarts = [0, 1, 2, 3], [0, 1, 2]
 
-    def plan(curve: passes.Curve, most: int = 64, staircase: bool = True) -> passes.Plan:
-        return passes.choose(counts, [2 * (4 - o) for o in offsets], restarts, 3, curve, most, staircase)
+    def plan(
+        curve: passes.Curve, most: int = 64, staircase: bool = True, narrow: float = 1.0, last_hooked: bool = False
+    ) -> passes.Plan:
+        row_len = [2 * (4 - o) for o in offsets]
+        return passes.choose(counts, row_len, restarts, 3, curve, most, staircase, [narrow] * 4, last_hooked)
 
     linear = passes.Curve((1,), (1e-6,), 0.0)  # time ∝ rows, no overhead: the least work, one position per pass
     least = plan(linear)
@@ -147,6 +150,11 @@ def test_passes_are_chosen_by_their_modelled_cost() -> None:
     # small products slow, large ones slower per row again: the passes keep to the curve's best size
     humped = passes.Curve((2, 8, 32, 64), (1e-3, 1.1e-3, 1.3e-3, 40e-3), 2e-3)
     assert [(q0, q1) for q0, q1, _ in plan(humped).passes] == [(0, 1), (1, 2), (2, 4)]
+    # a last layer computed at the metric's positions only (5% of it) unless a pass hooks inside it: the last layer's
+    # cells get passes of their own, so the other passes' last layers narrow
+    apart = plan(passes.Curve((1,), (1e-6,), 1e-6), narrow=0.05, last_hooked=True)
+    assert all(runs == ((0, 2), (2, 3)) for _, _, runs in apart.passes)
+    assert plan(passes.Curve((1,), (1e-6,), 1e-6), narrow=0.05).passes == least.passes  # (its input hooked: narrows)
 
 
 def test_the_cost_curve_is_measured_once_bounded_and_cached() -> None:

@@ -1,9 +1,11 @@
 """The sweep engine: many patched variants of one run, stacked on the batch axis, each restarted at its layer.
 
-A sweep over cells of one layer ``l`` starts every variant from the base run's
-residual stream before ``l`` (cached), so the layers before ``l`` are never
-recomputed; ``n`` variants of a ``batch``-prompt run are one pass of
-``n · batch`` sequences (variant-major), chunked to a memory budget; only the
+A variant patched at layer ``l`` starts from the base run's residual stream
+before ``l`` (cached), so the layers before ``l`` are never recomputed; ``n``
+variants of a ``batch``-prompt run are one pass of ``n · batch`` sequences
+(variant-major), and a pass may carry the variants of several layers, each joining
+at its own (:mod:`circuitwidgets.causal.staircase`). The passes are chosen by their
+measured cost within a memory budget (:mod:`circuitwidgets.causal.passes`); only the
 logits the metric reads are computed (:class:`~circuitwidgets.causal.metrics.Metric`).
 At the patched site a hook mixes the base value with the source value on each
 variant's cell: ``base + mask · (source − base)``.
@@ -204,7 +206,9 @@ def _passes(
     restarts = [model.restart_layer(layer) for layer in layer_list]
     staircase = cells.site not in RESUMABLE
     row_len = [batch * (n_pos - o) for o in offsets]
-    chosen = choose(counts, row_len, restarts, model.cfg.n_layers, curve, most, staircase)
+    narrow = [last_share(model, metric, n_pos, n_pos - o, freeze_norms) for o in offsets]
+    last_hooked = layer_list[-1] == model.cfg.n_layers - 1 and cells.site != "resid_pre"
+    chosen = choose(counts, row_len, restarts, model.cfg.n_layers, curve, most, staircase, narrow, last_hooked)
     passes = []
     for q0, q1, runs in chosen.passes:
         for a, b in runs:
@@ -264,6 +268,20 @@ def cost_curve(
         return measure_curve(
             key, time_pass, batch, n_pos, n_pos - suffix, min(most, total) * batch * n_pos, work, cfg.n_layers > 1
         )
+
+
+def last_share(model: CircuitModel, metric: Metric, n_pos: int, length: int, freeze_norms: bool) -> float:
+    """The share of a whole last layer that a pass over the last ``length`` of ``n_pos`` positions computes when nothing hooks inside it:
+    keys and values at every row, the rest at the metric's positions only (1 when a pass cannot narrow: a metric
+    that reads every position, or frozen norms, whose replayed scales hook every layer)."""
+    positions = metric.positions_at(n_pos)
+    if positions is None or freeze_norms:
+        return 1.0
+    cfg = model.cfg
+    kv = 2 * (cfg.n_kv_heads or cfg.n_heads) * cfg.d_head
+    mlp = (3 if cfg.gated_mlp else 2) * (cfg.d_mlp or 0) if cfg.has_mlp else 0
+    whole = 2 * cfg.n_heads * cfg.d_head + kv + mlp
+    return (kv + (whole - kv) * min(1.0, len(set(positions)) / length)) / whole
 
 
 def split_columns(keys: list[np.ndarray], most: int) -> tuple[list[list[np.ndarray]], list[int]]:

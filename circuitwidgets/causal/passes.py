@@ -146,18 +146,28 @@ def choose(
     curve: Curve,
     most: int,
     staircase: bool,
+    narrow: Sequence[float] | None = None,
+    last_hooked: bool = True,
 ) -> Plan:
     """The passes of least modelled time (cached: a sweep called again plans nothing).
 
     ``counts[i, q]``: cells of the ``i``-th swept layer (ascending, restart layers
-    ``restarts[i]``, non-decreasing) in column ``q``; ``row_len[q]``: rows per variant
-    of a pass starting at column ``q`` (prompts × the positions it computes). A pass
-    holds at most ``most`` variants; ``staircase``: a pass may hold several layers
-    (else one layer each).
+    ``restarts[i]``, non-decreasing; the last row the model's last layer when
+    ``last_hooked``) in column ``q``; ``row_len[q]``: rows per variant of a pass
+    starting at column ``q`` (prompts × the positions it computes). A pass holds at
+    most ``most`` variants; ``staircase``: a pass may hold several layers (else one
+    layer each). ``narrow[q]``: the share of a whole last layer that a pass from
+    column ``q`` computes when nothing hooks its last layer (the keys and values of
+    every row, the rest at the metric's positions only; 1 when it cannot narrow);
+    ``last_hooked``: cells of the last layer hook inside it (any site but its input),
+    so a pass holding them runs its last layer whole for every variant, and the plan
+    may give them passes of their own.
     """
-    key = (counts.tobytes(), counts.shape, tuple(row_len), tuple(restarts), n_layers, curve, most, staircase)
+    shares = tuple(narrow) if narrow is not None else (1.0,) * counts.shape[1]
+    key = (counts.tobytes(), counts.shape, tuple(row_len), tuple(restarts), n_layers, curve, most, staircase, shares,
+           last_hooked)  # fmt: skip
     if key not in _PLANS:
-        _PLANS[key] = _choose(counts, row_len, restarts, n_layers, curve, most, staircase)
+        _PLANS[key] = _choose(counts, row_len, restarts, n_layers, curve, most, staircase, shares, last_hooked)
     return _PLANS[key]
 
 
@@ -172,6 +182,8 @@ def _choose(
     curve: Curve,
     most: int,
     staircase: bool,
+    narrow: Sequence[float],
+    last_hooked: bool,
 ) -> Plan:
     n_cols = counts.shape[1]
     cum = np.concatenate([np.zeros((counts.shape[0], 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
@@ -182,7 +194,9 @@ def _choose(
             if best[i] == math.inf:
                 continue
             group = [int(c) for c in cum[:, j] - cum[:, i]]
-            seconds, runs = _group_cost(group, restarts, n_layers, row_len[i], curve, most, staircase)
+            seconds, runs = _group_cost(
+                group, restarts, n_layers, row_len[i], curve, most, staircase, narrow[i], last_hooked
+            )
             if best[i] + seconds < best[j]:
                 best[j], back[j] = best[i] + seconds, (i, runs)
     passes: list[tuple[int, int, tuple[tuple[int, int], ...]]] = []
@@ -202,29 +216,61 @@ def _group_cost(
     curve: Curve,
     most: int,
     staircase: bool,
+    narrow: float,
+    last_hooked: bool,
 ) -> tuple[float, tuple[tuple[int, int], ...]]:
-    """Modelled seconds of a run of columns whose per-layer counts are ``group``, and its runs of layers."""
+    """Modelled seconds of a run of columns whose per-layer counts are ``group``, and its runs of layers: a staircase
+    (split where ``most`` would be exceeded), or the same with the last layer's cells apart, whichever is cheaper."""
     present = [i for i, c in enumerate(group) if c]
     if not present or max(group) > most:
         return (0.0, ()) if not present else (math.inf, ())
-    runs: list[tuple[int, int]] = []
-    if staircase:
-        first, size = present[0], 0
-        for i in present:
-            if size + group[i] > most:
-                runs.append((first, i))
-                first, size = i, 0
-            size += group[i]
-        runs.append((first, present[-1] + 1))
+    if not staircase:
+        options = [[(i, i + 1) for i in present]]
     else:
-        runs = [(i, i + 1) for i in present]
-    total = 0.0
-    for a, b in runs:
-        total += curve.overhead
-        alive, k = 0, a
-        for layer in range(restarts[a], n_layers):
-            while k < b and restarts[k] <= layer:
-                alive += group[k]
-                k += 1
-            total += curve.layer(alive * row_len)
-    return total, tuple(runs)
+        options = [_fill(present, group, most)]
+        last = len(group) - 1
+        if last_hooked and len(present) > 1 and present[-1] == last:  # the last layer's cells in passes of their own
+            options.append([*_fill(present[:-1], group, most), (last, last + 1)])
+    priced = [(sum(_pass_cost(a, b, group, restarts, n_layers, row_len, curve, narrow, last_hooked)
+                   for a, b in runs), runs) for runs in options]  # fmt: skip
+    seconds, runs = priced[0]
+    if len(priced) > 1 and priced[1][0] < 0.99 * seconds:  # apart only when clearly cheaper (fewer passes on a tie)
+        seconds, runs = priced[1]
+    return seconds, tuple(runs)
+
+
+def _fill(present: list[int], group: list[int], most: int) -> list[tuple[int, int]]:
+    """Runs of consecutive layers holding at most ``most`` variants each (greedy, in layer order)."""
+    runs: list[tuple[int, int]] = []
+    first, size = present[0], 0
+    for i in present:
+        if size + group[i] > most:
+            runs.append((first, i))
+            first, size = i, 0
+        size += group[i]
+    runs.append((first, present[-1] + 1))
+    return runs
+
+
+def _pass_cost(
+    a: int,
+    b: int,
+    group: list[int],
+    restarts: Sequence[int],
+    n_layers: int,
+    row_len: int,
+    curve: Curve,
+    narrow: float,
+    last_hooked: bool,
+) -> float:
+    """Modelled seconds of one pass of the layers ``a … b − 1`` of ``group``: its overhead, and each layer it runs at
+    the rows alive there (the last layer narrowed unless the pass hooks inside it)."""
+    whole_last = last_hooked and b == len(group) and group[-1] > 0
+    total, alive, k = curve.overhead, 0, a
+    for layer in range(restarts[a], n_layers):
+        while k < b and restarts[k] <= layer:
+            alive += group[k]
+            k += 1
+        share = narrow if layer == n_layers - 1 and not whole_last else 1.0
+        total += share * curve.layer(alive * row_len)
+    return total

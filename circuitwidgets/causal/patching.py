@@ -75,7 +75,7 @@ def patch(
     memory_budget
         bytes the whole call may hold (default 1 GiB): base runs, results and one
         pass of variants, counted before any work (:class:`MemoryBudgetError` when
-        they cannot fit); the pass size within it is the fastest measured.
+        they cannot fit); within it the passes are those of least measured cost.
     top
         patch only the ``top`` cells whose attribution-patching estimate
         (:func:`~circuitwidgets.causal.attribution_patch`, one backward pass) is
