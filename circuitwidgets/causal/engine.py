@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from circuitwidgets.causal.budget import Need, check_fits, sweep_need
+from circuitwidgets.causal.budget import DENSE_SITES, Need, check_fits, sweep_need
 from circuitwidgets.causal.metrics import Metric, scalar
 from circuitwidgets.causal.passes import COLUMNS, Curve, choose, measure_curve, wall
 from circuitwidgets.causal.sites import SITE_AXES, Cells
@@ -233,15 +233,16 @@ def cost_curve(
     work: int,
 ) -> Curve:
     """One layer's measured time by rows on this device and shape (cached): passes of ``n`` unpatched variants through
-    the last layers, every row computed, the metric evaluated (:func:`~circuitwidgets.causal.passes.measure_curve`)."""
+    the last layers, every row computed (a hooked pattern: dense attention in each), the metric evaluated (:func:`~circuitwidgets.causal.passes.measure_curve`)."""
     cfg, last = model.cfg, model.cfg.n_layers - 1
     batch, n_pos = base.tokens.shape
     positions = metric.positions_at(n_pos)
     columns = metric.columns.to(model.device) if metric.columns is not None else None
+    dense = cells.site in DENSE_SITES
     key = (
         str(model.device), str(model.W_E.dtype), cfg.n_layers, cfg.d_model, cfg.d_mlp, cfg.n_heads, cfg.d_vocab,
         batch, n_pos, None if positions is None else len(positions),
-        None if columns is None else len(columns), freeze_norms, model.restart_layer(last),
+        None if columns is None else len(columns), freeze_norms, model.restart_layer(last), dense,
     )  # fmt: skip
 
     def time_pass(n: int, length: int, layers: int) -> float:
@@ -250,6 +251,8 @@ def cost_curve(
             frozen_scale_hooks(model, base, start, positions, offset) if freeze_norms else {}
         )
         hooks[("resid_final", None)] = _unchanged  # every row of the last layer computed, as a patched one would be
+        for layer in range(start, cfg.n_layers) if dense else ():  # a hooked pattern: dense attention at its layer
+            hooks[(cells.site, layer)] = _unchanged
 
         def prefix(at: int) -> tuple[torch.Tensor, torch.Tensor]:
             return base.cache["k", at][:, :offset], base.cache["v", at][:, :offset]
