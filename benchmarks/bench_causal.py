@@ -16,7 +16,7 @@ disturb far less than wall time. A measurement repeats its call up to ``--repeat
 kernels, caches, and our one-off measurement of one layer's cost by rows that the passes are chosen by, cached per
 shape); a call that alone spends the budget is reported as it is, marked "1 call" in the table (TransformerLens's
 longer sweeps, whose first call ran up to a quarter slower than its second here; ours then include that
-measurement, at most 8% of the sweep or 0.25 s). JSON keeps every call.
+measurement, about 15% of the sweep or 0.25 s). JSON keeps every call.
 
 Shapes (random Hugging Face GPT-2 weights built offline, float32, read by ``circuitwidgets.from_hf`` and bridged
 by TransformerLens ``TransformerBridge.boot_transformers`` from the same object, on the same device):

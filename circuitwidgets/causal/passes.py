@@ -31,7 +31,7 @@ import numpy as np
 #: Most columns a sweep's cells are split into (the choice's own time grows with their square).
 COLUMNS = 48
 #: Share of the sweep's predicted time the measurement may take (at least :data:`CALIBRATION_SECONDS`).
-CALIBRATION_SHARE = 0.08
+CALIBRATION_SHARE = 0.15
 #: Seconds the measurement may always take.
 CALIBRATION_SECONDS = 0.25
 
@@ -87,12 +87,13 @@ def measure_curve(
     for n, length in ladder:
         rows = n * batch * length
         repeats = 3 if spent < 0.05 else 2
+        allowed = max(CALIBRATION_SECONDS, CALIBRATION_SHARE * work_rows * best) if points else math.inf
+        if spent + repeats * rows * best > allowed:  # the next point would overrun the measurement's share
+            break
         seconds = min(time_pass(n, length, 1) for _ in range(repeats))
         spent += repeats * seconds
         points[rows] = seconds
         best = min(best, seconds / rows)
-        if spent > max(CALIBRATION_SECONDS, CALIBRATION_SHARE * work_rows * best):
-            break
         if len(points) >= 4 and seconds / rows > best / 0.85:  # past the peak rate
             break
     overhead = 0.0
