@@ -82,12 +82,10 @@ induction study was 2.55× warm against warm (the quiet run above: 3.02×), so t
 Ours is below the floor where our layers outrun Hugging Face's (fused projections, ``scaled_dot_product_attention``)
 and ``z`` patches skip the patched layer's attention.
 
-**Passes chosen by measured cost, staircase passes** (the same day, later; GPT-2 and tiny rows only, each shape its
-own run, the code before (main at ad83850) and after timed back to back in one session, 2 cores, nothing else
-running: load average 1.2–2.0 during the four runs, the benchmark's own two threads included)::
+**Passes chosen by measured cost, staircase passes** (later that day: main at ad83850 and after, timed back to back,
+one run per shape, 2 cores, nothing else running: load 1.2–2.0 in the four runs, the benchmark's own included)::
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_causal.py --device cpu --threads 2 --clock wall --shapes gpt2 --forward ""
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_causal.py --device cpu --threads 2 --clock wall --shapes tiny --forward ""
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_causal.py --device cpu --threads 2 --clock wall --shapes gpt2 --forward ""   # and tiny
 
 | shape | sweep | before | TL / before | before / floor | after | TL 4.3 | TL / after | floor | after / floor |
 |---|---|---|---|---|---|---|---|---|---|
@@ -108,14 +106,16 @@ running: load average 1.2–2.0 during the four runs, the benchmark's own two th
 | tiny | `pattern` by layer × head | 0.014 s | 3.29× | 2.34× | 0.009 s | 0.042 s | 4.67× | 0.006 s | 1.42× |
 | tiny | `pattern` by layer × head × pos | 0.204 s | 3.76× | 2.98× | 0.074 s | 0.696 s | 9.41× | 0.070 s | 1.06× |
 
-(The "before" column's TransformerLens and floor are from its own run; largest difference from TransformerLens's
-numbers 1.8e-06 at GPT-2, 1.8e-07 tiny, as before.) A pass now carries the variants of every layer for a run of
+(TL 4.3, floor: the after run's; the before ratios use its own run's; largest difference from TransformerLens
+1.8e-06 at GPT-2, 1.8e-07 tiny, as before.) A pass now carries the variants of every layer for a run of
 positions (each layer's variants join at their layer, from the base run's stream: GPT-2's products grow from ~45
 rows to hundreds), and the runs are chosen by a measured cost curve of one layer by rows. The tiny rows vary
-run to run by up to a third (an earlier pair that session: ``resid_pre`` 0.030 s before, 0.026 s after). Still above
-1.3× the floor: tiny ``resid_pre``, ``resid_mid``, ``mlp_out`` and ``pattern`` by layer × head (1.33–1.45×); there
-the two base runs every exact patching needs (clean and corrupted, which the floor does not count) took 3.4–4.1 ms
-of the 6–17 ms floors (measured alone, quiet).
+run to run by up to a third: an earlier pair gave ``resid_pre`` 0.030 s before, 0.026 s after, and a rerun of the
+final commit (after the table's; the calibration bounded before each point) gave GPT-2 ``resid_pre`` 1.972 s
+(12.37×, 1.02× its floor) and tiny rows 1.16–2.33× their floors in a slower moment (TransformerLens's tiny sweeps
+there 10–30% slower too). Still above 1.3× the floor in the table: tiny ``resid_pre``, ``resid_mid``, ``mlp_out``,
+``pattern`` by layer × head (1.33–1.45×); there the two base runs every exact patching needs (clean and corrupted,
+uncounted by the floor) took 3.4–4.1 ms of the 6–17 ms floors (measured alone, quiet).
 """
 
 from __future__ import annotations
