@@ -18,7 +18,7 @@ import torch
 import circuitwidgets as cw
 from circuitwidgets import causal
 from circuitwidgets.causal import budget as budget_module
-from circuitwidgets.causal import engine, passes, patching
+from circuitwidgets.causal import engine, passes, patching, staircase
 from circuitwidgets.causal.metrics import as_metric
 from circuitwidgets.causal.sites import Cells, check_site
 from circuitwidgets.errors import MemoryBudgetError
@@ -108,7 +108,7 @@ def test_passes_never_exceed_what_the_budget_allows(
     budget = need.fixed + 3 * need.per_variant + 1
     assert engine.plan(gelu, cells, m, clean, budget, [["resid_pre"], ["resid_pre"]], "patch") == 3
     sizes: list[int] = []
-    real = engine.evaluate_pass
+    real = staircase.evaluate_pass
 
     def spy(*args: Any) -> torch.Tensor:
         sizes.append(sum(n for _, _, n in args[4]))

@@ -14,7 +14,7 @@ from test_causal import _slow_patch
 
 import circuitwidgets as cw
 from circuitwidgets import causal
-from circuitwidgets.causal import engine
+from circuitwidgets.causal import engine, staircase
 from circuitwidgets.causal.passes import Curve
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.sources.huggingface import from_hf
@@ -23,7 +23,7 @@ from circuitwidgets.sources.huggingface import from_hf
 def _offsets(monkeypatch: pytest.MonkeyPatch, layers: list[int] | None = None) -> list[int]:
     """The offsets of the sweep's passes (and in ``layers`` how many layers each pass joins), as they run."""
     seen: list[int] = []
-    real = engine.evaluate_pass
+    real = staircase.evaluate_pass
 
     def spy(*args: Any) -> torch.Tensor:
         seen.append(args[6] if len(args) > 6 else 0)
@@ -112,3 +112,23 @@ def test_staircase_passes_with_frozen_norms_equal_one_layer_whole_passes(
     )  # an undeclared metric: whole passes
     assert max(joined) == 1
     np.testing.assert_allclose(stair.values, single.values, atol=1e-9, rtol=0)
+
+
+def test_staircase_joins_beside_shared_keys_and_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Gemma 4 with 6 layers whose last two reuse layers 2 and 3's keys and values: restart layers 0, 1, 2, 2, 2, 2, so
+    # a staircase pass has variants joining at layers 1 and 2 while layers 4 and 5 read keys from layers 2 and 3
+    e2b = next(c for c in CASES if c.id == "gemma4-e2b-shaped")
+    six = dict(e2b.kwargs, num_hidden_layers=6, layer_types=["sliding_attention", "full_attention"] * 3)
+    model = from_hf(type(e2b)("gemma4-6", e2b.config, e2b.model, six).build(), dtype=torch.float64)
+    assert model.cfg.kv_sources == (0, 1, 2, 3, 2, 3)
+    assert [model.restart_layer(layer) for layer in range(6)] == [0, 1, 2, 2, 2, 2]
+    gen = torch.Generator().manual_seed(7)
+    clean = torch.randint(3, VOCAB, (2, 6), generator=gen)
+    corrupted = torch.randint(3, VOCAB, (2, 6), generator=gen)
+    metric = causal.logit_diff(clean[:, -1].tolist(), 4)
+    joined: list[int] = []
+    offsets = _offsets(monkeypatch, joined)
+    _least_work(monkeypatch)
+    _check_every_cell(model, "resid_pre", ("layer", "pos"), clean, corrupted, metric)
+    assert max(joined) == 6 and max(offsets) > 0
+    _check_every_cell(model, "v", ("layer", "pos"), clean, corrupted, metric, every=2)
