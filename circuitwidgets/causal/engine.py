@@ -263,6 +263,8 @@ def cost_curve(
         def run() -> None:
             logits = model.run_from(base.tokens, start, resid, record, positions=positions, columns=columns)
             metric.batched(logits.view(n, batch, *logits.shape[1:]), batch)
+            if model.device.type == "cuda":  # (kernels run asynchronously: time them to their end)
+                torch.cuda.synchronize(model.device)
 
         return wall(run)
 
