@@ -1,5 +1,5 @@
 """A sweep's ``memory_budget`` bounds the whole call (base runs included), is checked before any work, and huge
-sweeps are refused from their cell count alone; the pass size is the fastest measured within it."""
+sweeps are refused from their cell count alone; within it the passes are those of least measured cost."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import torch
 import circuitwidgets as cw
 from circuitwidgets import causal
 from circuitwidgets.causal import budget as budget_module
-from circuitwidgets.causal import engine, patching
+from circuitwidgets.causal import engine, passes, patching, staircase
 from circuitwidgets.causal.metrics import as_metric
 from circuitwidgets.causal.sites import Cells, check_site
 from circuitwidgets.errors import MemoryBudgetError
@@ -108,38 +108,71 @@ def test_passes_never_exceed_what_the_budget_allows(
     budget = need.fixed + 3 * need.per_variant + 1
     assert engine.plan(gelu, cells, m, clean, budget, [["resid_pre"], ["resid_pre"]], "patch") == 3
     sizes: list[int] = []
-    real = engine.evaluate_variants
+    real = staircase.evaluate_pass
 
     def spy(*args: Any) -> torch.Tensor:
-        sizes.append(args[6])
+        sizes.append(sum(n for _, _, n in args[4]))
         return real(*args)
 
-    monkeypatch.setattr(engine, "evaluate_variants", spy)
+    monkeypatch.setattr(engine, "evaluate_pass", spy)
     limited = causal.patch(gelu, clean, corrupted, metric, memory_budget=budget)
     assert max(sizes) <= 3
-    monkeypatch.setattr(engine, "evaluate_variants", real)
+    monkeypatch.setattr(engine, "evaluate_pass", real)
     whole = causal.patch(gelu, clean, corrupted, metric, memory_budget=2 * budget)
     np.testing.assert_allclose(limited.values, whole.values, atol=1e-10)
 
 
-def test_the_fastest_pass_size_is_measured_once_and_cached(gelu: CircuitModel) -> None:
-    tried: list[int] = []
+def test_passes_are_chosen_by_their_modelled_cost() -> None:
+    # 3 layers × 4 positions, one cell each; a pass from position q computes 4 − q positions of 2 prompts
+    counts = np.ones((3, 4), dtype=np.int64)
+    offsets, restarts = [0, 1, 2, 3], [0, 1, 2]
 
-    def time_pass(n: int) -> float:  # 8 variants per pass is the sweet spot of this made-up device
-        tried.append(n)
-        return n * (1.0 + abs(n - 8) / 8) * 1e-4
+    def plan(
+        curve: passes.Curve, most: int = 64, staircase: bool = True, narrow: float = 1.0, last_hooked: bool = False
+    ) -> passes.Plan:
+        row_len = [2 * (4 - o) for o in offsets]
+        return passes.choose(counts, row_len, restarts, 3, curve, most, staircase, [narrow] * 4, last_hooked)
+
+    linear = passes.Curve((1,), (1e-6,), 0.0)  # time ∝ rows, no overhead: the least work, one position per pass
+    least = plan(linear)
+    assert [(q0, q1) for q0, q1, _ in least.passes] == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert all(runs == ((0, 3),) for _, _, runs in least.passes)  # each a staircase through the three layers
+    # the modelled time: per position q, layer ℓ holds ℓ + 1 variants of 2 · (4 − q) rows
+    assert least.seconds == pytest.approx(1e-6 * sum(2 * (4 - q) * (l + 1) for q in range(4) for l in range(3)))
+    costly = plan(passes.Curve((1,), (1e-6,), 1.0))  # a second per pass: one pass of everything
+    assert [(q0, q1, runs) for q0, q1, runs in costly.passes] == [(0, 4, ((0, 3),))]
+    capped = plan(passes.Curve((1,), (1e-6,), 1.0), most=5)  # at most 5 variants alive: no pass holds more
+    assert all(
+        sum(int(counts[i, q0:q1].sum()) for i in range(a, b)) <= 5 for q0, q1, runs in capped.passes for a, b in runs
+    )
+    per_layer = plan(passes.Curve((1,), (1e-6,), 1.0), staircase=False)  # a resumed site: one layer per pass
+    assert all(b - a == 1 for _, _, runs in per_layer.passes for a, b in runs)
+    # small products slow, large ones slower per row again: the passes keep to the curve's best size
+    humped = passes.Curve((2, 8, 32, 64), (1e-3, 1.1e-3, 1.3e-3, 40e-3), 2e-3)
+    assert [(q0, q1) for q0, q1, _ in plan(humped).passes] == [(0, 1), (1, 2), (2, 4)]
+    # a last layer computed at the metric's positions only (5% of it) unless a pass hooks inside it: the last layer's
+    # cells get passes of their own, so the other passes' last layers narrow
+    apart = plan(passes.Curve((1,), (1e-6,), 1e-6), narrow=0.05, last_hooked=True)
+    assert all(runs == ((0, 2), (2, 3)) for _, _, runs in apart.passes)
+    assert plan(passes.Curve((1,), (1e-6,), 1e-6), narrow=0.05).passes == least.passes  # (its input hooked: narrows)
+
+
+def test_the_cost_curve_is_measured_once_bounded_and_cached() -> None:
+    tried: list[tuple[int, int, int]] = []
+
+    def time_pass(n: int, length: int, layers: int) -> float:  # a made-up device: 1 ms a pass, 10 µs a row
+        tried.append((n, length, layers))
+        return layers * (1e-3 + 1e-5 * n * 2 * length) + 1e-3
 
     key = ("test", time.time_ns())
-    assert budget_module.fastest(gelu, key, 64, time_pass, work=10**6) == 8
-    assert max(tried) <= 16  # stopped once past the peak
+    curve = passes.measure_curve(key, time_pass, 2, 8, 2, 2 * 8 * 64, work_rows=10**9, two_layers=True)
+    assert curve.overhead == pytest.approx(1e-3)  # two layers minus one: the pass's own time apart from a layer's
+    assert curve.layer(64) == pytest.approx(1e-3 + 1e-5 * 64)
+    assert max(n * 2 * length for n, length, _ in tried) >= 2 * 8 * 64  # climbed to the largest pass
     tried.clear()
-    assert budget_module.fastest(gelu, key, 64, time_pass, work=10**6) == 8 and not tried
-    flat = budget_module.fastest(gelu, ("flat", time.time_ns()), 64, lambda n: 1e-3 * n, work=10**6)
-    assert flat == 64  # equal throughput: the largest pass (fewest passes)
-    small = budget_module.fastest(gelu, ("small", time.time_ns()), 64, lambda n: 0.05 * n, work=40)
-    assert small < 64  # the measurement stays a small share of a small sweep
-    assert budget_module.balanced(10, 4) == [(0, 4), (4, 8), (8, 10)]
-    assert budget_module.balanced(99, 64) == [(0, 50), (50, 99)]
+    assert passes.measure_curve(key, time_pass, 2, 8, 2, 2 * 8 * 64, 10**9, True) is curve and not tried
+    slow = passes.measure_curve(("slow", time.time_ns()), lambda n, p, k: 0.05 * n, 2, 8, 8, 2**20, 40, True)
+    assert max(slow.rows) < 2**20  # the measurement stays a small share of a small sweep
 
 
 PEAK_SCRIPT = r"""

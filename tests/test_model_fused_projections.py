@@ -22,7 +22,7 @@ import torch
 from families import CASES, VOCAB
 
 from circuitwidgets import causal
-from circuitwidgets.causal import engine
+from circuitwidgets.causal import engine, staircase
 from circuitwidgets.model import forward, fused
 from circuitwidgets.model.cache import Recorder
 from circuitwidgets.sources.huggingface import from_hf
@@ -112,15 +112,16 @@ def test_resuming_the_patched_layer_equals_running_it_whole(
     corrupted[:, 3] = torch.randint(3, VOCAB, (2,), generator=g)
     metric = causal.logit_diff(clean[:, -1].tolist(), [5])
     resumed = []
-    real = engine.resumed
+    real = staircase.resumed
 
     def spy(*args: Any) -> Any:
         resumed.append(real(*args))
         return resumed[-1]
 
-    monkeypatch.setattr(engine, "resumed", spy)
+    monkeypatch.setattr(staircase, "resumed", spy)
     fast = causal.patch(model, clean, corrupted, metric, site=site, by=by).values
     assert any(r is not None for r in resumed)
+    monkeypatch.setattr(staircase, "RESUMABLE", frozenset())  # the layer run whole (and joined as a staircase)
     monkeypatch.setattr(engine, "RESUMABLE", frozenset())
     slow = causal.patch(model, clean, corrupted, metric, site=site, by=by).values
     torch.testing.assert_close(torch.as_tensor(fast), torch.as_tensor(slow), atol=1e-12, rtol=0)

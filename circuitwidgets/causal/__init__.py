@@ -5,7 +5,7 @@ ablation (:func:`ablate`), attribution patching (:func:`attribution_patch`),
 exact direct logit attribution (:func:`logit_attribution`), the logit lens
 (:func:`logit_lens`) and per-token loss (:func:`per_token_loss`). Definitions
 follow TransformerLens where it has the technique (DESIGN.md §3c). Every sweep
-runs many patched variants per pass, each from its patched layer on
+runs many patched variants per pass, each joining the pass at its patched layer
 (:mod:`circuitwidgets.causal.engine`), and returns a :class:`Sweep` that says
 how it was made: technique, site, metric with its clean and corrupted values,
 convention (norms recomputed or frozen, centring), model and prompts.

@@ -8,18 +8,15 @@ part and one variant do not fit raises :class:`~circuitwidgets.errors.MemoryBudg
 naming the budget and the need, and a sweep with more cells than its result
 arrays can hold is refused with the cell count (never by building the cells).
 
-Within the budget the number of variants per pass is chosen for speed: larger
-passes amortise the per-pass overhead (hooks, Python, kernel launches), but on
-a CPU very large tensors can run slower per element than medium ones. The
-choice is measured once per device, dtype, model shape and prompt shape (one
-layer and the metric's logits, on a ladder of pass sizes, in CPU time) and cached.
+Within the budget the passes are chosen for speed by their measured cost
+(:mod:`circuitwidgets.causal.passes`); the budget is a ceiling on the variants
+any pass holds at once.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from circuitwidgets.errors import MemoryBudgetError
@@ -110,67 +107,3 @@ def check_fits(need: Need, budget: int, what: str, by: Sequence[str], top: int |
 
 def _size(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.2f} GiB"
-
-
-#: Measured fastest variants per pass, by (device, dtype, model shape, prompt shape, dense, most that fit).
-_FASTEST: dict[tuple[object, ...], int] = {}
-
-#: Share of the sweep's predicted time the measurement may take (at least :data:`CALIBRATION_SECONDS`).
-CALIBRATION_SHARE = 0.05
-#: Seconds of CPU the measurement may always take.
-CALIBRATION_SECONDS = 0.2
-
-
-def fastest(
-    model: CircuitModel, key: tuple[object, ...], most: int, time_pass: Callable[[int], float], work: int
-) -> int:
-    """The number of variants per pass (``≤ most``) with the highest measured throughput, cached under ``key``.
-
-    ``time_pass(n)`` runs one pass of ``n`` variants through one layer and the
-    metric's logits and returns its CPU seconds (process time, which other
-    processes on a shared machine disturb far less than wall time). Sizes 1, 2,
-    4 … ``most`` are tried, climbing while the throughput holds (within 10% of
-    the best so far) and while the measurement stays a small share of the sweep
-    (``work``: variant-layers the sweep will run); the largest size within 10% of
-    the best throughput wins (fewer passes, less per-pass overhead).
-    """
-    if most <= 2:
-        return most
-    cfg = model.cfg
-    full = (
-        str(model.device), str(model.W_E.dtype), cfg.n_layers, cfg.d_model, cfg.d_mlp, cfg.n_heads,
-        cfg.d_vocab, *key, most,
-    )  # fmt: skip
-    if full in _FASTEST:
-        return _FASTEST[full]
-    time_pass(1)  # warm the kernels and the allocator
-    rates: dict[int, float] = {}
-    spent, n = 0.0, 1
-    while True:
-        seconds = time_pass(n)
-        spent += seconds
-        rates[n] = n / max(seconds, 1e-9)
-        allowed = max(CALIBRATION_SECONDS, CALIBRATION_SHARE * work * seconds / n)
-        if n >= most or spent > allowed or rates[n] < 0.9 * max(rates.values()):
-            break
-        n = min(most, 2 * n)
-    best = max(rates.values())
-    choice = max(size for size, rate in rates.items() if rate >= 0.9 * best)
-    _FASTEST[full] = choice
-    return choice
-
-
-def balanced(count: int, step: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` ranges covering ``count`` items in passes of at most ``step``, as even as possible."""
-    if count <= 0:
-        return []
-    passes = -(-count // step)
-    size = -(-count // passes)
-    return [(s, min(count, s + size)) for s in range(0, count, size)]
-
-
-def clock(fn: Callable[[], object]) -> float:
-    """CPU seconds of this process while ``fn()`` runs."""
-    start = time.process_time()
-    fn()
-    return time.process_time() - start

@@ -1,9 +1,11 @@
 """The sweep engine: many patched variants of one run, stacked on the batch axis, each restarted at its layer.
 
-A sweep over cells of one layer ``l`` starts every variant from the base run's
-residual stream before ``l`` (cached), so the layers before ``l`` are never
-recomputed; ``n`` variants of a ``batch``-prompt run are one pass of
-``n · batch`` sequences (variant-major), chunked to a memory budget; only the
+A variant patched at layer ``l`` starts from the base run's residual stream
+before ``l`` (cached), so the layers before ``l`` are never recomputed; ``n``
+variants of a ``batch``-prompt run are one pass of ``n · batch`` sequences
+(variant-major), and a pass may carry the variants of several layers, each joining
+at its own (:mod:`circuitwidgets.causal.staircase`). The passes are chosen by their
+measured cost within a memory budget (:mod:`circuitwidgets.causal.passes`); only the
 logits the metric reads are computed (:class:`~circuitwidgets.causal.metrics.Metric`).
 At the patched site a hook mixes the base value with the source value on each
 variant's cell: ``base + mask · (source − base)``.
@@ -12,15 +14,23 @@ variant's cell: ``base + mask · (source − base)``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from circuitwidgets.causal.budget import DENSE_SITES, Need, balanced, check_fits, clock, fastest, sweep_need
+from circuitwidgets.causal.budget import DENSE_SITES, Need, check_fits, sweep_need
 from circuitwidgets.causal.metrics import Metric, scalar
+from circuitwidgets.causal.passes import COLUMNS, Curve, choose, measure_curve, wall
 from circuitwidgets.causal.sites import SITE_AXES, Cells
+from circuitwidgets.causal.staircase import (
+    RESUMABLE,
+    BaseRun,
+    Pass,
+    Piece,
+    evaluate_pass,
+    frozen_scale_hooks,
+)
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import ActivationCache, CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
@@ -51,15 +61,6 @@ def check_budget(memory_budget: object) -> int:
     if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 1:
         raise ArgumentTypeError(f"memory_budget: expected a positive int (bytes) or None, got {memory_budget!r}")
     return memory_budget
-
-
-@dataclass
-class BaseRun:
-    """The run every variant starts from: its tokens, cache (residual streams, site values, norm scales) and metric value."""
-
-    tokens: torch.Tensor
-    cache: ActivationCache
-    value: float
 
 
 def run_base(model: CircuitModel, tokens: torch.Tensor, metric: Metric, names: Sequence[str]) -> BaseRun:
@@ -109,95 +110,6 @@ def plan(
     return check_fits(need, budget, what, cells.by, top)
 
 
-def frozen_scale_hooks(
-    model: CircuitModel, base: BaseRun, start: int, positions: Sequence[int] | None, offset: int = 0
-) -> dict[tuple[str, int | None], Hook]:
-    """Hooks replaying the base run's norm scales for variants stacked on the batch axis (layers from ``start`` on;
-    the final norm's at the logits' ``positions``)."""
-    hooks: dict[tuple[str, int | None], Hook] = {}
-    keys: list[tuple[str, int | None]] = [("scale_final", None)]
-    for layer in range(start, model.cfg.n_layers):
-        keys.append(("scale", layer))
-        if model.cfg.has_mlp:
-            keys.append(("scale_mlp", layer))
-    for key in keys:
-        frozen = base.cache.get(key)
-        if frozen is None:
-            continue
-        if key[0] != "scale_final" or positions is None:  # (the base run's final scales are the metric's already)
-            frozen = frozen[:, offset:]
-
-        def replay(value: torch.Tensor, frozen: torch.Tensor = frozen) -> torch.Tensor:
-            return frozen.repeat(value.shape[0] // frozen.shape[0], *([1] * (frozen.ndim - 1)))
-
-        hooks[key] = replay
-    return hooks
-
-
-def evaluate_variants(
-    model: CircuitModel,
-    base: BaseRun,
-    metric: Metric,
-    layer: int,
-    site: str,
-    mix: Callable[[torch.Tensor], torch.Tensor],
-    n: int,
-    freeze_norms: bool,
-    offset: int = 0,
-) -> torch.Tensor:
-    """The metric of ``n`` variants whose ``site`` at ``layer`` is ``mix(base value repeated n times)``: ``[n]``.
-
-    ``offset``: the variants agree with the base run before that position, so the pass computes positions
-    ``offset …`` only, attending to the base run's keys and values (kept in its cache) before it.
-    """
-    start = model.restart_layer(layer)
-    batch, n_pos = base.tokens.shape
-    tokens = base.tokens.repeat(n, 1)
-    resid = base.cache["resid_pre", start][:, offset:].repeat(n, 1, 1) if start > 0 else None
-    positions = metric.positions_at(n_pos)
-    hooks: dict[tuple[str, int | None], Hook] = (
-        frozen_scale_hooks(model, base, start, positions, offset) if freeze_norms else {}
-    )
-    hooks[(site, layer)] = mix
-
-    def prefix(at: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return base.cache["k", at][:, :offset], base.cache["v", at][:, :offset]
-
-    record = Recorder(
-        {}, set(), hooks, prefix if offset else None, offset, resumed(model, base, layer, site, n, offset)
-    )
-    columns = metric.columns.to(model.device) if metric.columns is not None else None
-    logits = model.run_from(tokens, start, resid, record, positions=positions, columns=columns)
-    values = metric.batched(logits.view(n, batch, *logits.shape[1:]), batch)
-    if values.shape != (n,):
-        raise ArgumentError(
-            f"metric: {metric.name} returned shape {tuple(values.shape)} for {n} variants, expected ({n},)"
-        )
-    if not bool(torch.isfinite(values).all()):
-        raise ArgumentError(f"metric: {metric.name} returned a non-finite value for a patched run")
-    return values
-
-
-#: Sites after which a pass may resume a layer from the base run (the patched layer's queries, keys, values and pattern
-#: are the base run's: only what follows the site is recomputed).
-RESUMABLE = frozenset({"z", "attn_out"})
-
-
-def resumed(
-    model: CircuitModel, base: BaseRun, layer: int, site: str, n: int, offset: int
-) -> tuple[int, str, torch.Tensor] | None:
-    """Where ``n`` variants patching ``site`` at ``layer`` may resume (:attr:`Recorder.resume`): the base run's value
-    of the site, repeated; ``None`` where the layer must run whole (a site before z, or keys and values shared with
-    other layers, which the pass must recompute for them)."""
-    sources = model.cfg.kv_sources
-    if site not in RESUMABLE or (site, layer) not in base.cache or model.restart_layer(layer) != layer:
-        return None
-    if sources is not None and layer in sources[layer + 1 :]:
-        return None
-    value = base.cache[site, layer][:, offset:]
-    return layer, site, value.repeat(n, *([1] * (value.ndim - 1)))
-
-
 def sweep(
     model: CircuitModel,
     base: BaseRun,
@@ -215,50 +127,193 @@ def sweep(
 
     ``source(layer)`` is the replacement value ``[batch, ...]`` of the site at that
     layer (a clean run's, zeros, a mean …); a cell patches only its slice.
-    ``most``: variants per pass the memory budget allows (:func:`plan`); the pass
-    size used is the fastest measured up to it (:func:`~circuitwidgets.causal.budget.fastest`).
+    ``most``: variants per pass the memory budget allows (:func:`plan`); the passes
+    are those of least measured cost within it (:mod:`circuitwidgets.causal.passes`):
+    each a run of cells across the layers (:mod:`circuitwidgets.causal.staircase`).
     ``chosen``: only these cells of each layer (as :meth:`Cells.at_layer` gives them)
     are run; the others stay NaN. Cells are index arithmetic, never one object each.
     When cells split positions (:func:`suffix_only`), each pass recomputes only the
     positions from its earliest patched one on.
     """
     out = np.full(cells.shape, np.nan)
-    todo = list(range(model.cfg.n_layers)) if layers is None else list(layers)
-    counts = {layer: cells.per_layer if chosen is None else len(chosen.get(layer, [])) for layer in todo}
-    work = sum(count * (model.cfg.n_layers - layer) for layer, count in counts.items())
-    step = pass_size(model, base, cells, metric, freeze_norms, min(most, max(counts.values(), default=1)), work)
-    layer_axis = cells.by.index("layer")
-    rest_axes = [cells.by.index(d) for d in cells.rest]
+    width = len(cells.rest)
+    todo: dict[int, np.ndarray] = {}
+    for layer in sorted(range(model.cfg.n_layers) if layers is None else layers):
+        picked = chosen.get(layer, []) if chosen is not None else None
+        rows = cells.rows(0, cells.per_layer) if picked is None else np.asarray(picked, dtype=np.int64)
+        if len(rows):
+            todo[layer] = rows.reshape(len(rows), width)
+    if not todo:
+        return out
     suffix = suffix_only(base, cells, metric)
     pos_col = cells.rest.index("pos") if suffix else None
-    if suffix:  # a pass spans at most a quarter of the positions, so most passes skip a prefix (62% of whole work)
-        step = min(step, max(1, -(-max(counts.values(), default=1) // SUFFIX_GROUPS)))
-    with torch.no_grad(), tqdm(total=sum(counts.values()), desc=desc, delay=1.0, leave=False, disable=None) as bar:
-        for layer in todo:
-            if not counts[layer]:
-                continue
-            src = source(layer)
-            picked = None if chosen is None else np.asarray(chosen[layer], dtype=np.int64).reshape(-1, len(rest_axes))
-            if (
-                picked is not None and pos_col is not None
-            ):  # earliest positions first, so a pass's suffix is long only when it must be
-                picked = picked[np.argsort(picked[:, pos_col], kind="stable")]
-            for c0, c1 in balanced(counts[layer], step):
-                rows = cells.rows(c0, c1, first="pos" if suffix else None) if picked is None else picked[c0:c1]
-                offset = min(int(rows[:, pos_col].min()), suffix) if pos_col is not None else 0
-                mix = mixer(cells, rows, src, base, offset)
-                values = evaluate_variants(model, base, metric, layer, cells.site, mix, c1 - c0, freeze_norms, offset)
+    keys = {layer: _keys(rows, pos_col, suffix) for layer, rows in todo.items()}
+    passes = _passes(model, base, cells, metric, todo, keys, suffix, most, freeze_norms)
+    sources: dict[int, torch.Tensor] = {}
+    layer_axis = cells.by.index("layer")
+    rest_axes = [cells.by.index(d) for d in cells.rest]
+    with (
+        torch.no_grad(),
+        tqdm(total=sum(map(len, todo.values())), desc=desc, delay=1.0, leave=False, disable=None) as bar,
+    ):
+        for p in passes:
+            mixes = []
+            for piece in p.pieces:
+                if piece.layer not in sources:
+                    sources[piece.layer] = source(piece.layer)
+                mix = mixer(cells, piece.rows, sources[piece.layer], base, p.offset)
+                mixes.append((piece.layer, mix, len(piece.rows)))
+            values = evaluate_pass(model, base, metric, cells.site, mixes, freeze_norms, p.offset).cpu().numpy()
+            first = 0
+            for piece in p.pieces:
                 index: list[np.ndarray | int] = [0] * len(cells.by)
-                index[layer_axis] = layer
+                index[layer_axis] = piece.layer
                 for j, axis in enumerate(rest_axes):
-                    index[axis] = rows[:, j]
-                out[tuple(index)] = values.cpu().numpy().reshape(np.shape(out[tuple(index)]))
-                bar.update(c1 - c0)
+                    index[axis] = piece.rows[:, j]
+                part = values[first : first + len(piece.rows)]
+                out[tuple(index)] = part.reshape(np.shape(out[tuple(index)]))
+                first += len(piece.rows)
+            bar.update(p.size)
     return out
 
 
-#: Passes per layer a suffix-only sweep splits its positions into at least (work ≈ (1 + 1/k)/2 of whole passes).
-SUFFIX_GROUPS = 4
+def _keys(rows: np.ndarray, pos_col: int | None, suffix: int) -> np.ndarray:
+    """Each cell's first position a pass must compute: its position capped by ``suffix`` (0 for whole passes)."""
+    if pos_col is None:
+        return np.zeros(len(rows), dtype=np.int64)
+    return np.asarray(np.minimum(rows[:, pos_col], suffix), dtype=np.int64)
+
+
+def _passes(
+    model: CircuitModel,
+    base: BaseRun,
+    cells: Cells,
+    metric: Metric,
+    todo: dict[int, np.ndarray],
+    keys: dict[int, np.ndarray],
+    suffix: int,
+    most: int,
+    freeze_norms: bool,
+) -> list[Pass]:
+    """The sweep's passes: its cells in columns (by first position, then a few cells each) and the runs of columns
+    and layers of least modelled time (:func:`~circuitwidgets.causal.passes.choose`)."""
+    batch, n_pos = base.tokens.shape
+    layer_list = list(todo)
+    columns, offsets = split_columns([keys[layer] for layer in layer_list], most)
+    counts = np.array([[len(c) for c in per] for per in columns], dtype=np.int64)
+    work = sum(len(rows) * (model.cfg.n_layers - layer) for layer, rows in todo.items()) * batch * n_pos
+    curve = cost_curve(model, base, cells, metric, suffix, most, freeze_norms, work)
+    restarts = [model.restart_layer(layer) for layer in layer_list]
+    staircase = cells.site not in RESUMABLE
+    row_len = [batch * (n_pos - o) for o in offsets]
+    narrow = [last_share(model, metric, n_pos, n_pos - o, freeze_norms) for o in offsets]
+    last_hooked = layer_list[-1] == model.cfg.n_layers - 1 and cells.site != "resid_pre"
+    chosen = choose(counts, row_len, restarts, model.cfg.n_layers, curve, most, staircase, narrow, last_hooked)
+    passes = []
+    for q0, q1, runs in chosen.passes:
+        for a, b in runs:
+            pieces = []
+            for i in range(a, b):
+                picked = np.concatenate([columns[i][q] for q in range(q0, q1)])
+                if len(picked):
+                    pieces.append(Piece(layer_list[i], todo[layer_list[i]][picked]))
+            if pieces:
+                passes.append(Pass(tuple(pieces), offsets[q0]))
+    return passes
+
+
+def cost_curve(
+    model: CircuitModel,
+    base: BaseRun,
+    cells: Cells,
+    metric: Metric,
+    suffix: int,
+    most: int,
+    freeze_norms: bool,
+    work: int,
+) -> Curve:
+    """One layer's measured time by rows on this device and shape (cached): passes of ``n`` unpatched variants through
+    the last layers, every row computed (a hooked pattern: dense attention in each), the metric evaluated (:func:`~circuitwidgets.causal.passes.measure_curve`)."""
+    cfg, last = model.cfg, model.cfg.n_layers - 1
+    batch, n_pos = base.tokens.shape
+    positions = metric.positions_at(n_pos)
+    columns = metric.columns.to(model.device) if metric.columns is not None else None
+    dense = cells.site in DENSE_SITES
+    key = (
+        str(model.device), str(model.W_E.dtype), cfg.n_layers, cfg.d_model, cfg.d_mlp, cfg.n_heads, cfg.d_vocab,
+        batch, n_pos, None if positions is None else len(positions),
+        None if columns is None else len(columns), freeze_norms, model.restart_layer(last), dense,
+    )  # fmt: skip
+
+    def time_pass(n: int, length: int, layers: int) -> float:
+        offset, start = n_pos - length, model.restart_layer(cfg.n_layers - layers)
+        hooks: dict[tuple[str, int | None], Hook] = (
+            frozen_scale_hooks(model, base, start, positions, offset) if freeze_norms else {}
+        )
+        hooks[("resid_final", None)] = _unchanged  # every row of the last layer computed, as a patched one would be
+        for layer in range(start, cfg.n_layers) if dense else ():  # a hooked pattern: dense attention at its layer
+            hooks[(cells.site, layer)] = _unchanged
+
+        def prefix(at: int) -> tuple[torch.Tensor, torch.Tensor]:
+            return base.cache["k", at][:, :offset], base.cache["v", at][:, :offset]
+
+        record = Recorder({}, set(), hooks, prefix if offset else None, offset)
+        resid = base.cache["resid_pre", start][:, offset:].repeat(n, 1, 1)
+
+        def run() -> None:
+            logits = model.run_from(base.tokens, start, resid, record, positions=positions, columns=columns)
+            metric.batched(logits.view(n, batch, *logits.shape[1:]), batch)
+            if model.device.type == "cuda":  # (kernels run asynchronously: time them to their end)
+                torch.cuda.synchronize(model.device)
+
+        return wall(run)
+
+    total = cells.per_layer * cfg.n_layers
+    with torch.no_grad():
+        return measure_curve(
+            key, time_pass, batch, n_pos, n_pos - suffix, min(most, total) * batch * n_pos, work, cfg.n_layers > 1
+        )
+
+
+def last_share(model: CircuitModel, metric: Metric, n_pos: int, length: int, freeze_norms: bool) -> float:
+    """The share of a whole last layer that a pass over the last ``length`` of ``n_pos`` positions computes when nothing hooks inside it:
+    keys and values at every row, the rest at the metric's positions only (1 when a pass cannot narrow: a metric
+    that reads every position, or frozen norms, whose replayed scales hook every layer)."""
+    positions = metric.positions_at(n_pos)
+    if positions is None or freeze_norms:
+        return 1.0
+    cfg = model.cfg
+    kv = 2 * (cfg.n_kv_heads or cfg.n_heads) * cfg.d_head
+    mlp = (3 if cfg.gated_mlp else 2) * (cfg.d_mlp or 0) if cfg.has_mlp else 0
+    whole = 2 * cfg.n_heads * cfg.d_head + kv + mlp
+    return (kv + (whole - kv) * min(1.0, len(set(positions)) / length)) / whole
+
+
+def split_columns(keys: list[np.ndarray], most: int) -> tuple[list[list[np.ndarray]], list[int]]:
+    """Each layer's cells (indices into its rows) in the same columns: cells of one first position together (of
+    neighbouring positions when there are more than :data:`~circuitwidgets.causal.passes.COLUMNS`), then split into a
+    few cells each (at most ``most``), so that passes can take any run of columns; and each column's first position
+    (its least key: a pass from that column on computes from there)."""
+    distinct = np.unique(np.concatenate(keys))
+    bins = np.array_split(distinct, min(len(distinct), COLUMNS))
+    edges = [int(b[0]) for b in bins]
+    which = [np.searchsorted(edges, k, side="right") - 1 for k in keys]
+    peak = [max(int((w == b).sum()) for w in which) for b in range(len(bins))]
+    grain = min(most, max(1, -(-sum(peak) // COLUMNS)))
+    out: list[list[np.ndarray]] = [[] for _ in keys]
+    offsets: list[int] = []
+    for b in range(len(bins)):
+        parts = -(-peak[b] // grain)
+        offsets += [edges[b]] * parts
+        for i, w in enumerate(which):
+            members = np.flatnonzero(w == b)
+            members = members[np.argsort(keys[i][members], kind="stable")]
+            out[i].extend(np.array_split(members, parts))
+    return out, offsets
+
+
+def _unchanged(value: torch.Tensor) -> None:
+    return None
 
 
 def base_names(cells: Cells, metric: Metric) -> list[str]:
@@ -301,30 +356,6 @@ def mixer(
         return (v + mask * (src[None] - v)).view_as(value)
 
     return mix
-
-
-def pass_size(
-    model: CircuitModel, base: BaseRun, cells: Cells, metric: Metric, freeze_norms: bool, most: int, work: int
-) -> int:
-    """Variants per pass: the fastest measured on this device and shape, up to ``most`` (cached); ``work``: the
-    sweep's variant-layers, which bound the measurement's share of the time."""
-    last = model.cfg.n_layers - 1
-    batch, n_pos = base.tokens.shape
-    positions = metric.positions_at(n_pos)
-    key = (
-        batch, n_pos, cells.site in DENSE_SITES, None if positions is None else len(positions),
-        None if metric.columns is None else len(metric.columns), freeze_norms, model.restart_layer(last),
-    )  # fmt: skip
-
-    def time_pass(n: int) -> float:
-        return clock(lambda: evaluate_variants(model, base, metric, last, cells.site, _unchanged, n, freeze_norms))
-
-    with torch.no_grad():
-        return fastest(model, key, most, time_pass, work)
-
-
-def _unchanged(value: torch.Tensor) -> torch.Tensor:
-    return value
 
 
 def normalise(values: np.ndarray, metric: Metric, clean: float, corrupted: float) -> tuple[np.ndarray, float, float]:

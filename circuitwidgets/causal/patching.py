@@ -21,7 +21,6 @@ from circuitwidgets._checks import check_bool
 from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_paths, nnsight_sites
 from circuitwidgets.causal.attribution import attribution_patch
 from circuitwidgets.causal.engine import (
-    BaseRun,
     base_names,
     check_budget,
     check_pair,
@@ -35,6 +34,7 @@ from circuitwidgets.causal.metrics import as_metric
 from circuitwidgets.causal.precision import full_precision
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import Cells, check_site, site_alias
+from circuitwidgets.causal.staircase import BaseRun
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
@@ -75,7 +75,7 @@ def patch(
     memory_budget
         bytes the whole call may hold (default 1 GiB): base runs, results and one
         pass of variants, counted before any work (:class:`MemoryBudgetError` when
-        they cannot fit); the pass size within it is the fastest measured.
+        they cannot fit); within it the passes are those of least measured cost.
     top
         patch only the ``top`` cells whose attribution-patching estimate
         (:func:`~circuitwidgets.causal.attribution_patch`, one backward pass) is

@@ -90,6 +90,7 @@ class Recorder:
         prefix: Callable[[int], tuple[torch.Tensor, torch.Tensor]] | None = None,
         offset: int = 0,
         resume: tuple[int, str, torch.Tensor] | None = None,
+        join: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         self.store, self.keep = store, keep
         self.hooks = dict(hooks or {})
@@ -103,6 +104,10 @@ class Recorder:
         # patches of ``z`` and ``attn_out``: the queries, keys, values and pattern of the patched layer are the base
         # run's). A hook on ``name`` still applies.
         self.resume = resume
+        # ``join(layer, resid)``: the residual stream entering ``layer``, with more sequences appended on the batch
+        # axis (the causal engine's staircase passes: variants patched at a later layer join the pass there, from
+        # the base run's stream). Whatever is per sequence and given for the first batch (per-layer inputs) repeats.
+        self.join = join
 
     def keeps(self, name: str) -> bool:
         """Whether ``name`` is kept or hooked (at some layer)."""
@@ -113,9 +118,14 @@ class Recorder:
         return not (self.keep is None or name in self.keep or (name, layer) in self.hooks)
 
     def silent_at(self, layer: int) -> bool:
-        """Whether this pass keeps nothing and hooks nothing at ``layer`` nor at ``resid_final``: the layer may then
-        compute its queries and everything after them only at the positions the logits are read at."""
-        return self.keep is not None and not self.keep and all(l != layer and n != "resid_final" for n, l in self.hooks)
+        """Whether this pass keeps nothing and hooks nothing at ``layer`` (but its input, ``resid_pre``, which the
+        layer reads whole before narrowing) nor at ``resid_final``: the layer may then compute its queries and
+        everything after them only at the positions the logits are read at."""
+        return (
+            self.keep is not None
+            and not self.keep
+            and all((l != layer or n == "resid_pre") and n != "resid_final" for n, l in self.hooks)
+        )
 
     def __call__(self, name: str, layer: int | None, value: torch.Tensor) -> torch.Tensor:
         hook = self.hooks.get((name, layer))

@@ -200,7 +200,8 @@ class Runner(Sublayers):
         """Logits of a pass that starts at layer ``start`` from the residual stream ``resid`` ``[batch, pos, d_model]``.
 
         ``tokens`` ``[batch, pos]`` (checked ids; used for positions and per-layer
-        inputs); ``start`` 0 with ``resid`` ``None`` is a whole pass. Only the
+        inputs; ``resid`` may hold a multiple of its rows, the same prompts repeated); ``start`` 0 with ``resid``
+        ``None`` is a whole pass. Only the
         logits at ``positions`` (all when ``None``) and of token ids ``columns``
         (all when ``None``) are computed: ``[batch, len(positions), len(columns)]``.
         Gradients flow when the caller enables them. ``start`` must come from
@@ -230,7 +231,7 @@ class Runner(Sublayers):
         embed = self.W_E[t[:, offset:]]
         per_layer = self._per_layer_inputs(t[:, offset:], embed)
         pos = self.W_pos[offset:n_pos][None] if self.W_pos is not None else None
-        if start == 0 or resid is None:
+        if resid is None:
             resid = record("embed", None, embed)
             if pos is not None:
                 added = record("pos_embed", None, pos.expand(batch, -1, -1))
@@ -246,7 +247,12 @@ class Runner(Sublayers):
             frozen = patterns[layer] if patterns is not None else None
             replaced = head_results[layer] if head_results is not None else None
             queries = asked if layer == last else None
-            resid = self._layer(layer, resid, pos, frozen, replaced, shared, per_layer, record, queries)
+            if record.join is not None:
+                resid = record.join(layer, resid)
+            inputs = per_layer
+            if inputs is not None and inputs.shape[0] != resid.shape[0]:  # sequences joined: the same tokens, repeated
+                inputs = inputs.repeat(resid.shape[0] // inputs.shape[0], 1, 1, 1)
+            resid = self._layer(layer, resid, pos, frozen, replaced, shared, inputs, record, queries)
         resid = record("resid_final", None, resid)
         if read is not None:
             row = {i: j for j, i in enumerate(asked or [])}
