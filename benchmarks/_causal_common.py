@@ -211,6 +211,15 @@ def floor_flops(
     return batch * total
 
 
+def base_run_flops(hf: Any, counts: Counts, batch: int, n_pos: int, read: int, columns: int = 2) -> float:
+    """The FLOPs of the two runs every exact patching needs before any cell: the base run, whole, its last layer at
+    the metric's ``read`` positions and ``columns`` ids (a cell at layer 0 that starts at position 0), and the source
+    run through every layer but the last (the values of the last layer's earliest site, its input)."""
+    L = hf.config.num_hidden_layers if hasattr(hf.config, "num_hidden_layers") else hf.config.n_layer
+    source = batch * (L - 1) * sum(counts.kv + counts.rest + counts.per_key * (t + 1) for t in range(n_pos))
+    return floor_flops(hf, counts, {0: [0]}, batch, n_pos, read, columns) + source
+
+
 def layer_rate(hf: Any, clock: Clock, n: int, n_pos: int, counts: Counts, repeats: int = 3) -> float:
     """FLOPs per second (the clock's kind) of one Hugging Face decoder layer on ``n`` sequences of ``n_pos`` tokens
     (best of ``repeats``, after a warm-up call)."""

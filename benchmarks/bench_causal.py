@@ -41,81 +41,14 @@ cells that do not split positions), ``batch`` prompts through layers ``l … L�
 (earlier positions are unchanged by causal attention), attending to every earlier key; in the last layer the keys
 and values of those positions and the rest of the layer only at the positions the metric reads; then the
 unembedding of the ids the metric reads there (2 for a logit difference, the whole vocabulary for the induction
-study's log-probs). A ratio to the floor above 1 is overhead (Python, hooks, the per-pass set-up, tensors below the
-machine's best size); the floor's rate is Hugging Face's layer, which ours can outrun (the forward rows' ratios
+study's log-probs); and once per sweep the two runs no exact patching can do without, the base run (the same work as
+a cell at layer 0, position 0) and the source run through every layer but the last (``base_run_flops``; until
+2026-11-28 the floor counted the cells only, and on the tiny sweeps those two runs alone took 3.4–4.1 ms of ours
+against floors of 6–17 ms). A ratio to the floor above 1 is overhead (Python, hooks, the per-pass set-up, tensors
+below the machine's best size); the floor's rate is Hugging Face's layer, which ours can outrun (the forward rows' ratios
 below 1).
 
-Measured on a quiet machine (2026-11-28, main after the speed, graph and EAP merges, 2 cores, nothing else running:
-load average 1.5 before, 2.2 after; the whole table in one run, 358 s wall, 2 torch threads, wall clock)::
-
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_causal.py --device cpu --threads 2 --clock wall
-
-| shape | sweep | ours | TL 4.3 | TL / ours | goal | met | floor | ours / floor | max abs Δ | peak extra |
-|---|---|---|---|---|---|---|---|---|---|---|
-| tiny (2L, 4H, d 64, 8 × 20) | `resid_pre` by layer × pos | 0.040 s | 0.278 s | 6.96× | ≥ 3× faster | yes | 0.025 s | 1.62× | 1.2e-07 | 2 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `resid_mid` by layer × pos | 0.047 s | 0.305 s | 6.53× | ≥ 3× faster | yes | 0.025 s | 1.89× | 1.2e-07 | 2 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `attn_out` by layer × pos | 0.027 s | 0.282 s | 10.51× | ≥ 3× faster | yes | 0.025 s | 1.09× | 1.2e-07 | 2 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `mlp_out` by layer × pos | 0.044 s | 0.265 s | 5.99× | ≥ 3× faster | yes | 0.025 s | 1.79× | 1.2e-07 | 2 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `z` by layer × head | 0.013 s | 0.075 s | 5.87× | ≥ 3× faster | yes | 0.009 s | 1.44× | 1.2e-07 | 3 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `z` by layer × pos × head | 0.099 s | 1.113 s | 11.26× | ≥ 3× faster | yes | 0.099 s | 1.00× | 1.8e-07 | 4 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `q` by layer × head | 0.015 s | 0.058 s | 3.89× | ≥ 3× faster | yes | 0.009 s | 1.69× | 1.2e-07 | 2 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `k` by layer × head | 0.016 s | 0.058 s | 3.66× | ≥ 3× faster | yes | 0.009 s | 1.78× | 1.2e-07 | 3 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `v` by layer × head | 0.013 s | 0.095 s | 7.09× | ≥ 3× faster | yes | 0.009 s | 1.51× | 1.2e-07 | 2 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `q` by layer × pos × head | 0.182 s | 1.354 s | 7.44× | ≥ 3× faster | yes | 0.099 s | 1.85× | 1.2e-07 | 3 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `k` by layer × pos × head | 0.166 s | 1.287 s | 7.76× | ≥ 3× faster | yes | 0.099 s | 1.68× | 1.2e-07 | 4 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `pattern` by layer × head | 0.020 s | 0.077 s | 3.81× | ≥ 3× faster | yes | 0.009 s | 2.29× | 6.0e-08 | 4 MB |
-| tiny (2L, 4H, d 64, 8 × 20) | `pattern` by layer × head × pos | 0.308 s | 1.232 s | 4.00× | ≥ 3× faster | yes | 0.099 s | 3.12× | 1.2e-07 | 4 MB |
-| medium (4L, 8H, d 256, 8 × 32) | `z` by layer × pos × head | 7.841 s | 75.436 s (1 call) | 9.62× | ≥ 4× faster | yes | 10.246 s | 0.77× | 4.8e-07 | 263 MB |
-| medium (4L, 8H, d 256, 8 × 32) | `resid_pre` by layer × pos | 1.032 s | 10.478 s | 10.16× | ≥ 4× faster | yes | 1.281 s | 0.81× | 3.6e-07 | 33 MB |
-| medium (8 × 50, induction) | `z` by layer × head, Python-function metric over 49 positions | 1.157 s | 3.495 s | 3.02× | ≥ 3× faster than hand-written TL hooks | yes | 1.781 s | 0.65× | 9.5e-07 | 30 MB |
-| medium (8 × 50, induction) | the same, metric declared (`causal.loss`) | 1.163 s | 3.495 s | 3.00× | ≥ 3× faster than hand-written TL hooks | yes | 1.781 s | 0.65× | 9.5e-07 | 33 MB |
-| GPT-2-small (12L, 12H, d 768, V 50,257, 2 × 12) | `resid_pre` by layer × pos | 4.036 s | 30.693 s (1 call) | 7.60× | ≥ 8× faster | **no** | 2.281 s | 1.77× | 1.7e-06 | 17 MB |
-| GPT-2-small (12L, 12H, d 768, V 50,257, 2 × 12) | `pattern` by layer × head | 6.338 s | 31.379 s (1 call) | 4.95× | ≥ 5× faster | **no** | 4.166 s | 1.52× | 1.9e-06 | 7 MB |
-| GPT-2-small (12L, 12H, d 768, V 50,257, 2 × 12) | `z` by layer × head | 3.468 s | 28.120 s (1 call) | 8.11× | ≥ 5× faster | yes | 4.166 s | 0.83× | 1.5e-06 | 17 MB |
-| tiny, 200 × 64 tokens | forward pass | 0.111 s | 0.339 s | 3.06× | ≥ 1× | yes | 0.402 s | 0.28× | 3.6e-07 | 44 MB |
-| medium, 200 × 64 tokens | forward pass | 1.555 s | 2.712 s | 1.74× | ≥ 1× | yes | 2.676 s | 0.58× | 1.2e-06 | 175 MB |
-
-Missed then: GPT-2-small's ``resid_pre`` (7.60×, goal 8×) and ``pattern`` (4.95×, goal 5×), and the floor goal
-(≤ 1.3×) on the tiny rows and GPT-2's ``resid_pre`` and ``pattern``; see the next table for what followed.
-Earlier the same day, under load 10–18, the speed work measured single rows in CPU seconds at 1 thread; there the
-induction study was 2.55× warm against warm (the quiet run above: 3.02×), so that row sits at its goal's edge.
-Ours is below the floor where our layers outrun Hugging Face's (fused projections, ``scaled_dot_product_attention``)
-and ``z`` patches skip the patched layer's attention.
-
-**Passes chosen by measured cost, staircase passes** (later that day: main at ad83850 and after, timed back to back,
-one run per shape, 2 cores, nothing else running: load 1.2–2.0 in the four runs, the benchmark's own included)::
-
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_causal.py --device cpu --threads 2 --clock wall --shapes gpt2 --forward ""   # and tiny
-
-| shape | sweep | before | TL / before | before / floor | after | TL 4.3 | TL / after | floor | after / floor |
-|---|---|---|---|---|---|---|---|---|---|
-| GPT-2-small | `resid_pre` by layer × pos | 2.976 s | 7.37× | 1.74× | 1.801 s | 22.120 s (1 call) | 12.29× | 1.895 s | 0.95× |
-| GPT-2-small | `pattern` by layer × head | 2.523 s | 8.52× | 0.81× | 2.417 s | 22.346 s (1 call) | 9.25× | 3.462 s | 0.70× |
-| GPT-2-small | `z` by layer × head | 2.630 s | 7.88× | 0.84× | 2.582 s | 22.548 s (1 call) | 8.73× | 3.462 s | 0.75× |
-| tiny | `resid_pre` by layer × pos | 0.045 s | 4.11× | 2.63× | 0.025 s | 0.194 s | 7.67× | 0.017 s | 1.45× |
-| tiny | `resid_mid` by layer × pos | 0.045 s | 3.65× | 2.64× | 0.024 s | 0.186 s | 7.78× | 0.017 s | 1.37× |
-| tiny | `attn_out` by layer × pos | 0.032 s | 5.43× | 1.88× | 0.016 s | 0.186 s | 11.99× | 0.017 s | 0.89× |
-| tiny | `mlp_out` by layer × pos | 0.047 s | 3.50× | 2.77× | 0.023 s | 0.175 s | 7.55× | 0.017 s | 1.33× |
-| tiny | `z` by layer × head | 0.007 s | 6.02× | 1.19× | 0.006 s | 0.045 s | 7.10× | 0.006 s | 1.01× |
-| tiny | `z` by layer × pos × head | 0.049 s | 13.14× | 0.72× | 0.048 s | 0.668 s | 13.78× | 0.070 s | 0.69× |
-| tiny | `q` by layer × head | 0.009 s | 4.81× | 1.39× | 0.007 s | 0.043 s | 6.24× | 0.006 s | 1.11× |
-| tiny | `k` by layer × head | 0.009 s | 5.21× | 1.42× | 0.008 s | 0.042 s | 5.41× | 0.006 s | 1.23× |
-| tiny | `v` by layer × head | 0.008 s | 5.41× | 1.36× | 0.008 s | 0.043 s | 5.41× | 0.006 s | 1.26× |
-| tiny | `q` by layer × pos × head | 0.077 s | 9.48× | 1.13× | 0.087 s | 0.836 s | 9.65× | 0.070 s | 1.24× |
-| tiny | `k` by layer × pos × head | 0.078 s | 10.92× | 1.14× | 0.088 s | 0.783 s | 8.90× | 0.070 s | 1.26× |
-| tiny | `pattern` by layer × head | 0.014 s | 3.29× | 2.34× | 0.009 s | 0.042 s | 4.67× | 0.006 s | 1.42× |
-| tiny | `pattern` by layer × head × pos | 0.204 s | 3.76× | 2.98× | 0.074 s | 0.696 s | 9.41× | 0.070 s | 1.06× |
-
-(TL 4.3, floor: the after run's; the before ratios use its own run's; largest difference from TransformerLens
-1.8e-06 at GPT-2, 1.8e-07 tiny, as before.) A pass now carries the variants of every layer for a run of
-positions (each layer's variants join at their layer, from the base run's stream: GPT-2's products grow from ~45
-rows to hundreds), and the runs are chosen by a measured cost curve of one layer by rows. The tiny rows vary
-run to run by up to a third: an earlier pair gave ``resid_pre`` 0.030 s before, 0.026 s after, and a rerun of the
-final commit (after the table's; the calibration bounded before each point) gave GPT-2 ``resid_pre`` 1.972 s
-(12.37×, 1.02× its floor) and tiny rows 1.16–2.33× their floors in a slower moment (TransformerLens's tiny sweeps
-there 10–30% slower too). Still above 1.3× the floor in the table: tiny ``resid_pre``, ``resid_mid``, ``mlp_out``,
-``pattern`` by layer × head (1.33–1.45×); there the two base runs every exact patching needs (clean and corrupted,
-uncounted by the floor) took 3.4–4.1 ms of the 6–17 ms floors (measured alone, quiet).
+The measured tables, newest first, with the load each was measured under: ``benchmarks/causal_results.md``.
 """
 
 from __future__ import annotations
@@ -142,6 +75,7 @@ from _causal_common import (
     Measurement,
     Row,
     Shape,
+    base_run_flops,
     bridge_of,
     build,
     floor_flops,
@@ -204,7 +138,9 @@ def run_shape(key: str, use_tl: bool, clock: Clock) -> list[Row]:
     for site, by in shape.sweeps:
         if ONLY and site not in ONLY:
             continue
-        floor = floor_flops(hf, counts, starts_of(site, by, L, H, P), B, P, 1) / rate
+        floor = (
+            floor_flops(hf, counts, starts_of(site, by, L, H, P), B, P, 1) + base_run_flops(hf, counts, B, P, 1)
+        ) / rate
         mine = measure(clock, lambda s=site, b=by: causal.patch(ours, clean, corrupted, metric, site=s, by=b).values,
                        f"ours {site} {by}")  # fmt: skip
         theirs = None
@@ -245,7 +181,8 @@ def induction_rows(
 
     L, H = shape.layers, shape.heads
     starts = starts_of("z", ("layer", "head"), L, H, 50)
-    floor = floor_flops(hf, counts, starts, shape.batch, 50, 49, shape.vocab) / rate
+    flops = floor_flops(hf, counts, starts, shape.batch, 50, 49, shape.vocab)
+    floor = (flops + base_run_flops(hf, counts, shape.batch, 50, 49, shape.vocab)) / rate
     plain = measure(
         clock, lambda: causal.patch(ours, tokens, corrupted, mean_log_prob, site="z", by=("layer", "head")).values,
         "ours induction, function",
