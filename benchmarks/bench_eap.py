@@ -37,6 +37,10 @@ inflates far less than wall time), this code against the code before it (main 6c
 | plain EAP, every edge | 9.67 forward+backward units | 1.64 units | ≤ 3 |
 | faithfulness curve, 20 sizes (14 distinct circuits) | 6.98× its floor | 1.54× | ≤ 2× |
 
+Quiet (2026-11-28, load 1.1–1.4, nothing else running, 2 threads, wall seconds, main after the curve's runs began
+reading the reference stream: ``graphs/patchpass.py``): EAP-IG 6.32 s (goal 30), plain EAP 1.90 units (goal 3), the
+curve 1.14× its floor of 14 plain forwards (goal 2; 2.41× before that change, quiet, at 2 threads).
+
 On that machine the same code's ratios vary by about ±20 % from run to run (earlier runs of this code before the
 caps on rows per pass: 2.10–2.54 units, 1.80–2.15× for the curve); a quiet machine gives the figure to report.
 
