@@ -41,6 +41,15 @@ def _least_work(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "cost_curve", lambda *args: Curve((1,), (1e-6,), 0.0))
 
 
+def _family_pair(case: Any, seed: int, n_pos: int) -> tuple[CircuitModel, torch.Tensor, torch.Tensor, Any]:
+    """A family's tiny model in float64, two random prompts and their corruption, and a logit difference at the end."""
+    model = from_hf(case.build(), dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    clean = torch.randint(3, VOCAB, (2, n_pos), generator=gen)
+    corrupted = torch.randint(3, VOCAB, (2, n_pos), generator=gen)
+    return model, clean, corrupted, causal.logit_diff(clean[:, -1].tolist(), 4)
+
+
 def _check_every_cell(model: CircuitModel, site: str, by: tuple[str, ...], clean: torch.Tensor, corrupted: torch.Tensor,
                       metric: Any, every: int = 1, **kwargs: Any) -> None:  # fmt: skip
     result = causal.patch(model, clean, corrupted, metric, site=site, by=by, **kwargs)
@@ -53,11 +62,7 @@ def _check_every_cell(model: CircuitModel, site: str, by: tuple[str, ...], clean
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_suffix_only_passes_equal_the_definition_on_every_family(case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    model = from_hf(case.build(), dtype=torch.float64)
-    gen = torch.Generator().manual_seed(4)
-    clean = torch.randint(3, VOCAB, (2, 7), generator=gen)
-    corrupted = torch.randint(3, VOCAB, (2, 7), generator=gen)
-    metric = causal.logit_diff(clean[:, -1].tolist(), 4)
+    model, clean, corrupted, metric = _family_pair(case, seed=4, n_pos=7)
     joined: list[int] = []
     offsets = _offsets(monkeypatch, joined)
     _least_work(monkeypatch)
@@ -96,11 +101,7 @@ def test_pattern_by_destination_and_metric_positions_bound_the_suffix(monkeypatc
 def test_staircase_passes_with_frozen_norms_equal_one_layer_whole_passes(
     case_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model = from_hf(next(c for c in CASES if c.id == case_id).build(), dtype=torch.float64)
-    gen = torch.Generator().manual_seed(6)
-    clean = torch.randint(3, VOCAB, (2, 6), generator=gen)
-    corrupted = torch.randint(3, VOCAB, (2, 6), generator=gen)
-    metric = causal.logit_diff(clean[:, -1].tolist(), 4)
+    model, clean, corrupted, metric = _family_pair(next(c for c in CASES if c.id == case_id), seed=6, n_pos=6)
     joined: list[int] = []
     offsets = _offsets(monkeypatch, joined)
     _least_work(monkeypatch)
