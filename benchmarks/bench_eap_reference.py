@@ -23,16 +23,17 @@ benchmark the check against the reference's own code. Build the environment once
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/bench_eap_reference.py --peer /work/venvs/eapig/bin/python
 
-Measured (2026-11-28, main 38401ab, load 4.6–5.2 on 2 CPUs while other work ran, so CPU seconds; one thread each)::
+Measured (2026-11-28, quiet: load 0.3 before, 1.0 after, nothing else running; one thread each)::
 
-    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/bench_eap_reference.py --time-pairs 20 --threads 1
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_eap_reference.py --time-pairs 20 --threads 1
 
 Scores over all 32,491 edges (8 pairs, float64) agree to a relative 6.1e-15 (eap) and 4.7e-15 (eap-ig-inputs),
-same top-20, every sign. Per 100 pairs (20 timed, float32, CPU seconds): plain EAP, reference 258.5 s, ours 21.7 s
-(0.08×); EAP-IG inputs, 5 steps, reference 938.0 s, ours 97.8 s (0.10×). Peak resident memory: reference 4,994 MiB
-(EAP, 1,161 above its loaded model) and 7,302 MiB (EAP-IG, 3,468 above); ours 3,833 MiB for both, no higher than
-loading the weights took (0 above). An earlier run (load 11–22, before the one-pass gradients) gave 293 and 28.6 s
-per 100 pairs for plain EAP; EAP-IG did not finish then.
+same top-20, every sign. Per 100 pairs (20 timed, float32, wall seconds; CPU seconds within 4%): plain EAP, reference
+254.4 s, ours 23.2 s (0.09×); EAP-IG inputs, 5 steps, reference 930.6 s, ours 91.8 s (0.10×). Memory, the most each
+call added to its process's resident set (``scripts/live_rss.py``, sampled every 5 ms, the same code in both): plain
+EAP 3,905 MiB for the reference against 1,338 MiB for ours; EAP-IG 5,815 against 972 MiB; the processes' peaks
+4,993 and 6,903 MiB against 3,908 MiB (ours: the weights' loading). Earlier that day, on a loaded machine (CPU
+seconds): 258.5 / 21.7 and 938.0 / 97.8 s.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import load_file
+
+# (scripts/live_rss.py: standard library only, so the reference's own script measures memory the same way)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from live_rss import LiveRSS
 
 from circuitwidgets import causal
 from circuitwidgets.graphs import edge_attribution
@@ -145,12 +150,13 @@ def ours_worker(out: Path, method: str, pairs: int, steps: int, threads: int) ->
     model = load_hooked(out, torch.float32)
     clean, corrupted, metric = inputs(out, pairs)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    t0, c0 = time.perf_counter(), time.process_time()
-    edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)  # type: ignore[arg-type]
-    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    with LiveRSS() as live:
+        t0, c0 = time.perf_counter(), time.process_time()
+        edge_attribution(model, clean, corrupted, metric, method=method, steps=steps)  # type: ignore[arg-type]
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_rss": peak, "rss_before": before, "pairs": int(clean.shape[0]),
-                      "threads": torch.get_num_threads()}))  # fmt: skip
+                      "live_above": live.above, "threads": torch.get_num_threads()}))  # fmt: skip
 
 
 def _json_line(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
@@ -167,7 +173,7 @@ def compare_speed(out: Path, peer: str, pairs: int, steps: int, threads: int, ba
     print(f"\n### Time per 100 pairs and peak memory ({pairs} pairs × 16 tokens, float32, {threads} thread(s); "
           f"reference batch {batch}, EAP-IG {steps} steps)\n")  # fmt: skip
     print("| method | reference (s / 100 pairs) | ours (s / 100 pairs) | ours / reference | CPU s: reference, ours, "
-          "ratio | reference peak RSS (above model) | ours peak RSS (above model) |")  # fmt: skip
+          "ratio | reference peak RSS (most added by the call) | ours peak RSS (most added by the call) |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|")
     for ref_method, method in METHODS.items():
         theirs = _json_line([peer, str(SCRIPT), "time", str(out), ref_method, "--pairs", str(pairs), "--steps",
@@ -177,7 +183,7 @@ def compare_speed(out: Path, peer: str, pairs: int, steps: int, threads: int, ba
         t, o = theirs["seconds"] * 100 / pairs, ours["seconds"] * 100 / pairs
 
         def mib(r: dict[str, float]) -> str:
-            return f"{r['peak_rss'] / 2**20:,.0f} MiB ({(r['peak_rss'] - r['rss_before']) / 2**20:,.0f})"
+            return f"{r['peak_rss'] / 2**20:,.0f} MiB ({r['live_above'] / 2**20:,.0f})"
 
         ct, co = theirs["cpu_seconds"] * 100 / pairs, ours["cpu_seconds"] * 100 / pairs
         print(f"| {method} | {t:.2f} | {o:.2f} | {o / t:.2f} | {ct:.2f}, {co:.2f}, {co / ct:.2f} | {mib(theirs)} | "

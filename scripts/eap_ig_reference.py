@@ -35,6 +35,7 @@ from typing import Any
 import eap.attribute as attribute_module
 import torch
 from eap.graph import Graph
+from live_rss import LiveRSS  # (this script's folder, standard library only)
 from safetensors.torch import load_file, save_file
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
@@ -158,12 +159,13 @@ def timing(args: argparse.Namespace) -> None:
     if args.pairs:
         data = {k: v[: args.pairs] for k, v in data.items()}
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    t0, c0 = time.perf_counter(), time.process_time()
-    _attribute(model, data, args.method, args.steps, args.batch)
-    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    with LiveRSS() as live:
+        t0, c0 = time.perf_counter(), time.process_time()
+        _attribute(model, data, args.method, args.steps, args.batch)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_rss": peak, "rss_before": before, "pairs": int(data["clean"].shape[0]),
-                      "threads": torch.get_num_threads(), "torch": torch.__version__}))  # fmt: skip
+                      "live_above": live.above, "threads": torch.get_num_threads(), "torch": torch.__version__}))  # fmt: skip
 
 
 def main() -> None:
