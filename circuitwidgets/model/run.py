@@ -23,22 +23,11 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudget
 from circuitwidgets.model.cache import ActivationCache, Hook, Recorder
 from circuitwidgets.model.config import ModelConfig
 from circuitwidgets.model.forward import affine, check_overrides, check_weights_present, forward_bytes, soft_cap
-from circuitwidgets.model.hook_names import did_you_mean, parse_tl_name
+from circuitwidgets.model.hook_names import GLOBAL_NAMES, LAYER_NAMES, did_you_mean, fwd_hooks_message, tl_key
 from circuitwidgets.model.sublayers import Sublayers
 
 #: Default bytes one :meth:`CircuitModel.run_with_cache` may hold (logits, kept activations, one layer's work).
 FORWARD_MEMORY_BUDGET = 8 * 2**30
-
-#: Activation names that carry a layer index (``cache[name, layer]``); the others have none.
-LAYER_NAMES = frozenset(
-    {
-        "q", "k", "v", "z", "attn_scores", "pattern", "result", "scale", "scale_mlp", "attn_out", "mlp_out",
-        "mlp_pre", "mlp_post", "resid_pre", "resid_mid", "resid_post", "per_layer_input", "per_layer_out",
-        "scale_attn_post", "scale_mlp_post",
-    }
-)  # fmt: skip
-#: Activation names without a layer.
-GLOBAL_NAMES = frozenset({"embed", "pos_embed", "resid_final", "scale_final"})
 
 Hooks = Mapping[tuple[str, "int | None"], Hook]
 
@@ -324,38 +313,6 @@ class Runner(Sublayers):
                 f"needs about {needed:,} bytes ({needed / 2**30:.2f} GiB), more than memory_budget={budget:,} bytes; "
                 "pass fewer sequences, keep fewer activations with names=[...], or raise memory_budget"
             )
-
-
-def tl_key(key: object) -> object:
-    """A hook key with TransformerLens's spelling read as ours: ``"blocks.0.attn.hook_z"`` → ``("z", 0)``,
-    ``("hook_z", 0)`` → ``("z", 0)``; anything else unchanged (checked by the caller)."""
-    if isinstance(key, str):
-        parsed = parse_tl_name(key)
-        if parsed is not None and (parsed[1] is not None or parsed[0] in GLOBAL_NAMES):
-            return parsed
-    if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and key[0] not in LAYER_NAMES:
-        parsed = parse_tl_name(key[0])
-        if parsed is not None and parsed[1] is None and parsed[0] not in GLOBAL_NAMES:
-            return parsed[0], key[1]
-    return key
-
-
-def fwd_hooks_message(hooks: object) -> str:
-    """Why a TransformerLens ``fwd_hooks`` list is refused, with the equivalent call spelled out."""
-    pairs = list(hooks) if isinstance(hooks, (list, tuple)) else []
-    entries = []
-    for pair in pairs[:4]:
-        name = pair[0] if isinstance(pair, tuple) and len(pair) == 2 else pair
-        key = tl_key(name)
-        fn = getattr(pair[1], "__name__", "fn") if isinstance(pair, tuple) and len(pair) == 2 else "fn"
-        fn = fn if fn.isidentifier() else "fn"
-        entries.append(f"{key!r}: lambda value: {fn}(value, None)")
-    equivalent = "{" + ", ".join(entries or ["('z', 0): lambda value: fn(value, None)"]) + "}"
-    return (
-        f"hooks: expected a dict {{(name, layer): fn(value) -> value | None}}, got TransformerLens's fwd_hooks form "
-        f"({type(hooks).__name__}); the equivalent call is model.run_with_hooks(tokens, {equivalent}) "
-        "(our hooks take the value only, not (value, hook))"
-    )
 
 
 #: The norm scales a frozen-norm run replays.
