@@ -17,15 +17,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
-from _ctracer import NEEDS_CTRACER, run_reference
+from _ctracer import NEEDS_CTRACER, assert_same_graph, run_reference
 from safetensors.torch import load_file
 
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.graphs.attribution import attribution_matrix
-from circuitwidgets.graphs.influence import graph_scores, prune_by_influence
 from circuitwidgets.model import CircuitModel, ModelConfig
 from circuitwidgets.tokenizer import VocabTokenizer
 
@@ -124,18 +122,4 @@ def test_same_graph_pruning_and_scores(reference: Path, name: str) -> None:
         _model(reference), _transcoders(reference), torch.tensor(spec["tokens"]), max_feature_nodes=max_nodes,
         batch=batch,
     )  # fmt: skip
-    ref = load_file(str(reference / f"graph_{name}.safetensors"))
-    assert dense.features.tolist() == ref["active"][ref["selected"]].tolist()
-    torch.testing.assert_close(dense.activations, ref["activations"][ref["selected"]].double(), rtol=1e-5, atol=1e-6)
-    assert dense.logit_tokens.tolist() == ref["logit_tokens"].tolist()
-    torch.testing.assert_close(dense.logit_probabilities, ref["logit_probabilities"].double(), rtol=1e-5, atol=1e-7)
-    theirs = ref["adjacency"].double()
-    error = float((dense.adjacency - theirs).abs().max()) / float(theirs.abs().max())
-    assert error < 1e-5, f"{name}: adjacency differs by {error:.2e} of its largest entry"
-    kept = prune_by_influence(dense)
-    np.testing.assert_array_equal(kept.nodes.numpy(), ref["node_mask"].bool().numpy())
-    np.testing.assert_array_equal(kept.edges.numpy(), ref["edge_mask"].bool().numpy())
-    replacement, completeness = spec["scores"][name]
-    scores = graph_scores(dense)
-    assert scores["replacement"] == pytest.approx(replacement, abs=1e-5)
-    assert scores["completeness"] == pytest.approx(completeness, abs=1e-5)
+    assert_same_graph(dense, reference, name, spec)
