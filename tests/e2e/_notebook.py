@@ -22,7 +22,7 @@ from playwright.sync_api import Locator, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from ._hosts import START_TIMEOUT_S, JupyterServer
-from ._pages import PageLog
+from ._pages import PageLog, wait_attached
 
 #: How long one notebook cell may run (the weight-space widgets compute on the shipped model).
 CELL_TIMEOUT_S = 180
@@ -208,13 +208,8 @@ class NotebookPage:
         index = self.cells.count() - 1
         seen = len(self.log.page_errors), len(self.log.console_errors)
         self.run(code, timeout_s=timeout_s)
-        view = self.view(index, name)
-        deadline = time.monotonic() + 60
-        while view.count() == 0:
-            errors = self.log.ours(self.log.page_errors[seen[0] :] + self.log.console_errors[seen[1] :])
-            if errors:
-                raise AssertionError(f"view {name!r} not shown; the page logged: {errors}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"view {name!r} not shown within 60s of its cell finishing")
-            time.sleep(0.2)
-        return view
+        log = self.log  # (JupyterLab's own page errors are not ours: only our errors since this cell count)
+        return wait_attached(
+            self.view(index, name), name, lambda: log.ours(log.page_errors[seen[0] :] + log.console_errors[seen[1] :]),
+            60, 0.2,
+        )  # fmt: skip

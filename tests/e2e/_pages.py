@@ -282,14 +282,23 @@ def screenshot(target: Locator | Page, name: str) -> Path:
 def wait_view(page: Page, log: PageLog, name: str, nth: int = 0, timeout_s: float = TIMEOUT_MS / 1000) -> Locator:
     """Wait for the ``nth`` ``[data-cw-view=name]``; fail at once when the page throws or logs an error of ours."""
     view = page.locator(f'[data-cw-view="{name}"]').nth(nth)
-    deadline = time.monotonic() + timeout_s
-    while view.count() == 0:
-        errors = log.page_errors + log.ours(log.console_errors)
-        if errors:
-            raise AssertionError(f"view {name!r} not shown; the page raised: {errors}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"view {name!r} not shown within {timeout_s:.0f}s")
-        time.sleep(0.1)
+    return wait_attached(view, name, lambda: log.page_errors + log.ours(log.console_errors), timeout_s, 0.1)
+
+
+def wait_attached(
+    view: Locator, name: str, errors: Callable[[], list[str]], timeout_s: float, interval: float
+) -> Locator:
+    """Poll until ``view`` is in the page; fail at once with what ``errors()`` reports, or after ``timeout_s``."""
+
+    def shown() -> bool:
+        if view.count() > 0:
+            return True
+        logged = errors()
+        if logged:
+            raise AssertionError(f"view {name!r} not shown; the page logged: {logged}")
+        return False
+
+    wait_for(shown, f"view {name!r} to be shown", timeout_s, interval)
     return view
 
 
