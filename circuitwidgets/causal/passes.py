@@ -168,24 +168,25 @@ def choose(
     key = (counts.tobytes(), counts.shape, tuple(row_len), tuple(restarts), n_layers, curve, most, staircase, shares,
            last_hooked)  # fmt: skip
     if key not in _PLANS:
-        _PLANS[key] = _choose(counts, row_len, restarts, n_layers, curve, most, staircase, shares, last_hooked)
+
+        def cost(start: int, group: list[int]) -> tuple[float, tuple[tuple[int, int], ...]]:
+            return _group_cost(
+                group, restarts, n_layers, row_len[start], curve, most, staircase, shares[start], last_hooked
+            )
+
+        _PLANS[key] = _cheapest_runs(counts, cost)
     return _PLANS[key]
 
 
 _PLANS: dict[tuple[object, ...], Plan] = {}
 
+#: ``cost(start, group)``: seconds and layer runs of one pass over columns from ``start`` holding ``group[i]`` cells of
+#: the ``i``-th swept layer.
+GroupCost = Callable[[int, list[int]], tuple[float, tuple[tuple[int, int], ...]]]
 
-def _choose(
-    counts: np.ndarray,
-    row_len: Sequence[int],
-    restarts: Sequence[int],
-    n_layers: int,
-    curve: Curve,
-    most: int,
-    staircase: bool,
-    narrow: Sequence[float],
-    last_hooked: bool,
-) -> Plan:
+
+def _cheapest_runs(counts: np.ndarray, cost: GroupCost) -> Plan:
+    """The split of ``counts``' columns into contiguous runs of least total ``cost`` (dynamic programming)."""
     n_cols = counts.shape[1]
     cum = np.concatenate([np.zeros((counts.shape[0], 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
     best = [0.0] + [math.inf] * n_cols
@@ -194,10 +195,7 @@ def _choose(
         for i in range(j):
             if best[i] == math.inf:
                 continue
-            group = [int(c) for c in cum[:, j] - cum[:, i]]
-            seconds, runs = _group_cost(
-                group, restarts, n_layers, row_len[i], curve, most, staircase, narrow[i], last_hooked
-            )
+            seconds, runs = cost(i, [int(c) for c in cum[:, j] - cum[:, i]])
             if best[i] + seconds < best[j]:
                 best[j], back[j] = best[i] + seconds, (i, runs)
     passes: list[tuple[int, int, tuple[tuple[int, int], ...]]] = []
