@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from bench_engine import PeakRSS
+from _rss import PeakRSS  # (not bench_engine's: its import sets an allocator policy that page-faults every tensor)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach a hub
 

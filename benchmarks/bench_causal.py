@@ -48,6 +48,15 @@ against floors of 6–17 ms). A ratio to the floor above 1 is overhead (Python, 
 below the machine's best size); the floor's rate is Hugging Face's layer, which ours can outrun (the forward rows' ratios
 below 1).
 
+**The allocator** is glibc's as a user's process has it (its defaults). Until 2026-12-01 this benchmark imported
+``bench_engine``, whose import sets ``M_MMAP_THRESHOLD`` to 64 KiB so that its own RSS figures follow each call:
+every tensor above 64 KiB was then mapped from the system and returned on free, and each new one page-faulted (5.5
+million minor faults in one induction study with TransformerLens, against 0.18 million with the defaults). That
+slowed TransformerLens's hook loop about 2.4× and ours about 1.5× in the induction study, and the floor's Hugging
+Face layer too, so every ratio measured before that date flatters us against both. The peak extra memory column
+is now resident memory above the level before the call under the default allocator: memory already in the heap
+from earlier calls is reused and not counted, so it can read lower than a call's own allocations.
+
 The measured tables, newest first, with the load each was measured under: ``benchmarks/causal_results.md``.
 """
 

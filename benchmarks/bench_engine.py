@@ -43,11 +43,9 @@ Prints a markdown table per shape. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import math
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -56,6 +54,7 @@ from typing import Any
 import numpy as np
 import psutil  # type: ignore[import-untyped]
 import torch
+from _rss import LIBC, PeakRSS
 
 import circuitwidgets.circuits as cw
 from circuitwidgets.circuits.lowrank import TILE_BYTES
@@ -93,43 +92,8 @@ class Measurement:
     peak_bytes: int
 
 
-def _libc() -> Any:
-    try:
-        return ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc: RSS figures may then undercount reused memory
-        return None
-
-
-LIBC = _libc()
-if LIBC is not None:
+if LIBC is not None:  # (this benchmark only: its RSS figures follow each call's own allocations)
     LIBC.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD: allocations above 64 KiB are returned to the system on free
-
-
-class PeakRSS:
-    """Sample this process's RSS in a thread; ``peak`` is the maximum above the level at entry."""
-
-    def __init__(self, interval: float = 0.001) -> None:
-        self.interval, self.process, self.peak = interval, psutil.Process(), 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.process.memory_info().rss - self.base)
-            time.sleep(self.interval)
-
-    def __enter__(self) -> PeakRSS:
-        gc.collect()
-        if LIBC is not None:
-            LIBC.malloc_trim(0)
-        self.base = self.process.memory_info().rss
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.process.memory_info().rss - self.base)
 
 
 def measure(fn: Callable[[], Any], label: str) -> Measurement:

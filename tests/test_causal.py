@@ -344,3 +344,18 @@ def test_centred_weights_change_no_prediction_and_centre_every_write() -> None:
     assert "centring applied" in attribution.convention
     with pytest.raises(UnsupportedArchitectureError, match="center"):  # RMSNorm keeps the mean: refused
         from_hf(next(c for c in CASES if c.id.startswith("llama")).build()).centered()
+
+
+def test_the_base_run_keeps_norm_scales_only_for_a_sweep_that_freezes_them(
+    gelu: CircuitModel, prompts: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    from circuitwidgets.causal.engine import run_base
+    from circuitwidgets.causal.metrics import as_metric
+
+    clean, _ = prompts
+    metric = as_metric(causal.logit_diff(5, 7), gelu.cfg.d_vocab)
+    plain = run_base(gelu, clean, metric, ["resid_pre"])
+    frozen = run_base(gelu, clean, metric, ["resid_pre"], scales=True)
+    assert ("scale", 0) not in plain.cache and ("scale", 0) in frozen.cache and ("scale_mlp", 1) in frozen.cache
+    assert plain.value == pytest.approx(frozen.value, abs=1e-12)  # the fused LayerNorm: the same numbers
+    torch.testing.assert_close(plain.cache["resid_pre", 1], frozen.cache["resid_pre", 1], atol=1e-12, rtol=0)

@@ -4,7 +4,8 @@
   attention output, MLP and final norm at those positions only (keys and values at all): equal to the whole pass's
   logits there, positions in any order and repeated, in a suffix-only pass too;
 - the fused kernels (LayerNorm when its scale is neither kept nor hooked, the heads' summed output as one product,
-  the bias inside the product, torch's tanh GELU for ``gelu_new``) equal the written-out steps a cached run takes.
+  the bias inside the product, the sigmoid form of the tanh GELU for ``gelu_new``) equal the written-out steps a cached
+  run takes; the GELU also in float32 (against torch's fused kernel) and under autograd.
 """
 
 from __future__ import annotations
@@ -92,3 +93,18 @@ def test_the_fused_kernels_equal_the_written_out_steps() -> None:
     torch.testing.assert_close(fast, slow, atol=1e-12, rtol=0)
     x = torch.linspace(-12, 12, 100_001, dtype=torch.float64)
     torch.testing.assert_close(forward.activation("gelu_new", x), forward._gelu_new(x), atol=4e-15, rtol=0)
+
+
+def test_the_tanh_gelu_in_float32_and_under_autograd_is_torchs() -> None:
+    x = torch.linspace(-12, 12, 100_001, dtype=torch.float64)
+    fused = torch.nn.functional.gelu(x, approximate="tanh")
+    ours = forward.gelu_tanh(x.float()).double()
+    assert float((ours - fused).abs().max()) < 2e-6  # float32 rounding on values up to 12
+    y = x[::97].clone().requires_grad_(True)
+    forward.gelu_tanh(y).sum().backward()  # type: ignore[no-untyped-call]
+    z = x[::97].clone().requires_grad_(True)
+    torch.nn.functional.gelu(z, approximate="tanh").sum().backward()  # type: ignore[no-untyped-call]
+    assert y.grad is not None and z.grad is not None
+    torch.testing.assert_close(y.grad, z.grad, atol=1e-14, rtol=0)
+    special = torch.tensor([0.0, 1e4, -1e4, float("inf")])
+    torch.testing.assert_close(forward.gelu_tanh(special), torch.nn.functional.gelu(special, approximate="tanh"))

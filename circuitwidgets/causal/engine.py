@@ -63,18 +63,22 @@ def check_budget(memory_budget: object) -> int:
     return memory_budget
 
 
-def run_base(model: CircuitModel, tokens: torch.Tensor, metric: Metric, names: Sequence[str]) -> BaseRun:
-    """Run ``tokens`` keeping ``names`` (and the norm scales) and evaluate ``metric`` on the logits it reads.
+def run_base(
+    model: CircuitModel, tokens: torch.Tensor, metric: Metric, names: Sequence[str], *, scales: bool = False
+) -> BaseRun:
+    """Run ``tokens`` keeping ``names`` (and the norm scales when ``scales``: a sweep that freezes norms replays
+    them) and evaluate ``metric`` on the logits it reads.
 
     Only the metric's positions and ids are unembedded (all of them for a metric
     that does not declare what it reads), so the base run's logits count in the
-    sweep's budget as what they are.
+    sweep's budget as what they are. Scales are kept only when asked for: keeping
+    them makes every norm run as written-out steps instead of its fused kernel.
     """
     store: dict[str, torch.Tensor] = {}
     positions = metric.positions_at(tokens.shape[1])
     columns = metric.columns.to(model.device) if metric.columns is not None else None
     with torch.no_grad():
-        record = Recorder(store, {*names, *SCALE_NAMES})
+        record = Recorder(store, {*names, *(SCALE_NAMES if scales else ())})
         sub = model.run_from(tokens, 0, None, record, positions=positions, columns=columns)
     value = scalar(metric.batched(sub[None], tokens.shape[0])[0], metric.name)
     return BaseRun(tokens, ActivationCache(store), float(value))

@@ -101,7 +101,7 @@ def patch(
     estimate = attribution_patch(model, a, b, metric, site, cells.by) if n_top is not None else None
     chosen = top_cells(estimate.values, cells, n_top) if estimate is not None and n_top is not None else None
     source = run_base(model, a, m, [site])
-    base = run_base(model, b, m, kept)
+    base = run_base(model, b, m, kept, scales=freeze_norms)
     values = sweep(
         model, base, lambda layer: source.cache[site, layer], cells, m,
         freeze_norms=freeze_norms, most=most, desc=f"patch {site}", chosen=chosen,
@@ -213,7 +213,7 @@ def ablate(
     references = [[site]] if kind in ("mean", "resample") else []
     kept = base_names(cells, m)
     most = plan(model, cells, m, t, budget, [kept, *references], f"{kind} ablation of {site!r}")
-    base = run_base(model, t, m, kept)
+    base = run_base(model, t, m, kept, scales=freeze_norms)
     reference_cache = None
     if kind in ("mean", "resample"):
         _, reference_cache = model.run_with_cache(ref if ref is not None else t, names=[site])
@@ -321,7 +321,7 @@ def path_patch(
     names = [["result"], ["resid_pre", "result", via]]
     most = plan(model, cells, m, b, budget, names, "path patching", results=L * H * (1 if sender else L * H))
     source = run_base(model, a, m, ["result"])
-    base = run_base(model, b, m, ["resid_pre", "result", via])
+    base = run_base(model, b, m, ["resid_pre", "result", via], scales=freeze_norms)
     senders = [sender] if sender is not None else [(l1, h1) for l1 in range(L - 1) for h1 in range(H)]
     out = np.full((L, H, L, H), np.nan)
     for l1, h1 in senders:

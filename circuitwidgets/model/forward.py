@@ -161,14 +161,33 @@ def _gelu_new(x: torch.Tensor) -> torch.Tensor:
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
+#: ``2 √(2/π)`` and ``2 √(2/π) · 0.044715``: tanh GELU's inner polynomial, doubled (:func:`gelu_tanh`).
+_GELU_LINEAR = 2.0 * math.sqrt(2.0 / math.pi)
+_GELU_CUBIC = _GELU_LINEAR * 0.044715
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GPT-2's ``gelu_new``, ``½ x (1 + tanh u)`` with ``u = √(2/π)(x + 0.044715 x³)``, computed as ``x σ(2u)``.
+
+    The same function (``½(1 + tanh u) = σ(2u)``), equal to :func:`_gelu_new` to rounding (float64: 2e-15); on a
+    CPU torch's tanh kernel is the slow part of its fused tanh GELU, and the sigmoid form is about half its time at
+    a sweep's sizes (one product and three in-place passes over ``[rows, d_mlp]``). Other dtypes, and tensors
+    autograd tracks (in-place steps would break its graph), take torch's fused kernel.
+    """
+    if x.dtype not in (torch.float32, torch.float64) or (x.requires_grad and torch.is_grad_enabled()):
+        return nn.functional.gelu(x, approximate="tanh")
+    u = torch.addcmul(x.new_tensor(_GELU_LINEAR), x, x, value=_GELU_CUBIC).mul_(x)  # 2u
+    return u.sigmoid_().mul_(x)
+
+
 def activation(name: str, x: torch.Tensor) -> torch.Tensor:
     """The MLP nonlinearity ``name`` (see :data:`circuitwidgets.model.ACTIVATIONS`).
 
-    ``gelu_new`` (and ``gelu_fast``) is torch's tanh GELU, the same formula as :func:`_gelu_new` in one fused kernel
-    (equal to rounding: 1 ulp in float64), where the written-out form makes seven passes over ``[batch, pos, d_mlp]``.
+    ``gelu_new`` (and ``gelu_fast``) is the tanh GELU (:func:`gelu_tanh`), equal to the written-out
+    :func:`_gelu_new` to rounding, where the written-out form makes seven passes over ``[batch, pos, d_mlp]``.
     """
     if name in ("gelu_new", "gelu_fast", "gelu_tanh"):
-        return nn.functional.gelu(x, approximate="tanh")
+        return gelu_tanh(x)
     if name == "gelu":
         return nn.functional.gelu(x)
     if name == "relu":

@@ -217,10 +217,12 @@ class Runner(Sublayers):
         cfg = self.cfg
         batch, n_pos = t.shape
         offset = record.offset  # a suffix-only pass computes positions offset … n_pos − 1 (Recorder)
-        embed = self.W_E[t[:, offset:]]
-        per_layer = self._per_layer_inputs(t[:, offset:], embed)
+        # A pass restarted above layer 0 needs the embedding only for per-layer inputs (Gemma 4): else no lookup.
+        embed = self.W_E[t[:, offset:]] if resid is None or cfg.d_per_layer is not None else None
+        per_layer = self._per_layer_inputs(t[:, offset:], embed) if embed is not None else None
         pos = self.W_pos[offset:n_pos][None] if self.W_pos is not None else None
         if resid is None:
+            assert embed is not None  # (looked up above whenever the pass starts at the embedding)
             resid = record("embed", None, embed)
             if pos is not None:
                 added = record("pos_embed", None, pos.expand(batch, -1, -1))
