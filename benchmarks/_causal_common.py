@@ -220,9 +220,12 @@ def base_run_flops(hf: Any, counts: Counts, batch: int, n_pos: int, read: int, c
     return floor_flops(hf, counts, {0: [0]}, batch, n_pos, read, columns) + source
 
 
-def layer_rate(hf: Any, clock: Clock, n: int, n_pos: int, counts: Counts, repeats: int = 3) -> float:
-    """FLOPs per second (the clock's kind) of one Hugging Face decoder layer on ``n`` sequences of ``n_pos`` tokens
-    (best of ``repeats``, after a warm-up call)."""
+def layer_rate(
+    hf: Any, clock: Clock, n: int, n_pos: int, counts: Counts, repeats: int = 5, seconds: float = 0.25
+) -> float:
+    """FLOPs per second (the clock's kind) of one Hugging Face decoder layer on ``n`` sequences of ``n_pos`` tokens:
+    the best of at least ``repeats`` calls after a warm-up, and more (up to 100) until they took ``seconds`` (a
+    tiny layer's sub-millisecond calls: a best of 3 moved the tiny floor by half between two runs on one machine)."""
     layer = hf.transformer.h[0] if hasattr(hf, "transformer") else hf.model.layers[0]
     x = torch.randn(n, n_pos, hf.config.hidden_size, device=clock.device)
     kwargs: dict[str, Any] = {}
@@ -233,9 +236,11 @@ def layer_rate(hf: Any, clock: Clock, n: int, n_pos: int, counts: Counts, repeat
     best = math.inf
     with torch.no_grad():
         clock.once(lambda: layer(x, **kwargs))
-        for _ in range(repeats):
+        spent, calls = 0.0, 0
+        while calls < repeats or (spent < seconds and calls < 100):
             _, cpu, wall = clock.once(lambda: layer(x, **kwargs))
-            best = min(best, cpu if clock.kind == "cpu" else wall)
+            took = cpu if clock.kind == "cpu" else wall
+            best, spent, calls = min(best, took), spent + took, calls + 1
     return flops / best
 
 
