@@ -9,23 +9,16 @@ block to the system page-faults each new tensor (``bench_causal``'s docstring).
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import threading
 import time
-from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
+from circuitwidgets._glibc import libc
 
-def _libc() -> Any:
-    try:
-        return ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc: RSS figures may then undercount reused memory
-        return None
-
-
-LIBC = _libc()
+#: The C library (None without glibc: RSS figures may then undercount reused memory).
+LIBC = libc()
 
 
 class PeakRSS:

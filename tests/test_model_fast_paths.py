@@ -108,3 +108,5 @@ def test_the_tanh_gelu_in_float32_and_under_autograd_is_torchs() -> None:
     torch.testing.assert_close(y.grad, z.grad, atol=1e-14, rtol=0)
     special = torch.tensor([0.0, 1e4, -1e4, float("inf")])
     torch.testing.assert_close(forward.gelu_tanh(special), torch.nn.functional.gelu(special, approximate="tanh"))
+    big = torch.randn(forward.GELU_SIGMOID_MOST + 1)  # past the caches: torch's fused kernel, to the bit
+    assert torch.equal(forward.gelu_tanh(big), torch.nn.functional.gelu(big, approximate="tanh"))

@@ -22,10 +22,8 @@ def dim_labels(model: CircuitModel, cells: Cells, tokens: torch.Tensor) -> dict[
 
 
 def prompts_of(model: CircuitModel, **tokens: torch.Tensor) -> dict[str, list[list[str]]]:
-    """Each prompt's token strings (untrusted text), by role: ``tokens`` are checked ids (a sweep's prompts), read
-    in one transfer per role rather than one checked call of ``to_str_tokens`` per prompt."""
-    text = model.tokenizer.token_str
-    return {role: [[text(i) for i in row] for row in t.tolist()] for role, t in tokens.items()}
+    """Each prompt's token strings (untrusted text), by role."""
+    return {role: [model.to_str_tokens(row) for row in t] for role, t in tokens.items()}
 
 
 def convention(freeze_norms: bool, model: CircuitModel) -> str:
