@@ -220,12 +220,37 @@ def base_run_flops(hf: Any, counts: Counts, batch: int, n_pos: int, read: int, c
     return floor_flops(hf, counts, {0: [0]}, batch, n_pos, read, columns) + source
 
 
+@dataclass(frozen=True)
+class Rate:
+    """FLOPs per second (the clock's kind) of one Hugging Face decoder layer: at the median of its calls (the
+    statistic our sweeps are reported at) and at its fastest call."""
+
+    median: float
+    best: float
+
+    def seconds(self, flops: float) -> Floor:
+        """The floor of ``flops`` at either rate."""
+        return Floor(flops / self.median, flops / self.best)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A floor's seconds at the layer's median rate (the table's) and at its fastest call's."""
+
+    seconds: float
+    best: float
+
+
 def layer_rate(
     hf: Any, clock: Clock, n: int, n_pos: int, counts: Counts, repeats: int = 5, seconds: float = 0.25
-) -> float:
-    """FLOPs per second (the clock's kind) of one Hugging Face decoder layer on ``n`` sequences of ``n_pos`` tokens:
-    the best of at least ``repeats`` calls after a warm-up, and more (up to 100) until they took ``seconds`` (a
-    tiny layer's sub-millisecond calls: a best of 3 moved the tiny floor by half between two runs on one machine)."""
+) -> Rate:
+    """The rate of one Hugging Face decoder layer on ``n`` sequences of ``n_pos`` tokens over at least ``repeats``
+    calls after a warm-up, and more (up to 100) until they took ``seconds`` (a tiny layer's sub-millisecond calls: a
+    best of 3 moved the tiny floor by half between two runs on one machine).
+
+    The table's floor takes the median call, as each sweep's time is the median of its calls: until 2026-12-02 it took
+    the fastest, which on a machine whose identical calls spread by ±20% put a typical sweep against the luckiest
+    layer call (GPT-2's layer: best 39.5 ms, median 45.9 ms in one measurement). The fastest stays in the JSON."""
     layer = hf.transformer.h[0] if hasattr(hf, "transformer") else hf.model.layers[0]
     x = torch.randn(n, n_pos, hf.config.hidden_size, device=clock.device)
     kwargs: dict[str, Any] = {}
@@ -233,15 +258,13 @@ def layer_rate(
         kwargs["position_embeddings"] = hf.model.rotary_emb(x, torch.arange(n_pos, device=clock.device)[None])
         kwargs["attention_mask"] = torch.full((n_pos, n_pos), -math.inf, device=clock.device).triu(1)[None, None]
     flops = n * sum(counts.kv + counts.rest + counts.per_key * (t + 1) for t in range(n_pos))
-    best = math.inf
+    times: list[float] = []
     with torch.no_grad():
         clock.once(lambda: layer(x, **kwargs))
-        spent, calls = 0.0, 0
-        while calls < repeats or (spent < seconds and calls < 100):
+        while len(times) < repeats or (sum(times) < seconds and len(times) < 100):
             _, cpu, wall = clock.once(lambda: layer(x, **kwargs))
-            took = cpu if clock.kind == "cpu" else wall
-            best, spent, calls = min(best, took), spent + took, calls + 1
-    return flops / best
+            times.append(cpu if clock.kind == "cpu" else wall)
+    return Rate(flops / float(np.median(times)), flops / min(times))
 
 
 def starts_of(site: str, by: tuple[str, ...], L: int, H: int, n_pos: int) -> dict[int, list[int]]:
@@ -258,7 +281,7 @@ class Row:
     shape: str
     sweep: str
     ours: Measurement
-    floor: float
+    floor: Floor
     tl: Measurement | None
     delta: float | None
     goal: float

@@ -10,8 +10,9 @@ import torch
 
 from circuitwidgets.causal import nnsight_attribution, nnsight_backend
 from circuitwidgets.causal.answers import Answers, answer_logit, attribution_dims, check_attribution, parse_answers
+from circuitwidgets.causal.base_runs import run_base
 from circuitwidgets.causal.components import component_labels, components_at
-from circuitwidgets.causal.engine import check_pair, normalise, run_base
+from circuitwidgets.causal.engine import check_pair, normalise
 from circuitwidgets.causal.labels import dim_labels, prompts_of
 from circuitwidgets.causal.metrics import as_metric, scalar
 from circuitwidgets.causal.precision import full_precision

@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from circuitwidgets.causal.budget import DENSE_SITES, Need, check_fits, sweep_need
-from circuitwidgets.causal.metrics import Metric, scalar
+from circuitwidgets.causal.metrics import Metric
 from circuitwidgets.causal.passes import COLUMNS, Curve, choose, measure_curve, wall
 from circuitwidgets.causal.sites import SITE_AXES, Cells
 from circuitwidgets.causal.staircase import (
@@ -32,9 +32,8 @@ from circuitwidgets.causal.staircase import (
     frozen_scale_hooks,
 )
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
-from circuitwidgets.model import ActivationCache, CircuitModel
+from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.cache import Hook, Recorder
-from circuitwidgets.model.run import SCALE_NAMES
 
 #: Default bytes a sweep may hold at once: its base runs, results and one pass of variants (the weights are extra).
 SWEEP_MEMORY_BUDGET = 2**30
@@ -61,27 +60,6 @@ def check_budget(memory_budget: object) -> int:
     if isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 1:
         raise ArgumentTypeError(f"memory_budget: expected a positive int (bytes) or None, got {memory_budget!r}")
     return memory_budget
-
-
-def run_base(
-    model: CircuitModel, tokens: torch.Tensor, metric: Metric, names: Sequence[str], *, scales: bool = False
-) -> BaseRun:
-    """Run ``tokens`` keeping ``names`` (and the norm scales when ``scales``: a sweep that freezes norms replays
-    them) and evaluate ``metric`` on the logits it reads.
-
-    Only the metric's positions and ids are unembedded (all of them for a metric
-    that does not declare what it reads), so the base run's logits count in the
-    sweep's budget as what they are. Scales are kept only when asked for: keeping
-    them makes every norm run as written-out steps instead of its fused kernel.
-    """
-    store: dict[str, torch.Tensor] = {}
-    positions = metric.positions_at(tokens.shape[1])
-    columns = metric.columns.to(model.device) if metric.columns is not None else None
-    with torch.no_grad():
-        record = Recorder(store, {*names, *(SCALE_NAMES if scales else ())})
-        sub = model.run_from(tokens, 0, None, record, positions=positions, columns=columns)
-    value = scalar(metric.batched(sub[None], tokens.shape[0])[0], metric.name)
-    return BaseRun(tokens, ActivationCache(store), float(value))
 
 
 def plan(

@@ -20,13 +20,13 @@ import torch
 from circuitwidgets._checks import check_bool
 from circuitwidgets.causal import nnsight_attribution, nnsight_backend, nnsight_paths, nnsight_sites
 from circuitwidgets.causal.attribution import attribution_patch
+from circuitwidgets.causal.base_runs import run_base, run_pair
 from circuitwidgets.causal.engine import (
     base_names,
     check_budget,
     check_pair,
     normalise,
     plan,
-    run_base,
     sweep,
 )
 from circuitwidgets.causal.labels import convention, dim_labels, path_dims, prompts_of
@@ -100,8 +100,7 @@ def patch(
     most = plan(model, cells, m, b, budget, [[site], kept], f"patch of {site!r}", n_top)
     estimate = attribution_patch(model, a, b, metric, site, cells.by) if n_top is not None else None
     chosen = top_cells(estimate.values, cells, n_top) if estimate is not None and n_top is not None else None
-    source = run_base(model, a, m, [site])
-    base = run_base(model, b, m, kept, scales=freeze_norms)
+    source, base = run_pair(model, a, b, m, [site], kept, scales=freeze_norms, joint=most >= 2)
     values = sweep(
         model, base, lambda layer: source.cache[site, layer], cells, m,
         freeze_norms=freeze_norms, most=most, desc=f"patch {site}", chosen=chosen,
@@ -320,8 +319,7 @@ def path_patch(
     cells = check_site(model, via, ("layer", "head"), a.shape[1])
     names = [["result"], ["resid_pre", "result", via]]
     most = plan(model, cells, m, b, budget, names, "path patching", results=L * H * (1 if sender else L * H))
-    source = run_base(model, a, m, ["result"])
-    base = run_base(model, b, m, ["resid_pre", "result", via], scales=freeze_norms)
+    source, base = run_pair(model, a, b, m, *names, scales=freeze_norms, joint=most >= 2)
     senders = [sender] if sender is not None else [(l1, h1) for l1 in range(L - 1) for h1 in range(H)]
     out = np.full((L, H, L, H), np.nan)
     for l1, h1 in senders:
