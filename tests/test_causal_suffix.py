@@ -134,3 +134,40 @@ def test_staircase_joins_beside_shared_keys_and_values(monkeypatch: pytest.Monke
     _check_every_cell(model, "resid_pre", ("layer", "pos"), clean, corrupted, metric)
     assert max(joined) == 6 and max(offsets) > 0
     _check_every_cell(model, "v", ("layer", "pos"), clean, corrupted, metric, every=2)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_a_hooked_last_layer_narrows_to_the_read_rows_equal_to_the_definition(
+    case: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass patching inside the last layer computes that layer's queries and what follows them at the metric's
+    positions only (the mixers take those rows): every site after the keys and values, on every family."""
+    model, clean, corrupted, metric = _family_pair(case, seed=6, n_pos=7)
+    last = model.cfg.n_layers - 1
+    narrowed: list[bool] = []
+    real, real_pass = type(model)._layer, staircase.evaluate_pass
+    in_pass = [False]
+
+    def spy(self: Any, layer: int, *args: Any) -> torch.Tensor:
+        record, queries = args[-2:]
+        if in_pass[0] and layer == last and any(at == last for _, at in record.hooks):  # a pass patching there
+            narrowed.append(queries is not None)
+        return real(self, layer, *args)
+
+    def spy_pass(*args: Any) -> torch.Tensor:
+        in_pass[0] = True
+        try:
+            return real_pass(*args)
+        finally:
+            in_pass[0] = False
+
+    monkeypatch.setattr(type(model), "_layer", spy)
+    monkeypatch.setattr(engine, "evaluate_pass", spy_pass)
+    two = causal.log_prob(clean[:, [3, 5]], pos=[2, 4])  # two rows, neither at the end
+    sites = [("q", ("layer", "head"), metric), ("pattern", ("layer", "head", "pos"), two), ("z", ("layer", "pos"), two)]
+    if model.cfg.has_mlp:
+        sites.append(("mlp_post", ("layer", "pos"), metric))
+    for site, by, m in sites:
+        narrowed.clear()
+        _check_every_cell(model, site, by, clean, corrupted, m, every=2)
+        assert narrowed and all(narrowed), site

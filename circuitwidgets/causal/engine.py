@@ -132,6 +132,7 @@ def sweep(
     keys = {layer: _keys(rows, pos_col, suffix) for layer, rows in todo.items()}
     passes = _passes(model, base, cells, metric, todo, keys, suffix, most, freeze_norms)
     sources: dict[int, torch.Tensor] = {}
+    read = metric.positions_at(base.tokens.shape[1])
     layer_axis = cells.by.index("layer")
     rest_axes = [cells.by.index(d) for d in cells.rest]
     with (
@@ -143,7 +144,7 @@ def sweep(
             for piece in p.pieces:
                 if piece.layer not in sources:
                     sources[piece.layer] = source(piece.layer)
-                mix = mixer(cells, piece.rows, sources[piece.layer], base, p.offset)
+                mix = mixer(cells, piece.rows, sources[piece.layer], base, p.offset, read)
                 mixes.append((piece.layer, mix, len(piece.rows)))
             values = evaluate_pass(model, base, metric, cells.site, mixes, freeze_norms, p.offset).cpu().numpy()
             first = 0
@@ -189,7 +190,8 @@ def _passes(
     staircase = cells.site not in RESUMABLE
     row_len = [batch * (n_pos - o) for o in offsets]
     narrow = [last_share(model, metric, n_pos, n_pos - o, freeze_norms) for o in offsets]
-    last_hooked = layer_list[-1] == model.cfg.n_layers - 1 and cells.site != "resid_pre"
+    # (hooks narrow with the last layer, Recorder.narrow_hooks, except frozen norms' replayed scales)
+    last_hooked = layer_list[-1] == model.cfg.n_layers - 1 and cells.site != "resid_pre" and freeze_norms
     chosen = choose(counts, row_len, restarts, model.cfg.n_layers, curve, most, staircase, narrow, last_hooked)
     passes = []
     for q0, q1, runs in chosen.passes:
@@ -322,20 +324,42 @@ def suffix_only(base: BaseRun, cells: Cells, metric: Metric) -> int:
 
 
 def mixer(
-    cells: Cells, rows: np.ndarray, src: torch.Tensor, base: BaseRun, offset: int = 0
+    cells: Cells,
+    rows: np.ndarray,
+    src: torch.Tensor,
+    base: BaseRun,
+    offset: int = 0,
+    read: Sequence[int] | None = None,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """The hook of one pass: each variant's site value with its cell's slice taken from ``src`` (positions from
-    ``offset`` on, in a suffix-only pass)."""
+    ``offset`` on, in a suffix-only pass).
+
+    ``read``: the metric's positions. A pass narrows its last layer to them (:attr:`Recorder.narrow_hooks`), so
+    there a site after the keys and values arrives with those rows only, and the hook mixes the same rows of
+    ``src``: a patch elsewhere in the last layer's queries or what follows them changes no logit it reads.
+    """
     n, batch = len(rows), base.tokens.shape[0]
     mask = cells.mask(rows, tuple(src.shape[1:]), src.device).to(src.dtype)
+    axis = SITE_AXES[cells.site].index("pos")
     if offset:
-        axis = SITE_AXES[cells.site].index("pos")
         src = src.narrow(1 + axis, offset, src.shape[1 + axis] - offset)
         mask = mask.narrow(2 + axis, offset, mask.shape[2 + axis] - offset)
+    whole = src.shape[1 + axis]
+    narrowed: list[torch.Tensor] = []
+
+    def at_read() -> tuple[torch.Tensor, torch.Tensor]:
+        if not narrowed:
+            if read is None:
+                raise ShapeError(f"{cells.site}: a pass gave {whole} positions' values narrowed, and no positions read")
+            idx = torch.tensor(sorted({p - offset for p in read}), device=src.device)
+            narrowed.append(src.index_select(1 + axis, idx))
+            narrowed.append(mask if mask.shape[2 + axis] == 1 else mask.index_select(2 + axis, idx))
+        return narrowed[0], narrowed[1]
 
     def mix(value: torch.Tensor) -> torch.Tensor:
+        s, m = (src, mask) if value.shape[1 + axis] == whole else at_read()
         v = value.view(n, batch, *value.shape[1:])
-        return (v + mask * (src[None] - v)).view_as(value)
+        return (v + m * (s[None] - v)).view_as(value)
 
     return mix
 

@@ -160,9 +160,10 @@ def choose(
     layer each). ``narrow[q]``: the share of a whole last layer that a pass from
     column ``q`` computes when nothing hooks its last layer (the keys and values of
     every row, the rest at the metric's positions only; 1 when it cannot narrow);
-    ``last_hooked``: cells of the last layer hook inside it (any site but its input),
-    so a pass holding them runs its last layer whole for every variant, and the plan
-    may give them passes of their own.
+    ``last_hooked``: cells of the last layer hook inside it in a way that cannot narrow
+    (frozen norms' replayed scales; the engine's mixers take the narrowed rows), so a
+    pass holding them runs its last layer whole for every variant, and the plan may
+    give them passes of their own.
     """
     shares = tuple(narrow) if narrow is not None else (1.0,) * counts.shape[1]
     key = (counts.tobytes(), counts.shape, tuple(row_len), tuple(restarts), n_layers, curve, most, staircase, shares,

@@ -142,7 +142,10 @@ def evaluate_pass(
         return cache["k", at][:, :offset], cache["v", at][:, :offset]
 
     resume = resumed(model, base, pieces[0][0], site, total, offset) if len(pieces) == 1 else None
-    record = Recorder({}, set(), hooks, prefix if offset else None, offset, resume, join if len(joining) > 1 else None)
+    record = Recorder(
+        {}, set(), hooks, prefix if offset else None, offset, resume, join if len(joining) > 1 else None,
+        narrow_hooks=not freeze_norms,  # (the mixers take narrowed rows; replayed scales do not)
+    )  # fmt: skip
     columns = metric.columns.to(model.device) if metric.columns is not None else None
     logits = model.run_from(tokens, start, stream(start, joining[start]), record, positions=positions, columns=columns)
     values = metric.batched(logits.view(total, batch, *logits.shape[1:]), batch)

@@ -91,6 +91,7 @@ class Recorder:
         offset: int = 0,
         resume: tuple[int, str, torch.Tensor] | None = None,
         join: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+        narrow_hooks: bool = False,
     ) -> None:
         self.store, self.keep = store, keep
         self.hooks = dict(hooks or {})
@@ -108,6 +109,10 @@ class Recorder:
         # axis (the causal engine's staircase passes: variants patched at a later layer join the pass there, from
         # the base run's stream). Whatever is per sequence and given for the first batch (per-layer inputs) repeats.
         self.join = join
+        # The hooks take the last layer's rows as a pass narrowed to the logits' positions gives them (the causal
+        # engine's mixers): every activation after its keys and values at those positions only. Such a pass narrows
+        # even when its last layer is hooked.
+        self.narrow_hooks = narrow_hooks
 
     def keeps(self, name: str) -> bool:
         """Whether ``name`` is kept or hooked (at some layer)."""
@@ -119,12 +124,12 @@ class Recorder:
 
     def silent_at(self, layer: int) -> bool:
         """Whether this pass keeps nothing and hooks nothing at ``layer`` (but its input, ``resid_pre``, which the
-        layer reads whole before narrowing) nor at ``resid_final``: the layer may then compute its queries and
-        everything after them only at the positions the logits are read at."""
+        layer reads whole before narrowing, and any hook when :attr:`narrow_hooks`) nor at ``resid_final``: the layer
+        may then compute its queries and everything after them only at the positions the logits are read at."""
         return (
             self.keep is not None
             and not self.keep
-            and all((l != layer or n == "resid_pre") and n != "resid_final" for n, l in self.hooks)
+            and all((l != layer or n == "resid_pre" or self.narrow_hooks) and n != "resid_final" for n, l in self.hooks)
         )
 
     def __call__(self, name: str, layer: int | None, value: torch.Tensor) -> torch.Tensor:

@@ -213,6 +213,8 @@ class Sublayers:
         if frozen is None:
             scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q, k) / cfg.scale, cfg.attn_softcap)
             mask = attention_mask(resid.shape[1], cfg.window(layer), resid.device, offset)
+            if queries is not None:  # (a hooked last layer narrowed to the logits' rows: Recorder.narrow_hooks)
+                mask = mask[queries]
             scores = record("attn_scores", layer, scores.masked_fill(~mask, float("-inf")))
             pattern = scores.softmax(dim=-1)
         else:
@@ -294,7 +296,8 @@ class Sublayers:
         """The residual stream after ``layer``: attention, MLP (after or beside it), per-layer input, layer scalar.
 
         ``queries``: only these positions (indices into ``resid``'s) are asked for, so everything after the keys and
-        values runs on them alone (a last layer whose logits are read at a few positions; nothing there hooked or kept).
+        values runs on them alone (a last layer whose logits are read at a few positions; nothing there kept, nor
+        hooked but by hooks that take those rows: ``Recorder.narrow_hooks``).
         """
         cfg = self.cfg
         resid = record("resid_pre", layer, resid)
