@@ -35,8 +35,9 @@ by TransformerLens ``TransformerBridge.boot_transformers`` from the same object,
 Every sweep runs with default settings, the metric ``causal.logit_diff`` at the last position unless stated.
 
 **The floor** of a sweep is the least work any exact patching must do, counted in FLOPs and timed at the rate this
-machine runs one Hugging Face decoder layer of the same model (the best of at least 5 calls after a warm-up, more
-until they took 0.25 s; until 2026-12-01 the best of 3; measured in the same run
+machine runs one Hugging Face decoder layer of the same model (the median of at least 5 calls after a warm-up, more
+until they took 0.25 s, as each sweep's time is a median; until 2026-12-02 the fastest of them, and until 2026-12-01
+the best of 3; the last column and the JSON keep the ratio to the fastest call's floor; measured in the same run
 on the sweep's own token count): for each cell at layer ``l`` whose patch starts at position ``p`` (``p = 0`` for
 cells that do not split positions), ``batch`` prompts through layers ``l … L−1`` at positions ``p … P−1`` only
 (earlier positions are unchanged by causal attention), attending to every earlier key; in the last layer the keys
