@@ -1,4 +1,5 @@
-"""Shared fixtures: small random models built from configs (no network, no files)."""
+"""Shared fixtures: small random models built from configs (no network, no files), and the shipped gelu-2l in
+float64 with a clean/corrupted prompt pair for the causal tests (a module may define its own under either name)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
+import circuitwidgets as cw
 from circuitwidgets.model import CircuitModel, ModelConfig
 
 
@@ -44,6 +46,22 @@ def make_random_model(
         weights |= {"b_Q": r(L, H, dh), "b_K": r(L, H, dh), "b_V": r(L, H, dh), "b_O": r(L, d), "b_U": r(V)}
     cfg = ModelConfig(L, H, d, dh, V, n_ctx, positional_embedding_type=positional_embedding_type)
     return CircuitModel(cfg, weights, name=f"random-{L}l-seed{seed}")
+
+
+@pytest.fixture(scope="module")
+def gelu() -> CircuitModel:
+    """gelu-2l (shipped with the package) in float64, so the causal checks against slow definitions are tight."""
+    return cw.load_pretrained("gelu-2l").to(torch.float64)
+
+
+@pytest.fixture(scope="module")
+def prompts() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two random prompts of 10 tokens and their corruption at position 3."""
+    gen = torch.Generator().manual_seed(0)
+    clean = torch.randint(1, 2048, (2, 10), generator=gen)
+    corrupted = clean.clone()
+    corrupted[:, 3] = torch.randint(1, 2048, (2,), generator=gen)
+    return clean, corrupted
 
 
 @pytest.fixture

@@ -18,20 +18,6 @@ from circuitwidgets.model import CircuitModel
 from circuitwidgets.sources.huggingface import from_hf
 
 
-@pytest.fixture(scope="module")
-def gelu() -> CircuitModel:
-    return cw.load_pretrained("gelu-2l").to(torch.float64)
-
-
-@pytest.fixture(scope="module")
-def prompts() -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    clean = torch.randint(1, 2048, (2, 10), generator=gen)
-    corrupted = clean.clone()
-    corrupted[:, 3] = torch.randint(1, 2048, (2,), generator=gen)
-    return clean, corrupted
-
-
 def _slow_patch(
     model: CircuitModel, clean: torch.Tensor, corrupted: torch.Tensor, metric: Any, site: str, cell: dict[str, int]
 ) -> float:

@@ -9,23 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-import circuitwidgets as cw
 from circuitwidgets import causal
 from circuitwidgets.model import CircuitModel
-
-
-@pytest.fixture(scope="module")
-def gelu() -> CircuitModel:
-    return cw.load_pretrained("gelu-2l").to(torch.float64)
-
-
-@pytest.fixture(scope="module")
-def prompts() -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    clean = torch.randint(1, 2048, (2, 10), generator=gen)
-    corrupted = clean.clone()
-    corrupted[:, 3] = torch.randint(1, 2048, (2,), generator=gen)
-    return clean, corrupted
 
 
 def test_the_base_run_keeps_norm_scales_only_for_a_sweep_that_freezes_them(

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 
-import circuitwidgets as cw
 from circuitwidgets import causal
 from circuitwidgets.causal import budget as budget_module
 from circuitwidgets.causal import engine, passes, patching, staircase
@@ -25,20 +24,6 @@ from circuitwidgets.errors import MemoryBudgetError
 from circuitwidgets.model import CircuitModel
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def gelu() -> CircuitModel:
-    return cw.load_pretrained("gelu-2l").to(torch.float64)
-
-
-@pytest.fixture(scope="module")
-def prompts() -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    clean = torch.randint(1, 2048, (2, 10), generator=gen)
-    corrupted = clean.clone()
-    corrupted[:, 3] = torch.randint(1, 2048, (2,), generator=gen)
-    return clean, corrupted
 
 
 def _no_pass(monkeypatch: pytest.MonkeyPatch, model: CircuitModel) -> list[int]:

@@ -9,15 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-import circuitwidgets as cw
 from circuitwidgets import causal
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.model import CircuitModel
-
-
-@pytest.fixture(scope="module")
-def gelu() -> CircuitModel:
-    return cw.load_pretrained("gelu-2l").to(torch.float64)  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")

@@ -65,11 +65,9 @@ def run_pair(
     with torch.no_grad():
         sub = _run(model, torch.cat([clean, corrupted]), metric, _Halves(stores, own, batch))
     values = metric.batched(sub.view(2, batch, *sub.shape[1:]), batch)
-    runs = (
-        BaseRun(tokens, ActivationCache(store), float(scalar(values[i], metric.name)))
-        for i, (tokens, store) in enumerate(zip((clean, corrupted), stores, strict=True))
-    )
-    return next(runs), next(runs)
+    source = BaseRun(clean, ActivationCache(stores[0]), float(scalar(values[0], metric.name)))
+    base = BaseRun(corrupted, ActivationCache(stores[1]), float(scalar(values[1], metric.name)))
+    return source, base
 
 
 def _kept(names: Sequence[str], scales: bool) -> set[str]:

@@ -345,19 +345,22 @@ def mixer(
         src = src.narrow(1 + axis, offset, src.shape[1 + axis] - offset)
         mask = mask.narrow(2 + axis, offset, mask.shape[2 + axis] - offset)
     whole = src.shape[1 + axis]
-    narrowed: list[torch.Tensor] = []
-
-    def at_read() -> tuple[torch.Tensor, torch.Tensor]:
-        if not narrowed:
-            if read is None:
-                raise ShapeError(f"{cells.site}: a pass gave {whole} positions' values narrowed, and no positions read")
-            idx = torch.tensor(sorted({p - offset for p in read}), device=src.device)
-            narrowed.append(src.index_select(1 + axis, idx))
-            narrowed.append(mask if mask.shape[2 + axis] == 1 else mask.index_select(2 + axis, idx))
-        return narrowed[0], narrowed[1]
+    at_read: tuple[torch.Tensor, torch.Tensor] | None = None  # (src, mask) at the read rows, made when first needed
 
     def mix(value: torch.Tensor) -> torch.Tensor:
-        s, m = (src, mask) if value.shape[1 + axis] == whole else at_read()
+        nonlocal at_read
+        if value.shape[1 + axis] == whole:
+            s, m = src, mask
+        else:
+            if at_read is None:
+                if read is None:
+                    raise ShapeError(f"{cells.site}: a pass narrowed {whole} positions' values, and none are read")
+                idx = torch.tensor(sorted({p - offset for p in read}), device=src.device)
+                at_read = (
+                    src.index_select(1 + axis, idx),
+                    mask if mask.shape[2 + axis] == 1 else mask.index_select(2 + axis, idx),
+                )
+            s, m = at_read
         v = value.view(n, batch, *value.shape[1:])
         return (v + m * (s[None] - v)).view_as(value)
 
