@@ -31,7 +31,7 @@ def test_the_base_run_keeps_norm_scales_only_for_a_sweep_that_freezes_them(
 def test_the_source_and_base_runs_as_one_pass_are_the_two_runs(
     gelu: CircuitModel, prompts: tuple[torch.Tensor, torch.Tensor], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from circuitwidgets.causal import patching
+    from circuitwidgets.causal import one_pass
     from circuitwidgets.causal.base_runs import run_base, run_pair
     from circuitwidgets.causal.metrics import as_metric
 
@@ -53,7 +53,8 @@ def test_the_source_and_base_runs_as_one_pass_are_the_two_runs(
         joints.append(kwargs["joint"])
         return run_pair(*args, **kwargs)
 
-    monkeypatch.setattr(patching, "run_pair", spy)
+    monkeypatch.setattr(one_pass, "run_pair", spy)
+    monkeypatch.setattr(one_pass, "PINNED", False)  # the staircase path, which makes base runs
     # a budget with room for one variant only runs them apart, with the same sweep
     one = causal.patch(gelu, clean, corrupted, causal.logit_diff(5, 7), site="z", by=("layer", "head"))
     assert joints == [True]

@@ -14,14 +14,16 @@ from test_causal import _slow_patch
 
 import circuitwidgets as cw
 from circuitwidgets import causal
-from circuitwidgets.causal import engine, staircase
+from circuitwidgets.causal import engine, one_pass, planning, staircase
 from circuitwidgets.causal.passes import Curve
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.sources.huggingface import from_hf
 
 
 def _offsets(monkeypatch: pytest.MonkeyPatch, layers: list[int] | None = None) -> list[int]:
-    """The offsets of the sweep's passes (and in ``layers`` how many layers each pass joins), as they run."""
+    """The offsets of the sweep's passes (and in ``layers`` how many layers each pass joins), as they run; the
+    sweeps take the staircase path (not one pass of everything, :mod:`circuitwidgets.causal.one_pass`)."""
+    monkeypatch.setattr(one_pass, "PINNED", False)
     seen: list[int] = []
     real = staircase.evaluate_pass
 
@@ -38,7 +40,7 @@ def _offsets(monkeypatch: pytest.MonkeyPatch, layers: list[int] | None = None) -
 def _least_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plan passes as if time were proportional to rows (no per-pass overhead): the passes of least work, so every
     position starts its own pass, and the layers of a pass join it as a staircase."""
-    monkeypatch.setattr(engine, "cost_curve", lambda *args: Curve((1,), (1e-6,), 0.0))
+    monkeypatch.setattr(planning, "cost_curve", lambda *args: Curve((1,), (1e-6,), 0.0))
 
 
 def _family_pair(case: Any, seed: int, n_pos: int) -> tuple[CircuitModel, torch.Tensor, torch.Tensor, Any]:
@@ -108,7 +110,7 @@ def test_staircase_passes_with_frozen_norms_equal_one_layer_whole_passes(
     stair = causal.patch(model, clean, corrupted, metric, site="resid_mid", by=("layer", "pos"), freeze_norms=True)
     assert max(joined) == model.cfg.n_layers and max(offsets) > 0  # staircases, skipping positions
     joined.clear()
-    monkeypatch.setattr(engine, "RESUMABLE", frozenset({"resid_mid"}))  # one layer per pass
+    monkeypatch.setattr(planning, "RESUMABLE", frozenset({"resid_mid"}))  # one layer per pass
     single = causal.patch(
         model, clean, corrupted, lambda logits: metric(logits), site="resid_mid", by=("layer", "pos"), freeze_norms=True
     )  # an undeclared metric: whole passes
@@ -163,6 +165,7 @@ def test_a_hooked_last_layer_narrows_to_the_read_rows_equal_to_the_definition(
 
     monkeypatch.setattr(type(model), "_layer", spy)
     monkeypatch.setattr(engine, "evaluate_pass", spy_pass)
+    monkeypatch.setattr(one_pass, "PINNED", False)  # (the one pass narrows too: tests/test_causal_one_pass.py)
     two = causal.log_prob(clean[:, [3, 5]], pos=[2, 4])  # two rows, neither at the end
     sites = [("q", ("layer", "head"), metric), ("pattern", ("layer", "head", "pos"), two), ("z", ("layer", "pos"), two)]
     if model.cfg.has_mlp:

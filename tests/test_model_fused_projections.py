@@ -22,7 +22,7 @@ import torch
 from families import CASES, VOCAB
 
 from circuitwidgets import causal
-from circuitwidgets.causal import engine, staircase
+from circuitwidgets.causal import one_pass, planning, staircase
 from circuitwidgets.model import forward, fused
 from circuitwidgets.model.cache import Recorder
 from circuitwidgets.sources.huggingface import from_hf
@@ -119,10 +119,11 @@ def test_resuming_the_patched_layer_equals_running_it_whole(
         return resumed[-1]
 
     monkeypatch.setattr(staircase, "resumed", spy)
+    monkeypatch.setattr(one_pass, "PINNED", False)  # the staircase path, whose passes resume
     fast = causal.patch(model, clean, corrupted, metric, site=site, by=by).values
     assert any(r is not None for r in resumed)
     monkeypatch.setattr(staircase, "RESUMABLE", frozenset())  # the layer run whole (and joined as a staircase)
-    monkeypatch.setattr(engine, "RESUMABLE", frozenset())
+    monkeypatch.setattr(planning, "RESUMABLE", frozenset())
     slow = causal.patch(model, clean, corrupted, metric, site=site, by=by).values
     torch.testing.assert_close(torch.as_tensor(fast), torch.as_tensor(slow), atol=1e-12, rtol=0)
 

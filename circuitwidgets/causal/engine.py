@@ -19,21 +19,16 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from circuitwidgets.causal.budget import DENSE_SITES, Need, check_fits, sweep_need
+from circuitwidgets.causal.budget import Need, check_fits, sweep_need
 from circuitwidgets.causal.metrics import Metric
-from circuitwidgets.causal.passes import COLUMNS, Curve, choose, measure_curve, wall
+from circuitwidgets.causal.planning import first_positions, layer_cells, plan_passes
 from circuitwidgets.causal.sites import SITE_AXES, Cells
 from circuitwidgets.causal.staircase import (
-    RESUMABLE,
     BaseRun,
-    Pass,
-    Piece,
     evaluate_pass,
-    frozen_scale_hooks,
 )
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.model.cache import Hook, Recorder
 
 #: Default bytes a sweep may hold at once: its base runs, results and one pass of variants (the weights are extra).
 SWEEP_MEMORY_BUDGET = 2**30
@@ -118,23 +113,14 @@ def sweep(
     positions from its earliest patched one on.
     """
     out = np.full(cells.shape, np.nan)
-    width = len(cells.rest)
-    todo: dict[int, np.ndarray] = {}
-    for layer in sorted(range(model.cfg.n_layers) if layers is None else layers):
-        picked = chosen.get(layer, []) if chosen is not None else None
-        rows = cells.rows(0, cells.per_layer) if picked is None else np.asarray(picked, dtype=np.int64)
-        if len(rows):
-            todo[layer] = rows.reshape(len(rows), width)
+    todo = layer_cells(model, cells, layers, chosen)
     if not todo:
         return out
     suffix = suffix_only(base, cells, metric)
-    pos_col = cells.rest.index("pos") if suffix else None
-    keys = {layer: _keys(rows, pos_col, suffix) for layer, rows in todo.items()}
-    passes = _passes(model, base, cells, metric, todo, keys, suffix, most, freeze_norms)
+    keys = first_positions(cells, todo, suffix)
+    passes = plan_passes(model, base, cells, metric, todo, keys, suffix, most, freeze_norms)
     sources: dict[int, torch.Tensor] = {}
     read = metric.positions_at(base.tokens.shape[1])
-    layer_axis = cells.by.index("layer")
-    rest_axes = [cells.by.index(d) for d in cells.rest]
     with (
         torch.no_grad(),
         tqdm(total=sum(map(len, todo.values())), desc=desc, delay=1.0, leave=False, disable=None) as bar,
@@ -149,155 +135,19 @@ def sweep(
             values = evaluate_pass(model, base, metric, cells.site, mixes, freeze_norms, p.offset).cpu().numpy()
             first = 0
             for piece in p.pieces:
-                index: list[np.ndarray | int] = [0] * len(cells.by)
-                index[layer_axis] = piece.layer
-                for j, axis in enumerate(rest_axes):
-                    index[axis] = piece.rows[:, j]
-                part = values[first : first + len(piece.rows)]
-                out[tuple(index)] = part.reshape(np.shape(out[tuple(index)]))
+                store(out, cells, piece.layer, piece.rows, values[first : first + len(piece.rows)])
                 first += len(piece.rows)
             bar.update(p.size)
     return out
 
 
-def _keys(rows: np.ndarray, pos_col: int | None, suffix: int) -> np.ndarray:
-    """Each cell's first position a pass must compute: its position capped by ``suffix`` (0 for whole passes)."""
-    if pos_col is None:
-        return np.zeros(len(rows), dtype=np.int64)
-    return np.asarray(np.minimum(rows[:, pos_col], suffix), dtype=np.int64)
-
-
-def _passes(
-    model: CircuitModel,
-    base: BaseRun,
-    cells: Cells,
-    metric: Metric,
-    todo: dict[int, np.ndarray],
-    keys: dict[int, np.ndarray],
-    suffix: int,
-    most: int,
-    freeze_norms: bool,
-) -> list[Pass]:
-    """The sweep's passes: its cells in columns (by first position, then a few cells each) and the runs of columns
-    and layers of least modelled time (:func:`~circuitwidgets.causal.passes.choose`)."""
-    batch, n_pos = base.tokens.shape
-    layer_list = list(todo)
-    columns, offsets = split_columns([keys[layer] for layer in layer_list], most)
-    counts = np.array([[len(c) for c in per] for per in columns], dtype=np.int64)
-    work = sum(len(rows) * (model.cfg.n_layers - layer) for layer, rows in todo.items()) * batch * n_pos
-    curve = cost_curve(model, base, cells, metric, suffix, most, freeze_norms, work)
-    restarts = [model.restart_layer(layer) for layer in layer_list]
-    staircase = cells.site not in RESUMABLE
-    row_len = [batch * (n_pos - o) for o in offsets]
-    narrow = [last_share(model, metric, n_pos, n_pos - o, freeze_norms) for o in offsets]
-    # (hooks narrow with the last layer, Recorder.narrow_hooks, except frozen norms' replayed scales)
-    last_hooked = layer_list[-1] == model.cfg.n_layers - 1 and cells.site != "resid_pre" and freeze_norms
-    chosen = choose(counts, row_len, restarts, model.cfg.n_layers, curve, most, staircase, narrow, last_hooked)
-    passes = []
-    for q0, q1, runs in chosen.passes:
-        for a, b in runs:
-            pieces = []
-            for i in range(a, b):
-                picked = np.concatenate([columns[i][q] for q in range(q0, q1)])
-                if len(picked):
-                    pieces.append(Piece(layer_list[i], todo[layer_list[i]][picked]))
-            if pieces:
-                passes.append(Pass(tuple(pieces), offsets[q0]))
-    return passes
-
-
-def cost_curve(
-    model: CircuitModel,
-    base: BaseRun,
-    cells: Cells,
-    metric: Metric,
-    suffix: int,
-    most: int,
-    freeze_norms: bool,
-    work: int,
-) -> Curve:
-    """One layer's measured time by rows on this device and shape (cached): passes of ``n`` unpatched variants through
-    the last layers, every row computed (a hooked pattern: dense attention in each), the metric evaluated (:func:`~circuitwidgets.causal.passes.measure_curve`)."""
-    cfg, last = model.cfg, model.cfg.n_layers - 1
-    batch, n_pos = base.tokens.shape
-    positions = metric.positions_at(n_pos)
-    columns = metric.columns.to(model.device) if metric.columns is not None else None
-    dense = cells.site in DENSE_SITES
-    key = (
-        str(model.device), str(model.W_E.dtype), cfg.n_layers, cfg.d_model, cfg.d_mlp, cfg.n_heads, cfg.d_vocab,
-        batch, n_pos, None if positions is None else len(positions),
-        None if columns is None else len(columns), freeze_norms, model.restart_layer(last), dense,
-    )  # fmt: skip
-
-    def time_pass(n: int, length: int, layers: int) -> float:
-        offset, start = n_pos - length, model.restart_layer(cfg.n_layers - layers)
-        hooks: dict[tuple[str, int | None], Hook] = (
-            frozen_scale_hooks(model, base, start, positions, offset) if freeze_norms else {}
-        )
-        hooks[("resid_final", None)] = _unchanged  # every row of the last layer computed, as a patched one would be
-        for layer in range(start, cfg.n_layers) if dense else ():  # a hooked pattern: dense attention at its layer
-            hooks[(cells.site, layer)] = _unchanged
-
-        def prefix(at: int) -> tuple[torch.Tensor, torch.Tensor]:
-            return base.cache["k", at][:, :offset], base.cache["v", at][:, :offset]
-
-        record = Recorder({}, set(), hooks, prefix if offset else None, offset)
-        resid = base.cache["resid_pre", start][:, offset:].repeat(n, 1, 1)
-
-        def run() -> None:
-            logits = model.run_from(base.tokens, start, resid, record, positions=positions, columns=columns)
-            metric.batched(logits.view(n, batch, *logits.shape[1:]), batch)
-            if model.device.type == "cuda":  # (kernels run asynchronously: time them to their end)
-                torch.cuda.synchronize(model.device)
-
-        return wall(run)
-
-    total = cells.per_layer * cfg.n_layers
-    with torch.no_grad():
-        return measure_curve(
-            key, time_pass, batch, n_pos, n_pos - suffix, min(most, total) * batch * n_pos, work, cfg.n_layers > 1
-        )
-
-
-def last_share(model: CircuitModel, metric: Metric, n_pos: int, length: int, freeze_norms: bool) -> float:
-    """The share of a whole last layer that a pass over the last ``length`` of ``n_pos`` positions computes when nothing hooks inside it:
-    keys and values at every row, the rest at the metric's positions only (1 when a pass cannot narrow: a metric
-    that reads every position, or frozen norms, whose replayed scales hook every layer)."""
-    positions = metric.positions_at(n_pos)
-    if positions is None or freeze_norms:
-        return 1.0
-    cfg = model.cfg
-    kv = 2 * (cfg.n_kv_heads or cfg.n_heads) * cfg.d_head
-    mlp = (3 if cfg.gated_mlp else 2) * (cfg.d_mlp or 0) if cfg.has_mlp else 0
-    whole = 2 * cfg.n_heads * cfg.d_head + kv + mlp
-    return (kv + (whole - kv) * min(1.0, len(set(positions)) / length)) / whole
-
-
-def split_columns(keys: list[np.ndarray], most: int) -> tuple[list[list[np.ndarray]], list[int]]:
-    """Each layer's cells (indices into its rows) in the same columns: cells of one first position together (of
-    neighbouring positions when there are more than :data:`~circuitwidgets.causal.passes.COLUMNS`), then split into a
-    few cells each (at most ``most``), so that passes can take any run of columns; and each column's first position
-    (its least key: a pass from that column on computes from there)."""
-    distinct = np.unique(np.concatenate(keys))
-    bins = np.array_split(distinct, min(len(distinct), COLUMNS))
-    edges = [int(b[0]) for b in bins]
-    which = [np.searchsorted(edges, k, side="right") - 1 for k in keys]
-    peak = [max(int((w == b).sum()) for w in which) for b in range(len(bins))]
-    grain = min(most, max(1, -(-sum(peak) // COLUMNS)))
-    out: list[list[np.ndarray]] = [[] for _ in keys]
-    offsets: list[int] = []
-    for b in range(len(bins)):
-        parts = -(-peak[b] // grain)
-        offsets += [edges[b]] * parts
-        for i, w in enumerate(which):
-            members = np.flatnonzero(w == b)
-            members = members[np.argsort(keys[i][members], kind="stable")]
-            out[i].extend(np.array_split(members, parts))
-    return out, offsets
-
-
-def _unchanged(value: torch.Tensor) -> None:
-    return None
+def store(out: np.ndarray, cells: Cells, layer: int, rows: np.ndarray, values: np.ndarray) -> None:
+    """Write ``values`` (one per cell, in ``rows``' order: indices into ``layer``'s cells) into the result ``out``."""
+    index: list[np.ndarray | int] = [0] * len(cells.by)
+    index[cells.by.index("layer")] = layer
+    for j, dim in enumerate(cells.rest):
+        index[cells.by.index(dim)] = rows[:, j]
+    out[tuple(index)] = values.reshape(np.shape(out[tuple(index)]))
 
 
 def base_names(cells: Cells, metric: Metric) -> list[str]:

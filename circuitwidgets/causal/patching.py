@@ -31,6 +31,7 @@ from circuitwidgets.causal.engine import (
 )
 from circuitwidgets.causal.labels import convention, dim_labels, path_dims, prompts_of
 from circuitwidgets.causal.metrics import as_metric
+from circuitwidgets.causal.one_pass import patch_values
 from circuitwidgets.causal.precision import full_precision
 from circuitwidgets.causal.result import Sweep
 from circuitwidgets.causal.sites import Cells, check_site, site_alias
@@ -100,12 +101,10 @@ def patch(
     most = plan(model, cells, m, b, budget, [[site], kept], f"patch of {site!r}", n_top)
     estimate = attribution_patch(model, a, b, metric, site, cells.by) if n_top is not None else None
     chosen = top_cells(estimate.values, cells, n_top) if estimate is not None and n_top is not None else None
-    source, base = run_pair(model, a, b, m, [site], kept, scales=freeze_norms, joint=most >= 2)
-    values = sweep(
-        model, base, lambda layer: source.cache[site, layer], cells, m,
-        freeze_norms=freeze_norms, most=most, desc=f"patch {site}", chosen=chosen,
-    )  # fmt: skip
-    values, clean_value, corrupted_value = normalise(values, m, source.value, base.value)
+    values, source_value, base_value = patch_values(
+        model, a, b, cells, m, kept, most=most, freeze_norms=freeze_norms, chosen=chosen
+    )
+    values, clean_value, corrupted_value = normalise(values, m, source_value, base_value)
     technique, extra = "activation patching", {}
     if estimate is not None:
         technique = f"activation patching of the top {n_top} cells by |attribution patching estimate| (others n/a)"
