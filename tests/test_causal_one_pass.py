@@ -121,7 +121,7 @@ def test_choosing_the_path_times_both_or_models_them() -> None:
         assert not faster and out == 7
         mp.setattr(one_pass, "MEASURE_SECONDS", 1e-3)  # modelled paths too long to time: the model decides
         assert one_pass.choose_path(*args, slow, fast) == (True, None)
-        mp.setattr(one_pass, "one_pass_seconds", lambda *a: 3e-3)
+        mp.setattr(one_pass, "one_pass_seconds", lambda *a: 1.9e-3)  # faster, but within what the model leaves out
         assert one_pass.choose_path(*args, fast, slow) == (False, None)
 
 

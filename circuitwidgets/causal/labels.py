@@ -5,25 +5,33 @@ from __future__ import annotations
 import torch
 
 from circuitwidgets.causal.sites import Cells
+from circuitwidgets.errors import ArgumentError
 from circuitwidgets.model import CircuitModel
 
 
 def dim_labels(model: CircuitModel, cells: Cells, tokens: torch.Tensor) -> dict[str, list[str]]:
-    """Display labels of each dim of ``cells`` (positions: ``"3 ' the'"`` from the first prompt)."""
-    strs = model.to_str_tokens(tokens[0])
-    table = {
-        "layer": [f"L{i}" for i in range(model.cfg.n_layers)],
-        "head": [f"H{i}" for i in range(model.cfg.n_heads)],
-        "pos": [f"{i} {s!r}" for i, s in enumerate(strs)],
-        "src": [f"{i} {s!r}" for i, s in enumerate(strs)],
-        "neuron": [f"N{i}" for i in range(model.cfg.d_mlp or 0)],
+    """Display labels of each dim of ``cells`` (positions: ``"3 ' the'"`` from the first prompt); only the dims
+    swept are built (a neuron axis has ``d_mlp`` labels)."""
+    makers = {
+        "layer": lambda: [f"L{i}" for i in range(model.cfg.n_layers)],
+        "head": lambda: [f"H{i}" for i in range(model.cfg.n_heads)],
+        "pos": lambda: [f"{i} {s!r}" for i, s in enumerate(model.to_str_tokens(tokens[0]))],
+        "neuron": lambda: [f"N{i}" for i in range(model.cfg.d_mlp or 0)],
     }
-    return {d: table[d] for d in cells.by}
+    makers["src"] = makers["pos"]
+    return {d: makers[d]() for d in cells.by}
 
 
 def prompts_of(model: CircuitModel, **tokens: torch.Tensor) -> dict[str, list[list[str]]]:
-    """Each prompt's token strings (untrusted text), by role."""
-    return {role: [model.to_str_tokens(row) for row in t] for role, t in tokens.items()}
+    """Each prompt's token strings (untrusted text), by role: ``[batch, pos]`` ids each, range-checked once."""
+    out = {}
+    for role, t in tokens.items():
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= model.cfg.d_vocab):
+            raise ArgumentError(
+                f"{role}: expected ids in [0, {model.cfg.d_vocab}), got range [{int(t.min())}, {int(t.max())}]"
+            )
+        out[role] = [[model.tokenizer.token_str(i) for i in row] for row in t.tolist()]
+    return out
 
 
 def convention(freeze_norms: bool, model: CircuitModel) -> str:
