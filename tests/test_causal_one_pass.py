@@ -15,7 +15,6 @@ from test_causal_suffix import _check_every_cell, _family_pair
 from circuitwidgets import causal
 from circuitwidgets.causal import engine, one_pass
 from circuitwidgets.causal.metrics import as_metric
-from circuitwidgets.causal.passes import Curve
 from circuitwidgets.causal.sites import check_site
 from circuitwidgets.errors import NonFiniteError
 from circuitwidgets.model import CircuitModel
@@ -97,7 +96,7 @@ def test_the_path_is_timed_once_per_shape_and_the_first_call_gives_its_values(
     assert np.array_equal(first.values, again.values)  # the first call's values are the chosen path's
 
 
-def test_choosing_the_path_times_both_or_models_them() -> None:
+def test_the_faster_path_is_timed_alternately_and_its_output_kept() -> None:
     import time
 
     outs = iter(range(100))
@@ -110,19 +109,30 @@ def test_choosing_the_path_times_both_or_models_them() -> None:
         return next(outs)
 
     model = type("M", (), {"device": torch.device("cpu")})()
-    flat = Curve((1,), (1e-6,), 0.0)
-    args = (model, None, None, (2, 8), 64, flat)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(one_pass, "one_pass_seconds", lambda *a: 1e-3)
-        mp.setattr(one_pass, "staircase_seconds", lambda *a: 2e-3)
-        faster, out = one_pass.choose_path(*args, fast, slow)
-        assert faster and out == 2  # the one pass's second output (calls: one, stair, one, stair)
-        faster, out = one_pass.choose_path(*args, slow, fast)
-        assert not faster and out == 7
-        mp.setattr(one_pass, "MEASURE_SECONDS", 1e-3)  # modelled paths too long to time: the model decides
-        assert one_pass.choose_path(*args, slow, fast) == (True, None)
-        mp.setattr(one_pass, "one_pass_seconds", lambda *a: 1.9e-3)  # faster, but within what the model leaves out
-        assert one_pass.choose_path(*args, fast, slow) == (False, None)
+    assert one_pass.timed_choice(model, fast, slow) == (True, 2)  # the one pass's second output (one, stair, one, …)
+    assert one_pass.timed_choice(model, slow, fast) == (False, 7)
+
+
+@pytest.mark.parametrize(("one", "stair", "taken"), [(1.0, 2.0, "one"), (1.9, 2.0, "pass"), (3.0, 2.0, "pass")])
+def test_a_sweep_too_long_to_time_takes_the_modelled_path_and_its_margin(
+    gelu: CircuitModel,
+    prompts: tuple[torch.Tensor, torch.Tensor],
+    monkeypatch: pytest.MonkeyPatch,
+    one: float,
+    stair: float,
+    taken: str,
+) -> None:
+    clean, corrupted = prompts
+    monkeypatch.setattr(one_pass, "_CHOICES", {})
+    monkeypatch.setattr(one_pass, "one_pass_seconds", lambda *a: one)  # modelled: over MEASURE_SECONDS twice each
+    monkeypatch.setattr(one_pass, "staircase_seconds", lambda *a: stair)
+    seen = _runs(monkeypatch)
+    first = causal.patch(gelu, clean, corrupted, causal.logit_diff(5, 7), site="q", by=("layer", "head"))
+    assert set(seen) == {taken}  # nothing timed: the first call ran the modelled path only
+    assert list(one_pass._CHOICES.values()) == [taken == "one"]
+    seen.clear()
+    again = causal.patch(gelu, clean, corrupted, causal.logit_diff(5, 7), site="q", by=("layer", "head"))
+    assert set(seen) == {taken} and np.array_equal(first.values, again.values)
 
 
 def test_the_one_pass_is_never_taken_where_it_cannot_be_exact(

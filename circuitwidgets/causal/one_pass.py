@@ -10,7 +10,7 @@ last layer computes its queries and what follows at the metric's positions for e
 
 The same numbers as the staircase path (every sequence of a batch is computed independently; float64 ≤ 1e-12). Which
 path is faster depends on the machine as much as on the shape (per-call costs against the positions a staircase pass
-may skip and the layer a resumed pass skips), so it is measured once per sweep shape (:func:`choose_path`) and cached.
+may skip and the layer a resumed pass skips), so it is measured once per sweep shape (:func:`timed_choice`) and cached.
 Not for frozen norms (their replayed scales come from the base run), ``top=`` (a few chosen cells), or per-layer
 inputs (Gemma 4: they follow the prompts, which the rows do not repeat evenly).
 """
@@ -80,8 +80,10 @@ def patch_values(
     """Activation patching's values ``cells.shape`` and the clean and corrupted runs' metric values: by base runs
     (the corrupted one keeping ``kept``) and the staircase sweep, or by one pass when :func:`eligible` and faster.
 
-    Which is faster is chosen once per sweep shape on this device (:func:`choose_path`), on its first eligible
-    sweep, whose values come from the chosen path as every later call's do.
+    Which is faster is chosen once per sweep shape on this device, on its first eligible sweep, whose values come
+    from the chosen path as every later call's do: both timed (:func:`timed_choice`) when the cost curve models
+    both within :data:`MEASURE_SECONDS` (twice each), else as modelled (:func:`one_pass_seconds`,
+    :func:`staircase_seconds`; the one pass only when faster by :data:`MODELLED_MARGIN`).
     """
     if not eligible(model, cells, most, freeze_norms, chosen):
         return _staircase(model, clean, corrupted, cells, metric, kept, most, freeze_norms, chosen)
@@ -100,30 +102,20 @@ def patch_values(
     todo = layer_cells(model, cells, None, None)
     work = sum(len(rows) * (model.cfg.n_layers - layer) for layer, rows in todo.items()) * batch * n_pos
     curve = cost_curve(model, pair[1], cells, metric, suffix_only(pair[1], cells, metric), most, False, work)
-    _CHOICES[key], out = choose_path(model, cells, metric, corrupted.shape, most, curve, one, stair)
-    return out if out is not None else (one() if _CHOICES[key] else stair(pair))
-
-
-def choose_path(
-    model: CircuitModel,
-    cells: Cells,
-    metric: Metric,
-    shape: Sequence[int],
-    most: int,
-    curve: Curve,
-    one: Callable[[], _T],
-    stair: Callable[[], _T],
-) -> tuple[bool, _T | None]:
-    """Whether the one pass ``one`` is faster than the staircase path ``stair``, and the chosen path's output when
-    it ran: timed alternately, twice each, the faster call of each compared (this machine's identical calls spread
-    by ±20%, and the heap's state between calls can change a call's page faults several-fold), when the modelled
-    paths fit :data:`MEASURE_SECONDS`; else as modelled on the measured cost ``curve`` (:func:`one_pass_seconds`,
-    :func:`staircase_seconds`; the one pass only when faster by :data:`MODELLED_MARGIN`), with nothing run."""
-    batch, n_pos = shape[0], shape[1]
     modelled_one = one_pass_seconds(model, cells, metric, batch, n_pos, curve)
     modelled_stair = staircase_seconds(model, cells, metric, batch, n_pos, most, curve)
-    if 2 * (modelled_one + modelled_stair) > MEASURE_SECONDS:
-        return modelled_one < MODELLED_MARGIN * modelled_stair, None
+    if 2 * (modelled_one + modelled_stair) > MEASURE_SECONDS:  # too long to time twice: the model chooses
+        _CHOICES[key] = modelled_one < MODELLED_MARGIN * modelled_stair
+        return one() if _CHOICES[key] else stair(pair)
+    del pair  # (each timed staircase makes its own base runs: the memory plan counts one set)
+    _CHOICES[key], out = timed_choice(model, one, stair)
+    return out
+
+
+def timed_choice(model: CircuitModel, one: Callable[[], _T], stair: Callable[[], _T]) -> tuple[bool, _T]:
+    """Whether the one pass ``one`` is faster than the staircase path ``stair``, and the faster one's output: timed
+    alternately, twice each, the faster call of each compared (this machine's identical calls spread by ±20%, and
+    the heap's state between calls can change a call's page faults several-fold)."""
     times: dict[bool, list[float]] = {True: [], False: []}
     outs: dict[bool, _T] = {}
     for use_one in (True, False, True, False):
