@@ -35,6 +35,7 @@ from circuitwidgets.causal.planning import (
     last_share,
     layer_cells,
     staircase_plan,
+    sweep_work,
 )
 from circuitwidgets.causal.sites import SITE_AXES, Cells
 from circuitwidgets.causal.staircase import BaseRun
@@ -99,11 +100,10 @@ def patch_values(
         return one() if (PINNED if PINNED is not None else _CHOICES[key]) else stair()
     pair = run_pair(model, clean, corrupted, metric, [cells.site], kept, joint=True)
     batch, n_pos = corrupted.shape
-    todo = layer_cells(model, cells, None, None)
-    work = sum(len(rows) * (model.cfg.n_layers - layer) for layer, rows in todo.items()) * batch * n_pos
-    curve = cost_curve(model, pair[1], cells, metric, suffix_only(pair[1], cells, metric), most, False, work)
+    todo, suffix = layer_cells(model, cells, None, None), suffix_only(pair[1], cells, metric)
+    curve = cost_curve(model, pair[1], cells, metric, suffix, most, False, sweep_work(model, todo, batch, n_pos))
     modelled_one = one_pass_seconds(model, cells, metric, batch, n_pos, curve)
-    modelled_stair = staircase_seconds(model, cells, metric, batch, n_pos, most, curve)
+    modelled_stair = staircase_seconds(model, cells, metric, todo, suffix, batch, n_pos, most, curve)
     if 2 * (modelled_one + modelled_stair) > MEASURE_SECONDS:  # too long to time twice: the model chooses
         _CHOICES[key] = modelled_one < MODELLED_MARGIN * modelled_stair
         return one() if _CHOICES[key] else stair(pair)
@@ -195,12 +195,19 @@ def one_pass_seconds(model: CircuitModel, cells: Cells, metric: Metric, batch: i
 
 
 def staircase_seconds(
-    model: CircuitModel, cells: Cells, metric: Metric, batch: int, n_pos: int, most: int, curve: Curve
+    model: CircuitModel,
+    cells: Cells,
+    metric: Metric,
+    todo: dict[int, np.ndarray],
+    suffix: int,
+    batch: int,
+    n_pos: int,
+    most: int,
+    curve: Curve,
 ) -> float:
-    """The staircase path's modelled seconds: the two base runs as one pass, every layer whole (they keep
-    activations), and the plan :func:`~circuitwidgets.causal.planning.staircase_plan` chooses."""
-    todo = layer_cells(model, cells, None, None)
-    suffix = min(metric.positions_at(n_pos) or [0]) if "pos" in cells.rest else 0
+    """The staircase path's modelled seconds for the cells ``todo`` (passes skipping positions before ``suffix``): the
+    two base runs as one pass, every layer whole (they keep activations), and the plan
+    :func:`~circuitwidgets.causal.planning.staircase_plan` chooses."""
     keys = first_positions(cells, todo, suffix)
     plan, _, _ = staircase_plan(model, batch, n_pos, cells, metric, todo, keys, most, False, curve)
     return curve.overhead + model.cfg.n_layers * curve.layer(2 * batch * n_pos) + plan.seconds
@@ -217,8 +224,8 @@ def run(
     rows = cells.rows(0, per)
     mix = _mixer(model, cells, rows, batch, n_pos, read)
     hooks: dict[tuple[str, int | None], Hook] = {}
-    for i, layer in enumerate(range(model.cfg.n_layers)):
-        hooks[(cells.site, layer)] = _rows_mixed(mix, (2 + i * per) * batch, (2 + (i + 1) * per) * batch, batch)
+    for layer in range(model.cfg.n_layers):  # (the variants in layer order: each joins at its restart layer)
+        hooks[(cells.site, layer)] = _rows_mixed(mix, (2 + layer * per) * batch, (2 + (layer + 1) * per) * batch, batch)
     joining = _joining(model, cells)
 
     def join(layer: int, resid: torch.Tensor) -> torch.Tensor:

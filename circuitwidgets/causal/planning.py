@@ -46,6 +46,11 @@ def first_positions(cells: Cells, todo: dict[int, np.ndarray], suffix: int) -> d
     return {layer: np.asarray(np.minimum(rows[:, pos_col], suffix), dtype=np.int64) for layer, rows in todo.items()}
 
 
+def sweep_work(model: CircuitModel, todo: dict[int, np.ndarray], batch: int, n_pos: int) -> int:
+    """The sweep's rows × layers if every variant ran whole from its layer (bounds the cost curve's measurement)."""
+    return sum(len(rows) * (model.cfg.n_layers - layer) for layer, rows in todo.items()) * batch * n_pos
+
+
 def plan_passes(
     model: CircuitModel,
     base: BaseRun,
@@ -61,8 +66,7 @@ def plan_passes(
     and layers of least modelled time (:func:`~circuitwidgets.causal.passes.choose`), on the curve measured from
     ``base``."""
     batch, n_pos = base.tokens.shape
-    work = sum(len(rows) * (model.cfg.n_layers - layer) for layer, rows in todo.items()) * batch * n_pos
-    curve = cost_curve(model, base, cells, metric, suffix, most, freeze_norms, work)
+    curve = cost_curve(model, base, cells, metric, suffix, most, freeze_norms, sweep_work(model, todo, batch, n_pos))
     chosen, columns, offsets = staircase_plan(model, batch, n_pos, cells, metric, todo, keys, most, freeze_norms, curve)
     layer_list = list(todo)
     passes = []
