@@ -139,10 +139,29 @@ class Measurement:
     peak_bytes: int
 
 
+def calls_text(cpu: list[float], wall: list[float]) -> str:
+    """Each call's seconds, or for many calls the first and the spread of the rest."""
+    if len(cpu) <= 6:
+        return f"CPU {', '.join(f'{c:.3f}' for c in cpu)} s; wall {', '.join(f'{w:.3f}' for w in wall)} s"
+
+    def spread(xs: list[float]) -> str:
+        rest = xs[1:]
+        return f"{xs[0]:.3f} then {len(rest)} calls {min(rest):.4f} / {float(np.median(rest)):.4f} / {max(rest):.4f}"
+
+    return f"CPU {spread(cpu)} s; wall {spread(wall)} s (min / median / max)"
+
+
+#: Seconds of timed calls (after the warm-up) that a quick measurement reaches, as the floor's layer does.
+MIN_SECONDS = 0.25
+
+
 def measure(clock: Clock, fn: Callable[[], Any], label: str) -> Measurement:
     """Call ``fn`` up to ``clock.repeats`` times (fewer once its calls took ``clock.budget`` seconds): the median of the
     calls after the first (a warm-up: kernels, caches, our one-off choice of pass size) or, when one call spent the
-    budget, that call.
+    budget, that call. A call that is quick goes on (up to 100 calls) until the calls after the warm-up took
+    ``MIN_SECONDS``, the rule the floor's layer is timed by: until 2026-12-02 a sweep of a few milliseconds was the
+    median of two calls against a floor timed over 0.25 s of calls, and on a quiet machine those two calls read 2.2×
+    a median of thirty (tiny ``q`` by layer × head: 6.5 ms and 6.0 ms against 2.96 ms).
 
     Peak memory is that of the first call: resident set above the level before it on CPU (sampled every 10 ms),
     ``torch.cuda.max_memory_allocated`` above the allocated bytes before it on CUDA.
@@ -161,14 +180,20 @@ def measure(clock: Clock, fn: Callable[[], Any], label: str) -> Measurement:
         peak = rss.peak
     cpu.append(c)
     wall.append(w)
-    while len(cpu) < clock.repeats and sum(cpu if clock.kind == "cpu" else wall) < clock.budget:
+
+    def spent() -> float:
+        return sum(cpu if clock.kind == "cpu" else wall)
+
+    def timed() -> float:
+        return spent() - (cpu if clock.kind == "cpu" else wall)[0]
+
+    while spent() < clock.budget and (len(cpu) < clock.repeats or (timed() < MIN_SECONDS and len(cpu) < 100)):
         _, c, w = clock.once(fn)
         cpu.append(c)
         wall.append(w)
     times = cpu if clock.kind == "cpu" else wall
     seconds = float(np.median(times[1:] if len(times) > 1 else times))  # the first of several calls warms up
-    print(f"  {label}: CPU {', '.join(f'{c:.3f}' for c in cpu)} s; wall {', '.join(f'{w:.3f}' for w in wall)} s",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(f"  {label}: {calls_text(cpu, wall)}", file=sys.stderr, flush=True)
     return Measurement(result, cpu, wall, seconds, peak)
 
 
@@ -245,8 +270,10 @@ def layer_rate(
     hf: Any, clock: Clock, n: int, n_pos: int, counts: Counts, repeats: int = 5, seconds: float = 0.25
 ) -> Rate:
     """The rate of one Hugging Face decoder layer on ``n`` sequences of ``n_pos`` tokens over at least ``repeats``
-    calls after a warm-up, and more (up to 100) until they took ``seconds`` (a tiny layer's sub-millisecond calls: a
-    best of 3 moved the tiny floor by half between two runs on one machine).
+    calls after a warm-up, and more (up to 10,000) until they took ``seconds`` (a tiny layer's sub-millisecond calls: a
+    best of 3 moved the tiny floor by half between two runs on one machine). Until 2026-12-02 at most 100 calls: the
+    tiny layer's 0.1 ms calls then stopped at 10 ms of timing, and one run's tiny floor read 6× the run before's
+    (0.045 s against 0.007 s for the same sweeps, the sweeps' own times unchanged).
 
     The table's floor takes the median call, as each sweep's time is the median of its calls: until 2026-12-02 it took
     the fastest, which on a machine whose identical calls spread by ±20% put a typical sweep against the luckiest
@@ -261,7 +288,7 @@ def layer_rate(
     times: list[float] = []
     with torch.no_grad():
         clock.once(lambda: layer(x, **kwargs))
-        while len(times) < repeats or (sum(times) < seconds and len(times) < 100):
+        while len(times) < repeats or (sum(times) < seconds and len(times) < 10_000):
             _, cpu, wall = clock.once(lambda: layer(x, **kwargs))
             times.append(cpu if clock.kind == "cpu" else wall)
     return Rate(flops / float(np.median(times)), flops / min(times))

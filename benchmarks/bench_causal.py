@@ -16,7 +16,9 @@ disturb far less than wall time. A measurement repeats its call up to ``--repeat
 kernels, caches, and our one-off measurement of one layer's cost by rows that the passes are chosen by, cached per
 shape); a call that alone spends the budget is reported as it is, marked "1 call" in the table (TransformerLens's
 longer sweeps, whose first call ran up to a quarter slower than its second here; ours then include that
-measurement, about 15% of the sweep or 0.25 s). JSON keeps every call.
+measurement, about 15% of the sweep or 0.25 s). A quick call goes on past ``--repeats`` (up to 100 calls) until the
+calls after the warm-up took 0.25 s, the rule the floor's layer is timed by (since 2026-12-02; before, a tiny sweep
+was the median of two calls). JSON keeps every call.
 
 Shapes (random Hugging Face GPT-2 weights built offline, float32, read by ``circuitwidgets.from_hf`` and bridged
 by TransformerLens ``TransformerBridge.boot_transformers`` from the same object, on the same device):
@@ -251,7 +253,7 @@ def goal_text(row: Row) -> str:
 def print_table(rows: list[Row], meta: dict[str, Any]) -> None:
     """The table in markdown, with the run's conditions above it."""
     print(f"\n{meta['device_name']}, {meta['threads']} torch thread(s), float32; clock: {meta['clock']} seconds "
-          f"(median of up to {meta['repeats']} calls); load before: {meta['load_before']}, after: {meta['load_after']}\n")  # fmt: skip
+          f"(median of the calls after the first: up to {meta['repeats']}, or more until they took 0.25 s); load before: {meta['load_before']}, after: {meta['load_after']}\n")  # fmt: skip
     print(
         "| shape | sweep | ours | TL 4.3 | TL / ours | goal | met | floor | ours / floor | "
         "ours / floor at its fastest call | max abs Δ | peak extra |"
