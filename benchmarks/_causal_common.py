@@ -161,7 +161,7 @@ def measure(clock: Clock, fn: Callable[[], Any], label: str) -> Measurement:
     budget, that call. A call that is quick goes on (up to 100 calls) until the calls after the warm-up took
     ``MIN_SECONDS``, the rule the floor's layer is timed by: until 2026-12-02 a sweep of a few milliseconds was the
     median of two calls against a floor timed over 0.25 s of calls, and on a quiet machine those two calls read 2.2×
-    a median of thirty (tiny ``q`` by layer × head: 6.5 ms and 6.0 ms against 2.96 ms).
+    a median of thirty (tiny ``q`` by layer × head: 7.3 ms and 5.9 ms against 2.96 ms).
 
     Peak memory is that of the first call: resident set above the level before it on CPU (sampled every 10 ms),
     ``torch.cuda.max_memory_allocated`` above the allocated bytes before it on CUDA.
