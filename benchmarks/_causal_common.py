@@ -103,7 +103,38 @@ def bridge_of(hf: Any, device: torch.device) -> Any:
     return bridge.to(device).eval()
 
 
+def induction_prompts(shape: Shape, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The induction study's prompts on ``shape``'s vocabulary: ``batch`` random halves of 25 tokens, each repeated
+    (clean), and the same second halves after fresh first halves (corrupted), 8 × 50 at the medium shape."""
+    gen = torch.Generator().manual_seed(1)
+    half = torch.randint(1, shape.vocab, (shape.batch, 25), generator=gen)
+    tokens = torch.cat([half, half], dim=1)
+    corrupted = torch.cat([torch.randint(1, shape.vocab, (shape.batch, 25), generator=gen), half], dim=1)
+    return tokens.to(device), corrupted.to(device)
+
+
+def next_token_log_prob(tokens: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The study's metric as a user writes it: the mean log-prob of each position's next token (49 positions, every
+    id read by the log-softmax)."""
+
+    def mean_log_prob(logits: torch.Tensor) -> torch.Tensor:
+        lp = logits[:, :-1].log_softmax(-1)
+        return lp.gather(-1, tokens[:, 1:, None])[..., 0].mean()
+
+    return mean_log_prob
+
+
 # ---------------------------------------------------------------------------------------------------------- clock
+#: Seconds of timed calls (after the warm-up) that a quick measurement reaches: the sweeps' rule and the floor's layer's.
+MIN_SECONDS = 0.25
+
+
+def keep_timing(calls: int, timed: float, least: int, most: int) -> bool:
+    """Whether to time another call: fewer than ``least`` calls so far, or fewer than ``most`` whose timed seconds are
+    still short of :data:`MIN_SECONDS`."""
+    return calls < least or (timed < MIN_SECONDS and calls < most)
+
+
 @dataclass
 class Clock:
     """Times calls on ``device``: CUDA work is synchronised before and after; ``kind`` ``cpu`` (this process's CPU
@@ -151,10 +182,6 @@ def calls_text(cpu: list[float], wall: list[float]) -> str:
     return f"CPU {spread(cpu)} s; wall {spread(wall)} s (min / median / max)"
 
 
-#: Seconds of timed calls (after the warm-up) that a quick measurement reaches, as the floor's layer does.
-MIN_SECONDS = 0.25
-
-
 def measure(clock: Clock, fn: Callable[[], Any], label: str) -> Measurement:
     """Call ``fn`` up to ``clock.repeats`` times (fewer once its calls took ``clock.budget`` seconds): the median of the
     calls after the first (a warm-up: kernels, caches, our one-off choice of pass size) or, when one call spent the
@@ -180,18 +207,11 @@ def measure(clock: Clock, fn: Callable[[], Any], label: str) -> Measurement:
         peak = rss.peak
     cpu.append(c)
     wall.append(w)
-
-    def spent() -> float:
-        return sum(cpu if clock.kind == "cpu" else wall)
-
-    def timed() -> float:
-        return spent() - (cpu if clock.kind == "cpu" else wall)[0]
-
-    while spent() < clock.budget and (len(cpu) < clock.repeats or (timed() < MIN_SECONDS and len(cpu) < 100)):
+    times = cpu if clock.kind == "cpu" else wall  # the clock's kind: the list the loop appends to
+    while sum(times) < clock.budget and keep_timing(len(times), sum(times[1:]), clock.repeats, 100):
         _, c, w = clock.once(fn)
         cpu.append(c)
         wall.append(w)
-    times = cpu if clock.kind == "cpu" else wall
     seconds = float(np.median(times[1:] if len(times) > 1 else times))  # the first of several calls warms up
     print(f"  {label}: {calls_text(cpu, wall)}", file=sys.stderr, flush=True)
     return Measurement(result, cpu, wall, seconds, peak)
@@ -266,11 +286,9 @@ class Floor:
     best: float
 
 
-def layer_rate(
-    hf: Any, clock: Clock, n: int, n_pos: int, counts: Counts, repeats: int = 5, seconds: float = 0.25
-) -> Rate:
+def layer_rate(hf: Any, clock: Clock, n: int, n_pos: int, counts: Counts, repeats: int = 5) -> Rate:
     """The rate of one Hugging Face decoder layer on ``n`` sequences of ``n_pos`` tokens over at least ``repeats``
-    calls after a warm-up, and more (up to 10,000) until they took ``seconds`` (a tiny layer's sub-millisecond calls: a
+    calls after a warm-up, and more (up to 10,000) until they took :data:`MIN_SECONDS` (a tiny layer's sub-millisecond calls: a
     best of 3 moved the tiny floor by half between two runs on one machine). Until 2026-12-02 at most 100 calls: the
     tiny layer's 0.1 ms calls then stopped at 10 ms of timing, and one run's tiny floor read 6× the run before's
     (0.045 s against 0.007 s for the same sweeps, the sweeps' own times unchanged).
@@ -288,7 +306,7 @@ def layer_rate(
     times: list[float] = []
     with torch.no_grad():
         clock.once(lambda: layer(x, **kwargs))
-        while len(times) < repeats or (sum(times) < seconds and len(times) < 10_000):
+        while keep_timing(len(times), sum(times), repeats, 10_000):
             _, cpu, wall = clock.once(lambda: layer(x, **kwargs))
             times.append(cpu if clock.kind == "cpu" else wall)
     return Rate(flops / float(np.median(times)), flops / min(times))

@@ -81,6 +81,7 @@ import numpy as np
 import torch
 from _causal_common import (
     FLOOR_GOAL,
+    MIN_SECONDS,
     SHAPES,
     TL_FUNCTIONS,
     Clock,
@@ -93,8 +94,10 @@ from _causal_common import (
     bridge_of,
     build,
     floor_flops,
+    induction_prompts,
     layer_rate,
     measure,
+    next_token_log_prob,
     starts_of,
 )  # fmt: skip
 
@@ -183,16 +186,8 @@ def induction_rows(
     shape: Shape, hf: Any, ours: Any, bridge: Any, counts: Counts, rate: Rate, clock: Clock
 ) -> list[Row]:
     """The induction study: repeated random tokens, ``z`` by layer × head, a Python-function metric over 49 positions."""
-    gen = torch.Generator().manual_seed(1)
-    half = torch.randint(1, shape.vocab, (shape.batch, 25), generator=gen)
-    tokens = torch.cat([half, half], dim=1).to(clock.device)
-    corrupted = torch.cat([torch.randint(1, shape.vocab, (shape.batch, 25), generator=gen), half], dim=1)
-    corrupted = corrupted.to(clock.device)
-
-    def mean_log_prob(logits: torch.Tensor) -> torch.Tensor:  # the user's function: 49 positions, all ids
-        lp = logits[:, :-1].log_softmax(-1)
-        return lp.gather(-1, tokens[:, 1:, None])[..., 0].mean()
-
+    tokens, corrupted = induction_prompts(shape, clock.device)
+    mean_log_prob = next_token_log_prob(tokens)  # the user's function: 49 positions, all ids
     L, H = shape.layers, shape.heads
     starts = starts_of("z", ("layer", "head"), L, H, 50)
     flops = floor_flops(hf, counts, starts, shape.batch, 50, 49, shape.vocab)
@@ -253,7 +248,7 @@ def goal_text(row: Row) -> str:
 def print_table(rows: list[Row], meta: dict[str, Any]) -> None:
     """The table in markdown, with the run's conditions above it."""
     print(f"\n{meta['device_name']}, {meta['threads']} torch thread(s), float32; clock: {meta['clock']} seconds "
-          f"(median of the calls after the first: up to {meta['repeats']}, or more until they took 0.25 s); load before: {meta['load_before']}, after: {meta['load_after']}\n")  # fmt: skip
+          f"(median of the calls after the first: up to {meta['repeats']}, or more until they took {MIN_SECONDS} s); load before: {meta['load_before']}, after: {meta['load_after']}\n")  # fmt: skip
     print(
         "| shape | sweep | ours | TL 4.3 | TL / ours | goal | met | floor | ours / floor | "
         "ours / floor at its fastest call | max abs Δ | peak extra |"

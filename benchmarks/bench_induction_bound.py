@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from _causal_common import SHAPES, bridge_of, build
+from _causal_common import SHAPES, bridge_of, build, induction_prompts, next_token_log_prob
 from torch.utils.flop_counter import FlopCounterMode
 
 import circuitwidgets as cw
@@ -63,26 +63,24 @@ def counted_flops(fn: Callable[[], Any]) -> float:
 def product_rate(rows: int, inner: int, cols: int, calls: int = 20) -> float:
     """This machine's best FLOP rate for a ``rows × inner`` by ``inner × cols`` float32 product."""
     a, b = torch.randn(rows, inner), torch.randn(inner, cols)
-    a @ b
-    best = min(median_seconds(lambda: a @ b, 1) for _ in range(calls))
-    return 2.0 * rows * inner * cols / best
+    a @ b  # warm-up
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2.0 * rows * inner * cols / min(times)
 
 
 def study(shape_key: str) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """Our sweep and TransformerLens's on the induction study of ``shape_key``'s model (as ``bench_causal.py``)."""
     from bench_causal import tl_sweep
 
-    shape = SHAPES[shape_key]
-    hf = build(shape, torch.device("cpu"))
-    ours, bridge = cw.from_hf(hf), bridge_of(hf, torch.device("cpu"))
-    gen = torch.Generator().manual_seed(1)
-    half = torch.randint(1, shape.vocab, (shape.batch, 25), generator=gen)
-    tokens = torch.cat([half, half], dim=1)
-    corrupted = torch.cat([torch.randint(1, shape.vocab, (shape.batch, 25), generator=gen), half], dim=1)
-
-    def mean_log_prob(logits: torch.Tensor) -> torch.Tensor:
-        lp = logits[:, :-1].log_softmax(-1)
-        return lp.gather(-1, tokens[:, 1:, None])[..., 0].mean()
+    shape, cpu = SHAPES[shape_key], torch.device("cpu")
+    hf = build(shape, cpu)
+    ours, bridge = cw.from_hf(hf), bridge_of(hf, cpu)
+    tokens, corrupted = induction_prompts(shape, cpu)
+    mean_log_prob = next_token_log_prob(tokens)
 
     def mine() -> Any:
         return causal.patch(ours, tokens, corrupted, mean_log_prob, site="z", by=("layer", "head")).values
