@@ -9,7 +9,9 @@
   top contexts, a random sample and a histogram for every unit of a layer, in one streaming pass;
 - :func:`logit_effects`, :func:`direct_logit_effects` (a unit's write through the final norm and ``W_U``),
   :func:`feature_to_feature`, :func:`head_to_feature` (virtual weights with features as endpoints);
-- :func:`save_saelens` / :func:`load_saelens`, :func:`save_circuit_tracer` / :func:`load_circuit_tracer`: files.
+- :func:`save_saelens` / :func:`load_saelens`, :func:`save_circuit_tracer` / :func:`load_circuit_tracer`: files;
+- :func:`intervene` (``times``, ``group``) and :func:`generate`: set transcoder features to values in the real
+  model and read the logits, or steer a continuation (circuit-tracer's ``feature_intervention``).
 
 Heavy modules load on first use.
 """
@@ -50,6 +52,13 @@ _LAZY = {
     "top_tokens": "circuitwidgets.features.effects",
     "feature_to_feature": "circuitwidgets.features.virtual_weights",
     "head_to_feature": "circuitwidgets.features.virtual_weights",
+    # interventions on transcoder features in the real model (circuit-tracer's feature_intervention), steering
+    "intervene": "circuitwidgets.features.intervention",
+    "Intervened": "circuitwidgets.features.intervention",
+    "times": "circuitwidgets.features.intervention",
+    "group": "circuitwidgets.features.intervention",
+    "generate": "circuitwidgets.features.steering",
+    "Generated": "circuitwidgets.features.steering",
 }
 
 __all__ = sorted(_LAZY)

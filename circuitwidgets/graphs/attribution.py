@@ -33,6 +33,7 @@ from circuitwidgets.graphs.dense import DenseAttribution
 from circuitwidgets.graphs.graph import Graph
 from circuitwidgets.graphs.replacement import run_frozen
 from circuitwidgets.graphs.rows import AdjacencyRows, RowStore
+from circuitwidgets.graphs.targets import resolve_target
 from circuitwidgets.graphs.transcoders import check_architecture, check_transcoders
 from circuitwidgets.model import ActivationCache, CircuitModel
 
@@ -52,26 +53,6 @@ def check_options(max_logits: object, logit_prob: object, max_feature_nodes: obj
         raise ArgumentTypeError(f"max_feature_nodes: expected an int >= 0 or None (all), got {max_feature_nodes!r}")
     if isinstance(logit_prob, bool) or not isinstance(logit_prob, (int, float)) or not 0 < logit_prob <= 1:
         raise ArgumentError(f"logit_prob: expected a probability in (0, 1], got {logit_prob!r}")
-
-
-def salient_logits(
-    logits: torch.Tensor, W_U: torch.Tensor, max_logits: int, logit_prob: float
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(token ids [k], probabilities [k], centred unembedding columns [k, d_model])``.
-
-    The most likely tokens, fewest whose probabilities reach ``logit_prob``, at most ``max_logits``.
-    """
-    probs = torch.softmax(logits, dim=-1)
-    top_p, top_idx = torch.topk(probs, min(max_logits, probs.shape[-1]))
-    cutoff = (
-        int(
-            torch.searchsorted(torch.cumsum(top_p, 0), torch.tensor(logit_prob, dtype=top_p.dtype, device=top_p.device))
-        )
-        + 1
-    )
-    top_p, top_idx = top_p[:cutoff], top_idx[:cutoff]
-    centred = W_U[:, top_idx] - W_U.mean(dim=-1, keepdim=True)
-    return top_idx, top_p, centred.T
 
 
 def _batches(pending: torch.Tensor, layers: torch.Tensor, batch: int) -> list[torch.Tensor]:
@@ -95,6 +76,7 @@ def attribution_matrix(
     batch: int = BATCH,
     update_interval: int = 4,
     progress: bool = False,
+    target: object = None,
 ) -> DenseAttribution:
     """The unpruned attribution graph of one prompt (module docstring), as a dense adjacency matrix.
 
@@ -116,6 +98,10 @@ def attribution_matrix(
         (the edges do not depend on it).
     progress
         Print a plain line per ``update_interval`` batches.
+    target
+        What the logit node(s) are (:mod:`circuitwidgets.graphs.targets`): ``None`` the top logits (above), a
+        token, a pair of tokens (their logit difference), or a direction ``[d_model]`` read where the unembedding
+        reads (``(name, direction)`` names it).
     """
     check_architecture(model)
     checked = check_transcoders(model, transcoders)
@@ -128,7 +114,8 @@ def attribution_matrix(
     rows = AdjacencyRows(model, checked, run)
     # the transposed map keeps its own (scaled) patterns: let the run's go (heads × positions² per layer)
     run.cache = ActivationCache({})
-    logit_idx, logit_p, logit_vecs = salient_logits(run.last_logits, model.W_U, max_logits, float(logit_prob))
+    goal = resolve_target(model, target, run.last_logits, max_logits, float(logit_prob))
+    logit_idx, logit_p, logit_vecs = goal.ids, goal.weights, goal.vectors
     n_active, n_pos, L = len(run.values), run.n_pos, model.cfg.n_layers
     n_logits = len(logit_idx)
     logit_offset = n_active + (L + 1) * n_pos
@@ -164,7 +151,8 @@ def attribution_matrix(
     return DenseAttribution(
         adjacency, active[selected], values[selected].to(adjacency.dtype), L, t[0].tolist(),
         model.to_str_tokens(t[0]), logit_idx.cpu(), logit_p.cpu().to(adjacency.dtype), n_active,
-        {"model": model.name, "seconds": time.perf_counter() - start},
+        {"model": model.name, "seconds": time.perf_counter() - start, "target": goal.description,
+         "target_labels": goal.labels, "target_probabilities": goal.probabilities.tolist()},
     )  # fmt: skip
 
 
@@ -180,13 +168,16 @@ def attribution_graph(
     node_threshold: float = 0.8,
     edge_threshold: float = 0.98,
     progress: bool = False,
+    target: object = None,
 ) -> Graph:
     """The attribution graph of one prompt's next-token prediction (circuit tracing), pruned, as a :class:`Graph`.
 
     Built as :func:`attribution_matrix` (same arguments), scored on the whole
     graph (``scores``: ``replacement``, ``completeness``), then pruned to the nodes
     holding ``node_threshold`` of the influence on the logits and the edges
-    holding ``edge_threshold`` (circuit-tracer's defaults, 0.8 and 0.98).
+    holding ``edge_threshold`` (circuit-tracer's defaults, 0.8 and 0.98). ``target`` picks the logit node(s):
+    the top logits, a token, a pair of tokens or a direction (:func:`attribution_matrix`); ``extra["target"]``
+    says which.
     """
     from circuitwidgets.graphs.convert import to_graph
     from circuitwidgets.graphs.influence import check_threshold
@@ -195,7 +186,7 @@ def attribution_graph(
     check_threshold("edge_threshold", edge_threshold)
     dense = attribution_matrix(
         model, transcoders, tokens, max_logits=max_logits, logit_prob=logit_prob,
-        max_feature_nodes=max_feature_nodes, batch=batch, progress=progress,
+        max_feature_nodes=max_feature_nodes, batch=batch, progress=progress, target=target,
     )  # fmt: skip
-    logit_strs = [model.tokenizer.token_str(int(t)) for t in dense.logit_tokens]
+    logit_strs = [model.tokenizer.token_str(int(t)) if t >= 0 else "" for t in dense.logit_tokens.tolist()]
     return to_graph(dense, logit_strs, node_threshold, edge_threshold)

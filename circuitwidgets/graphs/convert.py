@@ -38,19 +38,37 @@ def node_rows(
     rows += [("feature", lyr, p, f, f"L{lyr} f{f} @{p}") for lyr, p, f in dense.features.tolist()]
     rows += [("error", lyr, p, -1, f"L{lyr} error @{p}") for lyr in range(L) for p in range(P)]
     rows += [("embedding", -1, p, t, f"emb {visible_token(prompt[p])!r} @{p}") for p, t in enumerate(dense.tokens)]
-    rows += [
-        ("logit", L, P - 1, t, f"logit {visible_token(s)!r} ({t})")
-        for t, s in zip(dense.logit_tokens.tolist(), logit_strs, strict=True)
-    ]
+    labels = dense.extra.get("target_labels")
+    if not isinstance(labels, list) or len(labels) != dense.n_logits:
+        labels = [
+            f"logit {visible_token(s)!r} ({t})" for t, s in zip(dense.logit_tokens.tolist(), logit_strs, strict=True)
+        ]
+    rows += [("logit", L, P - 1, t, str(lab)) for t, lab in zip(dense.logit_tokens.tolist(), labels, strict=True)]
     kind, layer, pos, index, label = (list(c) for c in zip(*rows, strict=True))
     activation = np.full(len(kind), np.nan)
     activation[: dense.n_features] = dense.activations.double().numpy()
-    activation[dense.logit_start :] = dense.logit_probabilities.double().numpy()
+    shown = dense.extra.get("target_probabilities")  # a logit difference or a direction has no probability: NaN
+    activation[dense.logit_start :] = (
+        np.asarray(shown, dtype=np.float64) if isinstance(shown, list) else dense.logit_probabilities.double().numpy()
+    )
     influence = (node_influence(dense) if scores is None else scores).double().numpy()
     return NodeTable(
         [str(k) for k in kind], np.array(layer), np.array(pos), np.array(index), [str(x) for x in label],
         activation, influence,
     )  # fmt: skip
+
+
+def _metric(dense: DenseAttribution, nodes: NodeTable) -> str:
+    """What the logit node(s) measure, in words."""
+    kind = dict(dense.extra.get("target") or {}).get("kind", "top")
+    label = nodes.label[-1] if dense.n_logits else ""
+    if kind == "pair":
+        return f"logit difference: {label}"
+    if kind == "direction":
+        return f"direction at the unembedding's input: {label}"
+    if kind == "token":
+        return f"one logit (centred): {label}"
+    return "logits (probability-weighted, centred)"
 
 
 def to_graph(
@@ -72,14 +90,14 @@ def to_graph(
     weight = dense.adjacency[dst, src]
     dst, src, weight = dst[weight != 0].numpy(), src[weight != 0].numpy(), weight[weight != 0]
     edges = EdgeTable(src, dst, weight.double().numpy())
-    extra = dict(dense.extra)
+    extra = {k: v for k, v in dense.extra.items() if k not in ("target_labels", "target_probabilities")}
     extra |= {
         "n_layers": dense.n_layers, "n_active_features": dense.n_active, "node_threshold": node_threshold,
         "edge_threshold": edge_threshold, "cumulative_influence": kept.cumulative.double().tolist(),
     }  # fmt: skip
     full = Graph(
         nodes, edges, graph_scores(dense, scores=scores), list(dense.prompt), list(dense.tokens), CONVENTION, "attribution",
-        "logits (probability-weighted, centred)", extra,
+        _metric(dense, nodes), extra,
     )  # fmt: skip
     sub = full.subgraph(ids)
     sub.extra["cumulative_influence"] = [extra["cumulative_influence"][i] for i in ids]
