@@ -6,6 +6,7 @@ TransformerLens 3 and transformers 4, which our environment's pins exclude), nev
     python scripts/ctracer_reference.py build OUT_DIR   # weights, transcoders, circuit-tracer's graphs and scores
     python scripts/ctracer_reference.py build OUT_DIR gemma2   # the same for a tiny Gemma 2 (or llama)
     python scripts/ctracer_reference.py validate FILE   # FILE parses as circuit-tracer's graph JSON model
+    python scripts/ctracer_reference.py intervene OUT_DIR CASES_JSON   # feature_intervention on build's model
 
 ``build`` writes ``model.safetensors`` (TransformerLens state dict), ``transcoders.safetensors`` (circuit-tracer's
 per-layer keys, prefixed ``L{layer}.``), ``config.json`` and, for each setting in ``RUNS``,
@@ -200,6 +201,40 @@ def bench(n_tokens: int, batch: int, max_nodes: int, threads: int, device: str =
     print("RESULT " + json.dumps(found))
 
 
+def intervene(out: Path, cases_json: str) -> None:
+    """circuit-tracer's ``feature_intervention`` on the model ``build`` wrote to ``out`` (rebuilt from its files):
+    for each case of ``cases_json`` (``[{"interventions": [[layer, pos, feature, value]...], "freeze_attention":
+    bool, "constrained": bool}]``) the logits and activations, saved as ``out/intervene.safetensors``."""
+    from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
+    from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
+    from safetensors.torch import load_file
+    from transformer_lens import HookedTransformerConfig
+
+    config, hooks = FAMILIES["gelu"]
+    cfg = HookedTransformerConfig(**config, seed=0, device="cpu", tokenizer_prepends_bos=False)
+    tensors = load_file(str(out / "transcoders.safetensors"))
+    transcoders = {}
+    for layer in range(config["n_layers"]):
+        tc = SingleLayerTranscoder(config["d_model"], D_TRANSCODER, torch.relu, layer, device=torch.device("cpu"),
+                                   dtype=torch.float32)  # fmt: skip
+        tc.load_state_dict({k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith(f"L{layer}.")})
+        transcoders[layer] = tc
+    tset = TranscoderSet(transcoders, feature_input_hook=hooks[0], feature_output_hook=hooks[1])
+    model = TransformerLensReplacementModel.from_config(cfg, tset, tokenizer=_tokenizer())
+    missing = model.load_state_dict(load_file(str(out / "model.safetensors")), strict=False)
+    assert not [k for k in missing.missing_keys if not k.startswith("transcoders") and "mask" not in k], missing
+    saved = {}
+    for i, case in enumerate(json.loads(cases_json)):
+        todo = [(int(a), int(b), int(c), float(v)) for a, b, c, v in case["interventions"]]
+        constrained = range(config["n_layers"]) if case["constrained"] else None
+        logits, acts = model.feature_intervention(
+            torch.tensor(TOKENS), todo, constrained_layers=constrained, freeze_attention=case["freeze_attention"]
+        )
+        saved[f"logits.{i}"] = logits[0].float().contiguous()
+        saved[f"activations.{i}"] = acts.float().contiguous()
+    save_file(saved, str(out / "intervene.safetensors"))
+
+
 def validate(path: Path) -> None:
     from circuit_tracer.frontend.graph_models import Model
 
@@ -213,6 +248,8 @@ if __name__ == "__main__":
         threads = int(sys.argv[5]) if len(sys.argv) > 5 else 1
         device = sys.argv[6] if len(sys.argv) > 6 else "cpu"
         bench(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), threads, device)
+    elif command == "intervene":
+        intervene(Path(sys.argv[2]), sys.argv[3])
     elif command == "build":
         build(Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "gelu")
     else:
