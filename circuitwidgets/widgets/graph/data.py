@@ -14,6 +14,8 @@ import numpy as np
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.graphs import Curve, Graph, prune
+from circuitwidgets.graphs.graph import live_edges
+from circuitwidgets.widgets.graph.reading import edge_order_and_shares, node_shares, scores_line, spine
 
 #: What an edge's colour means, per convention (negative, positive).
 EAP_SIGNS = ("removing it lowers the metric", "removing it raises the metric")
@@ -29,12 +31,13 @@ def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None =
         raise ArgumentTypeError(
             f"curve: expected a faithfulness Curve (graphs.faithfulness_curve) or None, got {type(curve).__name__}"
         )
-    order = graph.order()
+    attribution = graph.method == "attribution"
+    order, shares = edge_order_and_shares(graph) if attribution else (graph.order(), np.zeros(len(graph.edges)))
     n_edges = len(order)
     if size is None:
         # (an attribution graph is already pruned by influence; its edge weights mix scales, feature inputs and
         # centred logits, so the strongest few by |weight| need not reach a logit: show them all)
-        size = n_edges if graph.method == "attribution" else _default_size(curve, n_edges)
+        size = n_edges if attribution else _default_size(curve, n_edges)
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= n_edges:
         raise ArgumentError(f"size: expected an int in [0, {n_edges}] (edges kept), got {size!r}")
     nodes = graph.nodes
@@ -57,12 +60,17 @@ def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None =
             graph.extra.get("n_layers", max(layers, default=-1) + (0 if "logit" in nodes.kind else 1))
         ),
         "model_n_heads": int(graph.extra.get("n_heads", max(heads, default=-1) + 1)),
-        "title": f"{'Exact edge patching' if exact else 'Edge attribution'} ({graph.method})",
+        "title": "Attribution graph"
+        if attribution
+        else f"{'Exact edge patching' if exact else 'Edge attribution'} ({graph.method})",
         "metric": graph.metric,
         "caption": graph.convention,
         "negative_note": signs[0],
         "positive_note": signs[1],
         "model_name": str(graph.extra.get("model", "")),
+        "edge_share": shares.astype(np.float32),
+        "node_share": node_shares(graph) if attribution else np.zeros(len(nodes), np.float32),
+        "scores_line": scores_line(graph),
     }
     out.update(_curve_traits(curve))
     out.update(_strongest_head(graph, order[:size]))
@@ -110,6 +118,19 @@ def _curve_traits(curve: Curve | None) -> dict[str, Any]:
     }
 
 
-def pruned(graph: Graph, size: int) -> Graph:
-    """The circuit the view shows at ``size``: the ``size`` strongest edges, without dangling ones."""
-    return prune(graph, edges=size)
+def pruned(graph: Graph, size: int, node_threshold: float = 1.0, edge_threshold: float = 1.0) -> Graph:
+    """The circuit the view shows at ``size``: the ``size`` strongest edges, without dangling ones.
+
+    An attribution graph is pruned by influence as its view is: nodes within ``node_threshold`` of the cumulative
+    influence (tokens and logits always), edges within ``edge_threshold`` of the edges' (strongest first, at most
+    ``size``), then only edges on a path from a token or error to a logit, and always each logit's strongest path
+    back to a token or error (:func:`~circuitwidgets.widgets.graph.reading.spine`)."""
+    if graph.method != "attribution":
+        return prune(graph, edges=size)
+    order, shares = edge_order_and_shares(graph)
+    keep_node = node_shares(graph) < node_threshold
+    rows = order[: min(size, int(np.searchsorted(shares, edge_threshold, side="left")))]
+    rows = rows[keep_node[graph.edges.src[rows]] & keep_node[graph.edges.dst[rows]]]
+    rows = np.sort(rows)
+    rows = np.union1d(rows[live_edges(graph, rows)], spine(graph, order))  # (never without a path to a logit)
+    return graph.with_edges(rows)

@@ -34,11 +34,13 @@ from circuitwidgets.errors import ArgumentError
 from circuitwidgets.graphs import Curve, Graph
 from circuitwidgets.widgets.core.arrays import NDArrayTrait
 from circuitwidgets.widgets.core.base import CircuitWidget
-from circuitwidgets.widgets.core.spec import NONE, Size, head_selection, view_data, view_setting
+from circuitwidgets.widgets.core.spec import NONE, Size, head_selection, kernel_reply, view_data, view_setting
 from circuitwidgets.widgets.core.traits import SelectionIndex
 from circuitwidgets.widgets.graph.contexts import by_layer, context_traits, empty_contexts
 from circuitwidgets.widgets.graph.data import graph_view_data, pruned
+from circuitwidgets.widgets.graph.labels import Clerps, InterventionRequest, Threshold
 from circuitwidgets.widgets.graph.pins import NodeRows, Supernodes, pinned_subgraph, pins_of, resolve_nodes
+from circuitwidgets.widgets.graph.reading import MAX_CLERP, auto_labels
 
 __all__ = ["AttributionGraph"]
 
@@ -143,6 +145,26 @@ class AttributionGraph(CircuitWidget):
     """Groups of nodes, ``[{"label": str, "nodes": [row, ...]}]`` (labels are shown as text)."""
     subgraph_only = view_setting(traitlets.Bool(False))
     """Draw only the pinned and grouped nodes (supernodes merged), with every edge between them."""
+    node_share = view_data(NDArrayTrait(dtype="float32", dims=("n_nodes",)))
+    """float32 ``[n_nodes]``: attribution graphs: each node's cumulative share of influence (0: always kept)."""
+    edge_share = view_data(NDArrayTrait(dtype="float32", dims=("n_edges",)))
+    """float32 ``[n_edges]``: attribution graphs: each edge's cumulative share of edge influence (edges sent in that
+    order, strongest first)."""
+    scores_line = view_data(traitlets.Unicode(""))
+    """The replacement and completeness scores, as shown on the view."""
+    can_intervene = view_data(traitlets.Bool(False))
+    """Whether the kernel holds the model and transcoders (interventions run live)."""
+    node_threshold = view_setting(Threshold(0.8))
+    """Attribution graphs: nodes kept within this cumulative share of influence (circuit-tracer's 0.8)."""
+    edge_threshold = view_setting(Threshold(0.98))
+    """Attribution graphs: edges kept within this cumulative share of edge influence (circuit-tracer's 0.98)."""
+    node_clerp = view_setting(Clerps())
+    """A label per node (circuit-tracer's ``clerp``; ``""`` for non-features), editable in the view; text."""
+    intervention_request = view_setting(InterventionRequest())
+    """View → kernel: ``{"rows": [...], "mode": "zero" | "times2" | "value", "value": float}``."""
+    interventions = kernel_reply(traitlets.List(traitlets.Dict()))
+    """Kernel → view: results ``{"key", "rows", "mode", "value", "predicted", "measured"}``, the pinned nodes'
+    zero and ×2 precomputed (so an exported page shows them)."""
 
     n_nodes = Size("n_nodes")
     n_edges = Size("n_edges")
@@ -156,9 +178,14 @@ class AttributionGraph(CircuitWidget):
         dashboards: object = None,
         n_contexts: int = 3,
         site_layer: int | None = None,
+        model: Any = None,
+        transcoders: Any = None,
         **kwargs: Any,
     ) -> None:
         self._graph = graph
+        both = model is not None and transcoders is not None
+        self._model: Any = model if both else None
+        self._transcoders: Any = transcoders if both else None
         if graph is not None:
             data = graph_view_data(graph, curve, size)
             boards = by_layer(dashboards, int(data["model_n_layers"]))
@@ -168,12 +195,76 @@ class AttributionGraph(CircuitWidget):
                 | _site(boards, site_layer)
                 | pins_of(graph)
             )
+            data["node_clerp"] = auto_labels(graph, boards, self._model, self._transcoders)
+            data["can_intervene"] = self._model is not None and graph.method == "attribution"
             kwargs = {**data, **kwargs}
         elif dashboards is not None:
             raise ArgumentError("dashboards: pass them with the graph they describe")
         else:
             kwargs = {**empty_contexts(), **kwargs}
         super().__init__(**kwargs)
+
+        if self.can_intervene:
+            self._precompute_pins()
+
+    @property
+    def graph(self) -> Graph:
+        """The graph shown, with the labels as edited (``extra["clerps"]``: written to circuit-tracer's JSON as each
+        feature's ``clerp``, and by :meth:`~circuitwidgets.graphs.Graph.save`)."""
+        if self._graph is None:
+            raise AttributeError("graph: this AttributionGraph was made without a Graph")
+        out = self._graph.subgraph(np.arange(len(self._graph.nodes)))
+        out.extra["clerps"] = {
+            self.node_label[i]: text
+            for i, text in enumerate(self.node_clerp)
+            if i < len(self.node_kind) and self.node_kind[i] == "feature" and text
+        }
+        return out
+
+    def label(self, node: int | str, text: str) -> None:
+        """Set node ``node``'s label (a row or a label such as ``"L1 f123 @5"``) to ``text`` (plain text)."""
+        (row,) = resolve_nodes(self.node_label, [node], "node")
+        if not isinstance(text, str):
+            raise ArgumentError(f"text: expected a str, got {type(text).__name__}")
+        clerps = list(self.node_clerp)
+        clerps[row] = text[:MAX_CLERP]
+        self.node_clerp = clerps
+
+    def intervene(self, nodes: Sequence[int | str], mode: str = "zero", value: float = 0.0) -> dict[str, Any]:
+        """Set feature ``nodes`` (rows or labels; together, as a supernode) to zero (``"zero"``), twice their value
+        (``"times2"``) or ``value`` (``"value"``): the target's change measured beside the graph's prediction (also
+        added to ``interventions``, which the view shows)."""
+        from circuitwidgets.widgets.graph.steer import measure
+
+        if self._graph is None or self._model is None:
+            raise ArgumentError("model: interventions need AttributionGraph(graph, model=..., transcoders=...)")
+        rows = resolve_nodes(self.node_label, list(nodes), "nodes")
+        result = measure(self._graph, self._model, self._transcoders, rows, mode, value)
+        self.interventions = [r for r in self.interventions if r.get("key") != result["key"]] + [result]
+        return result
+
+    def _precompute_pins(self) -> None:
+        done = {r.get("key") for r in self.interventions}
+        from circuitwidgets.widgets.graph.steer import intervention_key
+
+        for row in self.pinned:
+            if self.node_kind[row] != "feature":
+                continue
+            for mode in ("zero", "times2"):
+                if intervention_key([row], mode, 0.0) not in done:
+                    self.intervene([row], mode)
+
+    @traitlets.observe("pinned")
+    def _pins_precomputed(self, change: dict[str, Any]) -> None:
+        if self.can_intervene:
+            self._precompute_pins()
+
+    @traitlets.observe("intervention_request")
+    def _request(self, change: dict[str, Any]) -> None:
+        req = change["new"]
+        if not self.can_intervene or not req or not req.get("rows"):
+            return
+        self.intervene([int(r) for r in req["rows"]], str(req.get("mode", "zero")), float(req.get("value", 0.0)))
 
     @property
     def n_tokens(self) -> int:
@@ -228,10 +319,11 @@ class AttributionGraph(CircuitWidget):
 
     @property
     def circuit(self) -> Graph:
-        """The circuit shown: the graph pruned to ``size`` edges (dangling ones dropped)."""
+        """The circuit shown: the graph pruned to ``size`` edges (dangling ones dropped); an attribution graph by
+        ``node_threshold`` and ``edge_threshold`` of cumulative influence too."""
         if self._graph is None:
             raise AttributeError("circuit: this AttributionGraph was made without a Graph")
-        return pruned(self._graph, int(self.size))
+        return pruned(self._graph, int(self.size), float(self.node_threshold), float(self.edge_threshold))
 
     @traitlets.observe("selected_node")
     def _node_selects_token_and_feature(self, change: dict[str, Any]) -> None:
