@@ -33,7 +33,7 @@ def test_attribution_graph_draws_by_position_prunes_and_selects(page_path: Path,
     graph = open_offline(page, page_log, page_path, ["graph"])["graph"]
     wait_for(lambda: graph.locator(".cw-edge").count() > 0, "edges drawn")
     drawn = graph.locator(".cw-edge").count()
-    size = graph.locator("[data-cw-size]").first.input_value()
+    size = graph.locator('[data-cw-threshold="edge"]').input_value()  # (pruned by influence, not edge count)
     features = graph.locator('[data-cw-kind="feature"]')
     assert features.count() > 0 and graph.locator('[data-cw-kind="logit"]').count() >= 1
     assert graph.locator('[data-cw-kind="embedding"]').count() >= 1
@@ -41,8 +41,8 @@ def test_attribution_graph_draws_by_position_prunes_and_selects(page_path: Path,
     xs = {round(features.nth(i).bounding_box()["x"]) for i in range(min(features.count(), 40))}  # type: ignore[index]
     assert len(xs) > 1
     screenshot(graph, "attribution-graph")
-    slider = graph.locator("[data-cw-size]").first
-    slider.fill("5")
+    slider = graph.locator('[data-cw-threshold="edge"]')
+    slider.fill("0.05")
     wait_for(lambda: graph.locator(".cw-edge").count() < drawn, "fewer edges after pruning")
     slider.fill(size)
     wait_for(lambda: graph.locator(".cw-edge").count() == drawn, "all edges back")

@@ -31,13 +31,15 @@ def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None =
         raise ArgumentTypeError(
             f"curve: expected a faithfulness Curve (graphs.faithfulness_curve) or None, got {type(curve).__name__}"
         )
-    attribution = graph.method == "attribution"
+    # pruned by influence where the graph carries its nodes' cumulative influence (built here, or read from
+    # circuit-tracer's JSON); else by edge count, as component graphs are
+    attribution = graph.method == "attribution" and isinstance(graph.extra.get("cumulative_influence"), list)
     order, shares = edge_order_and_shares(graph) if attribution else (graph.order(), np.zeros(len(graph.edges)))
     n_edges = len(order)
     if size is None:
         # (an attribution graph is already pruned by influence; its edge weights mix scales, feature inputs and
         # centred logits, so the strongest few by |weight| need not reach a logit: show them all)
-        size = n_edges if attribution else _default_size(curve, n_edges)
+        size = n_edges if graph.method == "attribution" else _default_size(curve, n_edges)
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= n_edges:
         raise ArgumentError(f"size: expected an int in [0, {n_edges}] (edges kept), got {size!r}")
     nodes = graph.nodes
@@ -61,7 +63,7 @@ def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None =
         ),
         "model_n_heads": int(graph.extra.get("n_heads", max(heads, default=-1) + 1)),
         "title": "Attribution graph"
-        if attribution
+        if graph.method == "attribution"
         else f"{'Exact edge patching' if exact else 'Edge attribution'} ({graph.method})",
         "metric": graph.metric,
         "caption": graph.convention,
@@ -71,10 +73,18 @@ def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None =
         "edge_share": shares.astype(np.float32),
         "node_share": node_shares(graph) if attribution else np.zeros(len(nodes), np.float32),
         "scores_line": scores_line(graph),
+        # (the view opens at the graph's own thresholds: circuit-tracer's defaults unless it was built otherwise)
+        "node_threshold": _threshold(graph, "node_threshold", 0.8),
+        "edge_threshold": _threshold(graph, "edge_threshold", 0.98),
     }
     out.update(_curve_traits(curve))
     out.update(_strongest_head(graph, order[:size]))
     return out
+
+
+def _threshold(graph: Graph, name: str, default: float) -> float:
+    value = graph.extra.get(name, default)
+    return float(value) if isinstance(value, (int, float)) and 0 < value <= 1 else default
 
 
 def _strongest_head(graph: Graph, rows: np.ndarray) -> dict[str, int]:
@@ -125,7 +135,7 @@ def pruned(graph: Graph, size: int, node_threshold: float = 1.0, edge_threshold:
     influence (tokens and logits always), edges within ``edge_threshold`` of the edges' (strongest first, at most
     ``size``), then only edges on a path from a token or error to a logit, and always each logit's strongest path
     back to a token or error (:func:`~circuitwidgets.widgets.graph.reading.spine`)."""
-    if graph.method != "attribution":
+    if graph.method != "attribution" or not isinstance(graph.extra.get("cumulative_influence"), list):
         return prune(graph, edges=size)
     order, shares = edge_order_and_shares(graph)
     keep_node = node_shares(graph) < node_threshold

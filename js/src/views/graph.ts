@@ -1,28 +1,18 @@
-// AttributionGraph view: a graph of a model's computation (component graphs
-// from edge attribution; attribution graphs over features) with a size slider
-// that prunes it and, beside it, the faithfulness curve over circuit sizes
-// with the chosen size marked. Hover says a node's or an edge's weight; a
-// click selects a node, and a head (or one of its q/k/v inputs) selects the
-// head in every linked view, its token (selected_dest) and, for a feature of
-// the linked site, the feature (selected_feature, which a dashboard follows).
-// Attribution graphs: nodes sized by influence; shift-click (or the pin
-// button) pins a node, pinned nodes group into labelled supernodes, and the
-// pinned subgraph can be drawn alone (supernodes merged); hovering a feature
-// shows its top contexts in a card beside the graph.
-//
-// Kernel → view: node_kind, node_label, node_layer, node_pos, node_index,
-// node_influence, node_activation, edge_src, edge_dst, edge_weight (strongest
-// first), ctx_vocab, ctx_tokens, ctx_value, ctx_centre, prompt, curve_*,
-// title, metric, caption, negative_note, positive_note, model_name, site_layer,
-// n_site_features. View → kernel: size, selected_node, selected_layer,
-// selected_head, selected_feature, selected_dest, pinned, supernodes,
-// subgraph_only. Drawn in SVG (a large graph by level of detail: graph/lod.ts); every label is set as text.
+// AttributionGraph view: a graph of a model's computation. Component graphs (edge attribution): a size slider
+// prunes by edge count, beside the faithfulness curve. Attribution graphs (graph/read.ts, lib/graphread.ts):
+// pruned by cumulative influence (node and edge thresholds), positions as columns and layers as rows with no
+// overlapping nodes, a label under every feature (editable), a logit's token and probability, the scores; a
+// click highlights a node's edges; interventions on the selection beside the graph's prediction. A click
+// selects a node (its head, token and feature in linked views); shift-click pins, pins group into supernodes.
+// Traits: graph/traits.ts. Drawn in SVG (a large graph by level of detail: graph/lod.ts); labels set as text.
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
+import type { GraphTraits } from "./graph/traits";
 import { el, listen } from "../lib/dom";
 import { drawnId, groupPins, scaleByInfluence, parsePinned, parseSupernodes, subgraph, togglePin, ungroup, type Supernode } from "../lib/graphpins";
 import { nodeWeights, SVG_EDGES } from "../lib/graphlod";
+import { keptByInfluence, readableLayout, shownNodes } from "../lib/graphread";
 import { edgeColour, edgePath, edgeWidth, INPUT_KINDS, keptEdges, layoutGraph, shortLabel, type GraphLayout, type GraphNodes, type Placed } from "../lib/graphview";
 import { clearError, makePanel, redrawOnResize, runView, setTitle, showError } from "../lib/panel";
 import { onTraits, perFrame, setTraits } from "../lib/selection";
@@ -34,37 +24,8 @@ import { lodRenderer } from "./graph/lod";
 import { nodeOfFeature, selectionOf } from "./graph/select";
 import { groupList, pinControls, supernodeEl } from "./graph/pins";
 import { curve, legend, PIN } from "./graph/side";
+import { nodeCaption, parseResults, readControls, showThresholds, steerPanel } from "./graph/read";
 
-export interface GraphTraits {
-  [key: string]: unknown;
-  node_kind: string[];
-  node_label: string[];
-  node_layer: WireArray;
-  node_pos: WireArray;
-  node_index: WireArray;
-  edge_src: WireArray;
-  edge_dst: WireArray;
-  edge_weight: WireArray;
-  prompt: string[];
-  curve_edges: number[];
-  curve_values: number[];
-  curve_note: string;
-  title: string;
-  metric: string;
-  caption: string;
-  negative_note: string;
-  positive_note: string;
-  model_name: string;
-  size: number;
-  selected_node: number;
-  selected_layer: number;
-  selected_head: number;
-  selected_feature: number;
-  selected_dest: number;
-  pinned: number[];
-  supernodes: Supernode[];
-  subgraph_only: boolean;
-}
 
 type Model = AnyModel<GraphTraits>;
 
@@ -81,6 +42,8 @@ interface Data {
   influence: ArrayLike<number>;
   activation: ArrayLike<number>;
   ctx: Contexts;
+  /** Attribution graphs: cumulative influence shares (null: prune by edge count). */
+  share: { node: ArrayLike<number>; edge: ArrayLike<number> } | null;
 }
 
 
@@ -97,7 +60,8 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   sliderLabel.append("Edges kept: ", slider, sliderText);
   const pins = pinControls(doc);
   const zoomBar = el(doc, "span", "cw-graph-zoom");
-  panel.controls.append(sliderLabel, zoomBar, pins.root);
+  const read = readControls(doc);
+  panel.controls.append(sliderLabel, read.root, zoomBar, pins.root);
   const row = el(doc, "div", "cw-graph-row");
   const plot = el(doc, "div", "cw-plot cw-scroll");
   const side = el(doc, "div", "cw-graph-side");
@@ -105,7 +69,8 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   const cardSlot = el(doc, "div");
   const groupSlot = el(doc, "div");
   const curveSlot = el(doc, "div");
-  side.append(legendSlot, cardSlot, groupSlot, curveSlot);
+  const steerSlot = el(doc, "div");
+  side.append(legendSlot, steerSlot, cardSlot, groupSlot, curveSlot);
   row.append(plot, side);
   const note = el(doc, "div", "cw-note cw-caption");
   const lodNote = el(doc, "div", "cw-note cw-graph-lod-note");
@@ -132,7 +97,9 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       const column = (name: keyof GraphTraits) => optional(name)?.data ?? new Float32Array(n).fill(NaN);
       const ctx: Contexts = { vocab: strings(m.get("ctx_vocab")), tokens: optional("ctx_tokens"), value: optional("ctx_value"), centre: num(m.get("ctx_centre"), 0) };
       kept = null;
-      data = { nodes, labels: strings(m.get("node_label")).map(visibleLabel), src, dst, weight, influence: column("node_influence"), activation: column("node_activation"), ctx };
+      const edgeShare = optional("edge_share")?.data;
+      const share = edgeShare && edgeShare.length === src.length && (src.length === 1 || (edgeShare[src.length - 1] as number) > 0) ? { node: column("node_share"), edge: edgeShare } : null;
+      data = { nodes, labels: strings(m.get("node_label")).map(visibleLabel), src, dst, weight, influence: column("node_influence"), activation: column("node_activation"), ctx, share };
       clearError(panel);
     } catch (err) {
       data = null;
@@ -145,13 +112,15 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   const groups = (): Supernode[] => parseSupernodes(m.get("supernodes"));
 
   /** The first `n` edges' circuit (dangling ones dropped), each node's |weight| in and out, the widest: once per size. */
+  const threshold = (name: "node_threshold" | "edge_threshold", fallback: number): number => (Number(m.get(name)) > 0 ? Number(m.get(name)) : fallback);
   function keptAt(n: number): NonNullable<typeof kept> {
-    if (kept !== null && kept.n === n) return kept;
-    const { nodes, src, dst, weight } = data as Data;
-    const edges = keptEdges(nodes, src, dst, n);
+    const key = data?.share ? n + 2 * threshold("node_threshold", 0.8) + 4 * threshold("edge_threshold", 0.98) : n;
+    if (kept !== null && kept.n === key) return kept;
+    const { nodes, src, dst, weight, share } = data as Data;
+    const edges = share ? keptByInfluence(nodes, src, dst, share.node, share.edge, threshold("node_threshold", 0.8), threshold("edge_threshold", 0.98), n) : keptEdges(nodes, src, dst, n);
     let max = 0;
     for (let e = 0; e < n; e++) if (edges[e]) max = Math.max(max, Math.abs(weight[e] as number));
-    kept = { n, edges, max, ...nodeWeights(nodes.kind.length, src, dst, weight, n) };
+    kept = { n: key, edges, max, ...nodeWeights(nodes.kind.length, src, dst, weight, n) };
     return kept;
   }
 
@@ -167,16 +136,20 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     slider.max = String(src.length);
     slider.value = String(n);
     const plotPx = Math.max(420, (root.clientWidth || 900) - 300);
-    const layout = layoutGraph(nodes, plotPx, strings(m.get("prompt")).map((t) => visibleToken(t)));
-    scaleByInfluence(layout.nodes, data.influence);
+    const tokens = strings(m.get("prompt")).map((t) => visibleToken(t));
+    sliderLabel.hidden = data.share !== null;
+    read.root.hidden = data.share === null;
+    const circuit = keptAt(n);
+    const layout = data.share ? readableLayout(nodes, shownNodes(circuit.edges, data.src, data.dst, data.nodes.kind, pinned()), tokens) : layoutGraph(nodes, plotPx, tokens);
+    if (!data.share) scaleByInfluence(layout.nodes, data.influence);
     const only = Boolean(m.get("subgraph_only")) && (pinned().length > 0 || groups().length > 0);
     pins.only.checked = Boolean(m.get("subgraph_only"));
     pins.pin.textContent = pinned().includes(num(m.get("selected_node"))) ? "Unpin selected" : "Pin selected";
     const perPosition = Array.from(nodes.pos).some((p) => p >= 0);
-    const circuit = keptAt(n);
     const drawnCount = circuit.edges.filter(Boolean).length;
     let max = circuit.max;
-    if (!only && ((perPosition && layout.width > 1.5 * plotPx) || drawnCount > SVG_EDGES)) {
+    showThresholds(read, threshold("node_threshold", 0.8), threshold("edge_threshold", 0.98), drawnCount, String(m.get("scores_line") ?? ""));
+    if (!only && ((perPosition && !data.share && layout.width > 1.5 * plotPx) || drawnCount > SVG_EDGES)) {
       // level of detail: too wide or too many edges for one SVG element each (views/graph/lod.ts)
       sliderText.textContent = ` ${n} of ${src.length} (${drawnCount} drawn: edges on a path from the input to the logits)`;
       const dest = num(m.get("selected_dest"));
@@ -188,23 +161,23 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       max = only ? drawSubgraph(svg, layout) : drawFull(svg, layout, n, circuit.edges, drawnCount);
       plot.replaceChildren(svg);
     }
+    steerSlot.replaceChildren(steer());
     legendSlot.replaceChildren(legend(doc, max, String(m.get("negative_note") ?? "negative"), String(m.get("positive_note") ?? "positive"), Array.from(data.nodes.pos).some((p) => p >= 0)));
     cardSlot.replaceChildren(hoverCard());
     groupSlot.replaceChildren(groupList(doc, groups(), pinned().length, data.labels));
-    curveSlot.replaceChildren(curve(doc, numbers(m.get("curve_edges")), numbers(m.get("curve_values")), n, src.length));
+    curveSlot.replaceChildren(data.share ? "" : curve(doc, numbers(m.get("curve_edges")), numbers(m.get("curve_values")), n, src.length));
     note.textContent = `${String(m.get("caption") ?? "")}. ${String(m.get("curve_note") ?? "")}`.trim();
     status();
   }
 
   function axes(svg: SVGSVGElement, layout: GraphLayout): void {
     if (data === null) return;
-    const { nodes } = data;
     for (const r of layout.rows) svg.append(svgEl(doc, "text", { x: 6, y: r.y + 4, "font-size": 11, fill: "#555" }, rowName(r.layer)));
     const dest = num(m.get("selected_dest"));
-    const perPosition = Array.from(nodes.pos).some((p) => p >= 0);
+    const [perPosition, up, y] = [Array.from(data.nodes.pos).some((p) => p >= 0), data.share !== null, layout.height - (data.share ? 4 : 6)];
     layout.columns.forEach((c, k) => {
-      const chosen = perPosition && k === dest;
-      svg.append(svgEl(doc, "text", { x: c.x, y: layout.height - 6, "text-anchor": "middle", "font-size": 10, fill: chosen ? "#111" : "#777", "font-weight": chosen ? "bold" : null, "data-cw-column": k }, c.label));
+      const chosen = perPosition && k === dest; // (an attribution graph's tokens run upwards: narrow columns fit)
+      svg.append(svgEl(doc, "text", { x: c.x + (up ? 3.5 : 0), y, "text-anchor": up ? "start" : "middle", transform: up ? `rotate(-90 ${c.x + 3.5} ${y})` : null, "font-size": 10, fill: chosen ? "#111" : "#777", "font-weight": chosen ? "bold" : null, "data-cw-column": k }, c.label));
     });
   }
 
@@ -226,12 +199,17 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     svgTitle(doc, svg, `${String(m.get("title") ?? "graph")}: ${drawnCount} edges`);
     const max = keptAt(n).max;
     const edges = svgEl(doc, "g", { class: "cw-edges" });
+    const sel = data.share ? num(m.get("selected_node")) : -1;
+    const near = new Set<number>([sel]);
     for (let e = n - 1; e >= 0; e--) {
       // weakest first, so the strongest edges are drawn on top
       const from = layout.nodes[src[e] as number];
       const to = layout.nodes[dst[e] as number];
       if (!kept[e] || !from || !to) continue;
-      edges.append(edgeEl(from, to, weight[e] as number, max, `${labels[src[e] as number]} → ${labels[dst[e] as number]}`, e));
+      const path = edgeEl(from, to, weight[e] as number, max, `${labels[src[e] as number]} → ${labels[dst[e] as number]}`, e);
+      if (sel >= 0 && src[e] !== sel && dst[e] !== sel) path.setAttribute("stroke-opacity", "0.08"), (path.dataset.cwDim = "");
+      else if (sel >= 0) near.add(src[e] as number).add(dst[e] as number);
+      edges.append(path);
     }
     svg.append(edges);
     const shown = new Set<number>();
@@ -241,7 +219,10 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     const grouped = groups();
     nodes.kind.forEach((_, i) => {
       const p = layout.nodes[i];
-      if (p) dots.append(nodeEl(i, p, shown.has(i) || pin.has(i), pin.has(i), grouped));
+      if (!p) return;
+      const dot = nodeEl(i, p, shown.has(i) || pin.has(i), pin.has(i), grouped);
+      if (sel >= 0 && !near.has(i)) dot.setAttribute("opacity", "0.3"), (dot.dataset.cwDim = "");
+      dots.append(dot);
     });
     svg.append(dots);
     return max;
@@ -304,7 +285,9 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       const short = shortLabel(kind, labels[i] ?? "", nodes.index[i] as number, perPosition);
       const y = perPosition ? p.y - p.r - 3 : p.y + 3.5; // (a logit's token above it, slanted)
       const slant = perPosition ? `rotate(-40 ${p.x} ${y})` : null;
-      if (short && (p.r >= 8 || kind !== "head")) g.append(svgEl(doc, "text", { x: p.x, y, "text-anchor": perPosition ? "start" : "middle", transform: slant, "font-size": 9, fill: active ? "#222" : "#aaa", "pointer-events": "none" }, short));
+      const caption = data?.share ? nodeCaption(doc, kind, p, strings(m.get("node_clerp"))[i] ?? "", labels[i] ?? "", (data.activation[i] as number) ?? NaN, active) : null;
+      if (caption) g.append(caption);
+      else if (short && (p.r >= 8 || kind !== "head")) g.append(svgEl(doc, "text", { x: p.x, y, "text-anchor": perPosition ? "start" : "middle", transform: slant, "font-size": 9, fill: active ? "#222" : "#aaa", "pointer-events": "none" }, short));
     }
     svgTitle(doc, g, describeNode(i));
     return g;
@@ -319,7 +302,8 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   function hoverCard(): HTMLElement {
     if (data === null || hoveredNode < 0 || hoveredNode >= data.nodes.kind.length) return card(doc, null, -1, data?.ctx ?? { vocab: [], tokens: null, value: null, centre: 0 });
     const i = hoveredNode;
-    return card(doc, { label: data.labels[i] ?? String(i), kind: data.nodes.kind[i] ?? "", activation: data.activation[i] as number, influence: data.influence[i] as number }, i, data.ctx);
+    const pos = data.nodes.pos[i] as number;
+    return card(doc, { label: data.labels[i] ?? String(i), kind: data.nodes.kind[i] ?? "", activation: data.activation[i] as number, influence: data.influence[i] as number, clerp: strings(m.get("node_clerp"))[i] ?? "", token: pos >= 0 ? visibleToken(strings(m.get("prompt"))[pos] ?? "") : undefined, pos }, i, data.ctx);
   }
 
   function status(): void {
@@ -331,6 +315,20 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     const sel = num(m.get("selected_node"));
     const what = sel >= 0 ? `${data.labels[sel] ?? sel} selected` : "Nothing selected";
     panel.status.textContent = `${what}; hover a node or an edge for its weight, click a node to select it`;
+  }
+
+  /** The selection's label editor and interventions: the selected node, or the supernode it belongs to. */
+  function steer(): HTMLElement {
+    const { nodes, labels } = data as Data;
+    const sel = num(m.get("selected_node"));
+    const group = groups().find((g) => g.nodes.includes(sel));
+    const rows = (group ? group.nodes : sel >= 0 ? [sel] : []).filter((i) => nodes.kind[i] === "feature");
+    const clerps = strings(m.get("node_clerp"));
+    const name = group ? group.label : clerps[sel] || labels[sel] || "";
+    return steerPanel(doc, { rows, name, live: Boolean(m.get("can_intervene")) && m.get("__offline__" as never) !== true, results: parseResults(m.get("interventions")), labels, clerps,
+      request: (mode, value) => setTraits(m, { intervention_request: { rows, mode, value, id: Date.now() } }),
+      rename: (text) => setTraits(m, { node_clerp: clerps.map((c, i) => (i === sel ? text : c)) }),
+    });
   }
 
   /** Select node `i`: its head, its token and, for a feature of the linked site, the feature. */
@@ -364,6 +362,8 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       hovered = null; // (say what the click selected, not what the pointer is over)
       frame.schedule();
     }),
+    listen(read.node, "input", () => setTraits(m, { node_threshold: Number(read.node.value) })),
+    listen(read.edge, "input", () => setTraits(m, { edge_threshold: Number(read.edge.value) })),
     listen(pins.pin, "click", () => {
       const i = num(m.get("selected_node"));
       if (data !== null && i >= 0 && i < data.nodes.kind.length) setPin(i);
@@ -410,8 +410,8 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     frame,
     cleanups,
     {
-      data: ["node_kind", "node_label", "node_layer", "node_pos", "node_index", "node_influence", "node_activation", "edge_src", "edge_dst", "edge_weight", "ctx_vocab", "ctx_tokens", "ctx_value", "ctx_centre"],
-      redraw: ["prompt", "curve_edges", "curve_values", "curve_note", "title", "metric", "caption", "negative_note", "positive_note", "model_name", "size", "selected_node", "selected_layer", "selected_head", "selected_dest", "pinned", "supernodes", "subgraph_only"],
+      data: ["node_kind", "node_label", "node_layer", "node_pos", "node_index", "node_influence", "node_activation", "edge_src", "edge_dst", "edge_weight", "ctx_vocab", "ctx_tokens", "ctx_value", "ctx_centre", "node_share", "edge_share"],
+      redraw: ["prompt", "curve_edges", "curve_values", "curve_note", "title", "metric", "caption", "negative_note", "positive_note", "model_name", "size", "selected_node", "selected_layer", "selected_head", "selected_dest", "pinned", "supernodes", "subgraph_only", "scores_line", "can_intervene", "node_threshold", "edge_threshold", "node_clerp", "interventions"],
     },
     load,
     draw,

@@ -18,6 +18,10 @@ export interface Contexts {
 
 export interface CardNode {
   label: string;
+  /** Its label (a feature's clerp), the token text at its position (shown as given: already made visible). */
+  clerp?: string;
+  token?: string | undefined;
+  pos?: number;
   kind: string;
   activation: number;
   influence: number;
@@ -52,12 +56,14 @@ export function card(doc: Document, node: CardNode | null, i: number, c: Context
   }
   box.dataset.cwCard = String(i);
   box.append(el(doc, "div", "cw-graph-card-title", visibleLabel(node.label)));
+  if (node.clerp) box.append(el(doc, "div", "cw-graph-card-clerp", visibleLabel(node.clerp)));
+  if (node.token !== undefined) box.append(el(doc, "div", "cw-note", `at token “${node.token}” (position ${node.pos ?? "?"})`));
   const facts: string[] = [];
   if (Number.isFinite(node.activation)) facts.push(`${node.kind === "logit" ? "probability" : "activation"} ${fmt(node.activation, 3)}`);
   if (Number.isFinite(node.influence)) facts.push(`influence ${fmt(node.influence, 3)}`);
   if (facts.length) box.append(el(doc, "div", "cw-note", facts.join(", ")));
   const rows = nodeContexts(c, i);
-  if (node.kind === "feature" && !rows.length) box.append(el(doc, "div", "cw-note", "No top contexts (pass dashboards= for this layer)."));
+  if (node.kind === "feature" && !rows.length) box.append(el(doc, "div", "cw-note", "No top contexts recorded for this feature."));
   for (const [v, words] of rows) {
     const line = el(doc, "div", "cw-graph-ctx");
     line.dataset.cwContext = "";

@@ -29,7 +29,7 @@ export function legend(doc: Document, max: number, negative: string, positive: s
 
 /** The faithfulness curve over circuit sizes (log axis) with the shown size `n` marked. */
 export function curve(doc: Document, xs: readonly number[], ys: readonly number[], n: number, total: number): SVGSVGElement | HTMLElement {
-  if (!xs.length) return el(doc, "div", "cw-note", "No faithfulness curve (pass graphs.faithfulness_curve(...) as curve=).");
+  if (!xs.length) return el(doc, "div", "cw-note", "");
   const W = 260;
   const H = 190;
   const x0 = 40;
