@@ -201,6 +201,47 @@ def bench(n_tokens: int, batch: int, max_nodes: int, threads: int, device: str =
     print("RESULT " + json.dumps(found))
 
 
+def bench_intervene(n_tokens: int, threads: int, repeats: int = 5) -> None:
+    """Time ``feature_intervention`` (attention frozen, one feature zeroed) on a TransformerLens model of gelu-2l's
+    shape with random weights and TopK transcoders of the shipped width (4,096, k = 32), ``n_tokens`` tokens, ``threads`` threads:
+    one ``RESULT`` JSON line with the median and every time (seconds)."""
+    import statistics
+    import time
+
+    from circuit_tracer.replacement_model.replacement_model_transformerlens import TransformerLensReplacementModel
+    from circuit_tracer.transcoder.activation_functions import TopK
+    from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet
+    from transformer_lens import HookedTransformerConfig
+
+    torch.set_num_threads(threads)
+    shape = {"n_layers": 2, "d_model": 256, "n_ctx": max(256, n_tokens), "d_head": 32, "n_heads": 8, "d_mlp": 1024,
+             "d_vocab": 2048, "act_fn": "gelu", "normalization_type": "LN", "positional_embedding_type": "shortformer"}  # fmt: skip
+    cfg = HookedTransformerConfig(**shape, seed=0, device="cpu", tokenizer_prepends_bos=False)
+    g = torch.Generator().manual_seed(1)
+    transcoders = {}
+    for layer in range(2):
+        tc = SingleLayerTranscoder(256, 4096, TopK(32), layer, device=torch.device("cpu"), dtype=torch.float32)
+        with torch.no_grad():
+            dec = torch.randn(4096, 256, generator=g)
+            tc.W_dec.copy_(dec / dec.norm(dim=1, keepdim=True))
+            tc.W_enc.copy_(tc.W_dec)
+        transcoders[layer] = tc
+    tset = TranscoderSet(transcoders, feature_input_hook="ln2.hook_normalized", feature_output_hook="hook_mlp_out")
+    global CONFIG
+    CONFIG = {**CONFIG, "d_vocab": 2048}
+    model = TransformerLensReplacementModel.from_config(cfg, tset, tokenizer=_tokenizer())
+    tokens = torch.cat([torch.zeros(1, dtype=torch.long), torch.randint(1, 2048, (n_tokens - 1,), generator=g)])
+    _, acts = model.get_activations(tokens)
+    pos = n_tokens // 2
+    feature = int(acts[0, pos].argmax())
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        model.feature_intervention(tokens, [(0, pos, feature, 0.0)])
+        times.append(time.perf_counter() - start)
+    print("RESULT " + json.dumps({"median": statistics.median(times[1:]), "times": times[1:]}))
+
+
 def intervene(out: Path, cases_json: str) -> None:
     """circuit-tracer's ``feature_intervention`` on the model ``build`` wrote to ``out`` (rebuilt from its files):
     for each case of ``cases_json`` (``[{"interventions": [[layer, pos, feature, value]...], "freeze_attention":
@@ -248,6 +289,8 @@ if __name__ == "__main__":
         threads = int(sys.argv[5]) if len(sys.argv) > 5 else 1
         device = sys.argv[6] if len(sys.argv) > 6 else "cpu"
         bench(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), threads, device)
+    elif command == "bench_intervene":
+        bench_intervene(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     elif command == "intervene":
         intervene(Path(sys.argv[2]), sys.argv[3])
     elif command == "build":

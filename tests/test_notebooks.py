@@ -576,6 +576,24 @@ def test_graph_files_round_trip(nb07: nbformat.NotebookNode) -> None:
     assert read == wrote and "2 supernodes" in out
 
 
+def test_an_intervention_moves_the_pair_target_as_the_graph_says(nb07: nbformat.NotebookNode) -> None:
+    out = printed(nb07, "intervene")
+    assert "target node: logit '·+=' − '·='" in out, out
+    direct = number(r"zero: direct change ([-+\d.]+)", out)
+    predicted = number(r"zeroing predicts ([-+\d.]+)", out)
+    assert abs(direct - predicted) <= 1e-3 * max(1.0, abs(predicted)), out
+    assert number(r"x2: direct change ([-+\d.]+)", out) == pytest.approx(-direct, abs=1e-3)
+
+
+def test_predicted_against_measured_on_a_held_out_prompt(nb07: nbformat.NotebookNode) -> None:
+    out = printed(nb07, "check")
+    rows = re.findall(r"^L\d f\d+ @\d+ ", out, flags=re.M)
+    assert len(rows) == 20, out
+    assert number(r"largest error ([\d.e+-]+) \(relative\)", out) < 1e-4  # float32: the direct part is the edge
+    assert -1 <= number(r"frozen-attention ([-\d.]+)", out) <= 1
+    assert -1 <= number(r"free ([-\d.]+)", out) <= 1
+
+
 def test_the_quote_graph_predicts_a_line_break(nb07: nbformat.NotebookNode) -> None:
     out = printed(nb07, "quote")
     assert find(r"the model predicts (.*) with p", out).group(1) == "'\\n'"

@@ -13,12 +13,18 @@ Attribution graphs over transcoder features (issue 41, circuit-tracer's definiti
 - :func:`attribution_graph`: one prompt's graph of features, errors, tokens and logits, pruned by influence, with
   the replacement and completeness scores (:func:`attribution_matrix`: the unpruned dense matrix);
 - :func:`qk_attribution`: one head's attention score split into query-term × key-term parts;
-- :func:`to_circuit_tracer_json` / :func:`from_circuit_tracer_json`: circuit-tracer's (Neuronpedia's) graph files.
+- :func:`to_circuit_tracer_json` / :func:`from_circuit_tracer_json`: circuit-tracer's (Neuronpedia's) graph files;
+- :func:`check_by_intervention`: the most influential features zeroed in the model, the target's change beside the
+  graph's prediction (direct part exact; rank correlation with attention frozen and free).
+
+``target=`` of :func:`attribution_graph` picks the logit node(s): the top logits, one token, a pair of tokens
+(their logit difference) or a direction.
 """
 
 from __future__ import annotations
 
 from circuitwidgets.graphs.attribution import attribution_graph, attribution_matrix
+from circuitwidgets.graphs.checked import InterventionCheck, check_by_intervention
 from circuitwidgets.graphs.compare import Agreement, agreement
 from circuitwidgets.graphs.ct_json import from_circuit_tracer_json, to_circuit_tracer_json
 from circuitwidgets.graphs.dense import DenseAttribution
@@ -36,11 +42,13 @@ __all__ = [
     "DenseAttribution",
     "EdgeTable",
     "Graph",
+    "InterventionCheck",
     "NodeTable",
     "QKAttribution",
     "agreement",
     "attribution_graph",
     "attribution_matrix",
+    "check_by_intervention",
     "edge_attribution",
     "edge_patch",
     "faithfulness",

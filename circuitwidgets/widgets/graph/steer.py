@@ -14,14 +14,12 @@ each as the graph's logit node measures it (a logit minus the mean logit; a diff
 
 from __future__ import annotations
 
-import math
 from typing import Any
-
-import torch
 
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.features.intervention import Intervened, intervene
 from circuitwidgets.graphs import Graph
+from circuitwidgets.graphs.checked import target_value
 
 __all__ = ["MODES", "intervention_key", "measure"]
 
@@ -35,22 +33,10 @@ def intervention_key(rows: list[int], mode: str, value: float) -> str:
     return f"{','.join(str(r) for r in sorted(rows))}|{mode}|{shown}"
 
 
-def _target_value(graph: Graph, logits: torch.Tensor) -> float:
-    last = logits[-1].double()
-    target = dict(graph.extra.get("target") or {"kind": "top"})
-    kind = target.get("kind", "top")
-    tokens = list(target.get("tokens") or [])
-    if kind == "pair" and len(tokens) == 2:
-        return float(last[int(tokens[0])] - last[int(tokens[1])])
-    if kind == "direction":
-        return math.nan
-    rows = [i for i, k in enumerate(graph.nodes.kind) if k == "logit"]
-    token = int(tokens[0]) if tokens else int(graph.nodes.index[rows[0]])
-    return float(last[token] - last.mean())
-
-
 def _change(graph: Graph, out: Intervened) -> float:
-    return _target_value(graph, out.logits) - _target_value(graph, out.clean_logits)
+    goal = dict(graph.extra.get("target") or {"kind": "top"})
+    logits = [int(graph.nodes.index[i]) for i, k in enumerate(graph.nodes.kind) if k == "logit"]
+    return target_value(goal, logits, out.logits) - target_value(goal, logits, out.clean_logits)
 
 
 def measure(

@@ -17,6 +17,8 @@ import { keptEdges, type GraphLayout, type GraphNodes, type Placed } from "./gra
 export const PITCH_X = 46;
 export const PITCH_Y = 34;
 export const NODE_R = 7;
+/** Positions beyond which empty columns go unlabelled. */
+export const LONG = 256;
 /** Slots per line in a cell before it takes another line. */
 const PER_LINE = 4;
 
@@ -126,7 +128,8 @@ export function readableLayout(nodes: GraphNodes, shown: ReadonlySet<number>, to
     height,
     nodes: placed,
     rows: layers.map((layer) => ({ layer, y: (rowY.get(layer) as number) + NODE_R })),
-    columns: Array.from({ length: nPos }, (_, p) => ({ label: clip(tokens[p] ?? String(p), 10), x: (colX[p] as number) + (colW[p] as number) / 2 })),
+    // (a long prompt's empty columns are 16 px slivers: their tokens are left out, the nodes' columns keep theirs)
+    columns: Array.from({ length: nPos }, (_, p) => ({ label: nPos > LONG && !across[p] ? "" : clip(tokens[p] ?? String(p), 10), x: (colX[p] as number) + (colW[p] as number) / 2 })),
   };
 }
 

@@ -80,7 +80,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   lod.hide();
   let data: Data | null = null;
   let hovered: string | null = null;
-  let hoveredNode = -1;
+  let [hoveredNode, clerpsNow] = [-1, [] as string[]]; // (the labels, read once per draw)
   let kept: { n: number; edges: boolean[]; into: Float64Array; out: Float64Array; max: number } | null = null;
   const cleanups: (() => void)[] = [lod.cleanup];
 
@@ -125,7 +125,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   }
 
   function draw(): void {
-    setTitle(panel, String(m.get("title") || "Graph"), String(m.get("model_name") ?? ""));
+    setTitle(panel, String(m.get("title") || "Graph"), String(m.get("model_name") ?? "")), (clerpsNow = strings(m.get("node_clerp")));
     if (data === null) {
       plot.replaceChildren();
       for (const slot of [legendSlot, cardSlot, groupSlot, curveSlot]) slot.replaceChildren();
@@ -177,6 +177,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     const [perPosition, up, y] = [Array.from(data.nodes.pos).some((p) => p >= 0), data.share !== null, layout.height - (data.share ? 4 : 6)];
     layout.columns.forEach((c, k) => {
       const chosen = perPosition && k === dest; // (an attribution graph's tokens run upwards: narrow columns fit)
+      if (!c.label) return;
       svg.append(svgEl(doc, "text", { x: c.x + (up ? 3.5 : 0), y, "text-anchor": up ? "start" : "middle", transform: up ? `rotate(-90 ${c.x + 3.5} ${y})` : null, "font-size": 10, fill: chosen ? "#111" : "#777", "font-weight": chosen ? "bold" : null, "data-cw-column": k }, c.label));
     });
   }
@@ -285,7 +286,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       const short = shortLabel(kind, labels[i] ?? "", nodes.index[i] as number, perPosition);
       const y = perPosition ? p.y - p.r - 3 : p.y + 3.5; // (a logit's token above it, slanted)
       const slant = perPosition ? `rotate(-40 ${p.x} ${y})` : null;
-      const caption = data?.share ? nodeCaption(doc, kind, p, strings(m.get("node_clerp"))[i] ?? "", labels[i] ?? "", (data.activation[i] as number) ?? NaN, active) : null;
+      const caption = data?.share ? nodeCaption(doc, kind, p, clerpsNow[i] ?? "", labels[i] ?? "", (data.activation[i] as number) ?? NaN, active) : null;
       if (caption) g.append(caption);
       else if (short && (p.r >= 8 || kind !== "head")) g.append(svgEl(doc, "text", { x: p.x, y, "text-anchor": perPosition ? "start" : "middle", transform: slant, "font-size": 9, fill: active ? "#222" : "#aaa", "pointer-events": "none" }, short));
     }
