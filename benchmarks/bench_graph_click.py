@@ -88,12 +88,10 @@ def main() -> None:
         page.wait_for_selector("[data-cw-node]", timeout=120_000)
         drawn = page.locator("[data-cw-node]").count()
         edges = page.locator(".cw-edge").count()
-        features = [i for i, k in enumerate(view.node_kind) if k == "feature"]
+        shown = page.eval_on_selector_all('[data-cw-kind="feature"]', "els => els.map(e => Number(e.dataset.cwNode))")
         rng = np.random.default_rng(1)
-        for i in rng.choice(features, size=min(args.n, len(features)), replace=False):
+        for i in rng.choice(shown, size=min(args.n, len(shown)), replace=False):
             sel = f'[data-cw-node="{int(i)}"]'
-            if page.locator(sel).count() == 0:
-                continue
             results["hover"].append(page.evaluate(TIMED, [sel, "mouseover"]))
             results["click"].append(page.evaluate(TIMED, [sel, "click"]))
         browser.close()

@@ -10,7 +10,7 @@ import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
 import type { GraphTraits } from "./graph/traits";
 import { el, listen } from "../lib/dom";
-import { drawnId, groupPins, scaleByInfluence, parsePinned, parseSupernodes, subgraph, togglePin, ungroup, type Supernode } from "../lib/graphpins";
+import { drawnId, groupPins, scaleByInfluence, parsePinned, parseSupernodes, togglePin, ungroup, type Supernode } from "../lib/graphpins";
 import { nodeWeights, SVG_EDGES } from "../lib/graphlod";
 import { keptByInfluence, readableLayout, shownNodes } from "../lib/graphread";
 import { edgeColour, edgePath, edgeWidth, INPUT_KINDS, keptEdges, layoutGraph, shortLabel, type GraphLayout, type GraphNodes, type Placed } from "../lib/graphview";
@@ -22,9 +22,10 @@ import "../styles/graph.css";
 import { card, type Contexts } from "./graph/card";
 import { lodRenderer } from "./graph/lod";
 import { nodeOfFeature, selectionOf } from "./graph/select";
-import { groupList, pinControls, supernodeEl } from "./graph/pins";
+import { groupList, pinControls } from "./graph/pins";
 import { curve, legend, PIN } from "./graph/side";
-import { nodeCaption, parseResults, readControls, showThresholds, steerPanel } from "./graph/read";
+import { drawPinned } from "./graph/subgraph";
+import { highlightInPlace, nodeCaption, parseResults, readControls, showThresholds, steerPanel } from "./graph/read";
 
 
 type Model = AnyModel<GraphTraits>;
@@ -80,7 +81,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
   lod.hide();
   let data: Data | null = null;
   let hovered: string | null = null;
-  let [hoveredNode, clerpsNow] = [-1, [] as string[]]; // (the labels, read once per draw)
+  let [hoveredNode, clerpsNow, drawnSig] = [-1, [] as string[], ""]; // (the labels, read once per draw)
   let kept: { n: number; edges: boolean[]; into: Float64Array; out: Float64Array; max: number } | null = null;
   const cleanups: (() => void)[] = [lod.cleanup];
 
@@ -96,7 +97,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       const n = nodes.kind.length;
       const column = (name: keyof GraphTraits) => optional(name)?.data ?? new Float32Array(n).fill(NaN);
       const ctx: Contexts = { vocab: strings(m.get("ctx_vocab")), tokens: optional("ctx_tokens"), value: optional("ctx_value"), centre: num(m.get("ctx_centre"), 0) };
-      kept = null;
+      [kept, drawnSig] = [null, ""];
       const edgeShare = optional("edge_share")?.data;
       const share = edgeShare && edgeShare.length === src.length && (src.length === 1 || (edgeShare[src.length - 1] as number) > 0) ? { node: column("node_share"), edge: edgeShare } : null;
       data = { nodes, labels: strings(m.get("node_label")).map(visibleLabel), src, dst, weight, influence: column("node_influence"), activation: column("node_activation"), ctx, share };
@@ -131,6 +132,14 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       for (const slot of [legendSlot, cardSlot, groupSlot, curveSlot]) slot.replaceChildren();
       return;
     }
+    // a new selection alone (a click) on a drawn attribution graph: restyle in place, not a new drawing
+    const sig = data.share ? [size(), m.get("node_threshold"), m.get("edge_threshold"), pinned().join(), JSON.stringify(groups()), m.get("subgraph_only"), root.clientWidth, clerpsNow.join("\u0000"), JSON.stringify(m.get("interventions"))].join("|") : "";
+    if (sig && sig === drawnSig && !m.get("subgraph_only") && plot.querySelector("svg.cw-graph-svg")) {
+      highlightInPlace(plot, num(m.get("selected_node")), data.src, data.dst, new Set(pinned()), num(m.get("selected_dest")), PIN);
+      pins.pin.textContent = pinned().includes(num(m.get("selected_node"))) ? "Unpin selected" : "Pin selected";
+      return void (steerSlot.replaceChildren(steer()), status());
+    }
+    drawnSig = sig;
     const { nodes, src } = data;
     const n = size();
     slider.max = String(src.length);
@@ -158,7 +167,7 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       lod.hide();
       const svg = svgEl(doc, "svg", { width: layout.width, height: layout.height, viewBox: `0 0 ${layout.width} ${layout.height}`, class: "cw-graph-svg", role: "img" });
       axes(svg, layout);
-      max = only ? drawSubgraph(svg, layout) : drawFull(svg, layout, n, circuit.edges, drawnCount);
+      max = only ? drawPinned(svg, layout, { doc, src: data.src, dst: data.dst, weight: data.weight, labels: data.labels, pinned: pinned(), grouped: groups(), say: (t) => (sliderText.textContent = t), edgeEl, nodeEl }) : drawFull(svg, layout, n, circuit.edges, drawnCount);
       plot.replaceChildren(svg);
     }
     steerSlot.replaceChildren(steer());
@@ -224,39 +233,6 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
       const dot = nodeEl(i, p, shown.has(i) || pin.has(i), pin.has(i), grouped);
       if (sel >= 0 && !near.has(i)) dot.setAttribute("opacity", "0.3"), (dot.dataset.cwDim = "");
       dots.append(dot);
-    });
-    svg.append(dots);
-    return max;
-  }
-
-  function drawSubgraph(svg: SVGSVGElement, layout: GraphLayout): number {
-    if (data === null) return 0;
-    const { src, dst, weight, labels } = data;
-    const grouped = groups();
-    const sub = subgraph(pinned(), grouped, src, dst, weight);
-    sliderText.textContent = ` pinned subgraph: ${sub.nodes.length} nodes, ${grouped.length} supernodes, ${sub.edges.length} edges (all edges between them)`;
-    svgTitle(doc, svg, `pinned subgraph: ${sub.edges.length} edges`);
-    const at = new Map<string, Placed>();
-    for (const i of sub.nodes) if (layout.nodes[i]) at.set(`n${i}`, layout.nodes[i] as Placed);
-    grouped.forEach((g, k) => {
-      const ps = g.nodes.map((i) => layout.nodes[i]).filter((p): p is Placed => Boolean(p));
-      const mean = (f: (p: Placed) => number) => ps.reduce((a, p) => a + f(p), 0) / Math.max(1, ps.length);
-      at.set(`g${k}`, { x: mean((p) => p.x), y: mean((p) => p.y), r: 12 });
-    });
-    const max = Math.max(0, ...sub.edges.map((e) => Math.abs(e.weight)));
-    const name = (id: string) => (id.startsWith("g") ? visibleLabel(grouped[Number(id.slice(1))]?.label ?? id) : (labels[Number(id.slice(1))] ?? id));
-    const edges = svgEl(doc, "g", { class: "cw-edges" });
-    for (const e of [...sub.edges].reverse()) {
-      const from = at.get(e.from);
-      const to = at.get(e.to);
-      if (from && to) edges.append(edgeEl(from, to, e.weight, max, `${name(e.from)} → ${name(e.to)}`, `${e.from}|${e.to}`));
-    }
-    svg.append(edges);
-    const dots = svgEl(doc, "g", { class: "cw-nodes" });
-    for (const i of sub.nodes) if (layout.nodes[i]) dots.append(nodeEl(i, layout.nodes[i] as Placed, true, true, grouped));
-    grouped.forEach((g, k) => {
-      const p = at.get(`g${k}`) as Placed;
-      dots.append(supernodeEl(doc, g, k, p, labels));
     });
     svg.append(dots);
     return max;

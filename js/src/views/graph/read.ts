@@ -163,3 +163,36 @@ export function nodeCaption(doc: Document, kind: string, p: Placed, clerp: strin
   }
   return null;
 }
+
+/**
+ * A new selection on a drawn attribution graph, without drawing it again: the selected node's edges and their
+ * other ends stay, the rest dims; the selected node's ring and its token's column follow (as a full draw does).
+ */
+export function highlightInPlace(plot: Element, sel: number, src: ArrayLike<number>, dst: ArrayLike<number>, pinned: ReadonlySet<number>, dest: number, pin: string): void {
+  const near = new Set<number>([sel]);
+  plot.querySelectorAll<SVGPathElement>(".cw-edge").forEach((p) => {
+    const e = Number(p.dataset.cwEdge);
+    const on = sel < 0 || src[e] === sel || dst[e] === sel;
+    if (on && sel >= 0) near.add(src[e] as number).add(dst[e] as number);
+    p.setAttribute("stroke-opacity", on ? "0.75" : "0.08");
+    p.toggleAttribute("data-cw-dim", !on);
+  });
+  plot.querySelectorAll<SVGGElement>(".cw-node").forEach((g) => {
+    const i = Number(g.dataset.cwNode);
+    const dim = sel >= 0 && !near.has(i);
+    if (dim) g.setAttribute("opacity", "0.3");
+    else g.removeAttribute("opacity");
+    g.toggleAttribute("data-cw-dim", dim);
+    g.toggleAttribute("data-cw-selected", i === sel);
+    const shape = g.querySelector("circle, rect");
+    const ring = i === sel ? "#111" : pinned.has(i) ? pin : "#666";
+    shape?.setAttribute("stroke", ring);
+    shape?.setAttribute("stroke-width", i === sel || pinned.has(i) ? "2.5" : "1");
+  });
+  plot.querySelectorAll<SVGTextElement>("[data-cw-column]").forEach((t) => {
+    const chosen = Number(t.getAttribute("data-cw-column")) === dest;
+    t.setAttribute("fill", chosen ? "#111" : "#777");
+    if (chosen) t.setAttribute("font-weight", "bold");
+    else t.removeAttribute("font-weight");
+  });
+}
