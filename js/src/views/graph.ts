@@ -172,6 +172,8 @@ export function renderGraph({ model, el: root }: RenderProps<GraphTraits>): () =
     }
     steerSlot.replaceChildren(steer());
     legendSlot.replaceChildren(legend(doc, max, String(m.get("negative_note") ?? "negative"), String(m.get("positive_note") ?? "positive"), Array.from(data.nodes.pos).some((p) => p >= 0)));
+    // (an attribution graph's nodes each have a slot of one size: influence is in the hover card)
+    if (data.share) legendSlot.querySelectorAll("text").forEach((t) => t.textContent?.startsWith("node size") && (t.textContent = "one slot per node: hover for its influence"));
     cardSlot.replaceChildren(hoverCard());
     groupSlot.replaceChildren(groupList(doc, groups(), pinned().length, data.labels));
     curveSlot.replaceChildren(data.share ? "" : curve(doc, numbers(m.get("curve_edges")), numbers(m.get("curve_values")), n, src.length));
