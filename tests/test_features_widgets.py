@@ -103,9 +103,11 @@ def test_dense_units_are_those_above_the_share_in_both_views(
     model: CircuitModel, dictionary: Dictionary, dashboard: cw.FeatureDashboard
 ) -> None:
     assert dashboard.dense_share == features_data.DENSE_SHARE
-    assert dashboard.dense == [u for u in range(dashboard.n_units) if dashboard.density[u] > dashboard.dense_share]
+    assert dashboard.dense == [
+        u for u in range(dashboard.n_units) if float(dashboard.density[u]) > dashboard.dense_share
+    ]
     prompt = cw.PromptFeatures(model, dictionary, [0, 3, 9], k=3, density=dashboard.density, dense_share=0.3)
-    assert list(prompt.dense) == [u for u in range(dashboard.n_units) if dashboard.density[u] > 0.3]
+    assert list(prompt.dense) == [u for u in range(dashboard.n_units) if float(dashboard.density[u]) > 0.3]
     assert cw.PromptFeatures(model, dictionary, [0, 3, 9], k=3).dense_share == 0.0  # (no density: nothing marked)
     with pytest.raises(ArgumentError, match="density: expected 20 values"):
         cw.PromptFeatures(model, dictionary, [0, 3], density=np.zeros(3))
