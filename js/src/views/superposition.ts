@@ -11,6 +11,7 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type NDArray, type WireArray } from "../lib/arrays";
+import { signLegend } from "../lib/colour";
 import { el, listen } from "../lib/dom";
 import { clearError, makePanel, runView, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
@@ -182,7 +183,7 @@ export function renderSuperposition({ model, el: root }: RenderProps<Superpositi
           : training ? ` · the kernel's retrain failed: ${training}` : "";
     }
     panel.status.textContent = `${what}${feature}${where}.`;
-    note.textContent = "Arrows: each feature's direction W_i (dashed circle: norm 1). Heatmap: WᵀW (blue negative, red positive). Bars: ‖W_i‖, black when the feature has a dimension to itself, yellow when others overlap it. Dimensionality: D_i = ‖W_i‖² / Σ_j (Ŵ_i·W_j)², dashed at the fractions features stick to. Click a feature to select it.";
+    note.textContent = `Arrows: each feature's direction W_i (dashed circle: norm 1). Heatmap: WᵀW (${signLegend("W_i·W_j > 0, pointing the same way", "opposed")}). Bars: ‖W_i‖, black when the feature has a dimension to itself, yellow when others overlap it. Dimensionality: D_i = ‖W_i‖² / Σ_j (Ŵ_i·W_j)², dashed at the fractions features stick to. Click a feature to select it.`;
   }
 
   const frame = perFrame(draw);

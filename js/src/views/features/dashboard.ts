@@ -9,7 +9,7 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type NDArray, type WireArray } from "../../lib/arrays";
-import { lutCss, lutLuminance } from "../../lib/colour";
+import { lutCss, lutLuminance, signLegend } from "../../lib/colour";
 import { el, listen } from "../../lib/dom";
 import { type DashboardArrays, denseWords, type Example, histogramBars, rowOf, searchUnits, short, sig3, unitExamples } from "../../lib/features";
 import { clearError, makePanel, runView, setTitle, showError } from "../../lib/panel";
@@ -163,6 +163,7 @@ export function renderFeatureDashboard({ model, el: root }: RenderProps<FeatureD
       const v = el(doc, "span", "cw-fd-num");
       const value = values[i] ?? Number.NaN;
       v.textContent = `${value > 0 ? "+" : ""}${sig3(value)}`;
+      v.classList.add(value < 0 ? "cw-negative" : "cw-positive"); // (the colour of the value's own sign)
       row.append(t, v);
       box.append(row);
     });
@@ -255,7 +256,8 @@ export function renderFeatureDashboard({ model, el: root }: RenderProps<FeatureD
         tokenList("suppresses", rowOf(x.logit_down, u), rowOf(x.logit_down_value, u), vocab, "cw-fd-down"),
       );
       const unit = el(doc, "div", "cw-note cw-fd-unit");
-      unit.textContent = "logit change per unit of activation (through the final norm at its mean scale), 3 significant figures";
+      unit.textContent = `logit change per unit of activation (through the final norm at its mean scale), 3 significant figures; ${signLegend("raises the token's logit", "lowers it")}`;
+      unit.classList.add("cw-sign-legend");
       parts.push(lists, unit);
     }
     if ((x.nearby.shape[1] ?? 0) > 0) {
