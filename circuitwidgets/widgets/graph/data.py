@@ -15,9 +15,10 @@ import numpy as np
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.graphs import Curve, Graph, prune
 
-#: What an edge's colour means, per convention (negative, positive).
+#: What an edge's sign means, per convention (negative, positive); the legend writes each after the sign words of
+#: every view (js/src/lib/colour.ts SIGN_WORDS: red positive, blue negative; docs/style.md).
 EAP_SIGNS = ("removing it lowers the metric", "removing it raises the metric")
-ATTRIBUTION_SIGNS = ("negative direct effect", "positive direct effect")
+ATTRIBUTION_SIGNS = ("the sender lowers the receiver (direct effect)", "the sender raises the receiver (direct effect)")
 
 
 def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None = None) -> dict[str, Any]:
