@@ -20,7 +20,7 @@ from circuitwidgets.superposition.phase import PhaseDiagram, phase_diagram
 __all__ = ["FIELDS", "Recipe", "grid_data", "phase_data", "trajectory"]
 
 #: The per-model arrays (suffixes of the ``grid_*`` and ``live_*`` traits).
-FIELDS = ("W", "loss", "norms", "superposition", "dimensionality", "gram")
+FIELDS = ("W", "b", "loss", "norms", "superposition", "dimensionality", "gram")
 
 
 class Recipe:
@@ -80,9 +80,11 @@ def trajectory(result: ToyResult, shape: tuple[int, ...]) -> dict[str, np.ndarra
     snaps = result.snapshot_W.transpose(1, 0, 2, 3)  # [instances, T, m, n]
     _, count, m, n = snaps.shape
     flat = snaps.reshape(-1, m, n)
+    bias = result.snapshot_b.transpose(1, 0, 2).reshape(-1, n)  # [instances × T, n]
     gram = np.einsum("kmi,kmj->kij", flat.astype(np.float64), flat.astype(np.float64))
     arrays = {
         "W": flat,
+        "b": bias,
         "loss": result.snapshot_loss.T.reshape(-1),
         "norms": feature_norms(flat),
         "superposition": superposition(flat),
