@@ -97,7 +97,9 @@ def test_colour_bars_stay_fixed_across_the_scrubber_and_labels_never_overlap(
         assert len(last) >= 2
         for step in (0, 1, 2):
             _slide(view, "step", step, "input")
-            wait_for(lambda s=step, v=view: v.get_attribute("data-cw-step") == str(widget.snapshot_steps[s]), "scrubbed")
+            wait_for(
+                lambda s=step, v=view: v.get_attribute("data-cw-step") == str(widget.snapshot_steps[s]), "scrubbed"
+            )
             assert _gram_ticks(view) == last  # (the scale spans the whole run)
             dead = int((widget.grid_norms[0, 0, step] <= 0.5).sum())  # features not represented at this snapshot
             assert view.locator(".cw-sp-gram .cw-norm-bar.cw-dead").count() == dead
