@@ -49,6 +49,14 @@ def test_the_features_part_renders_with_its_text_and_the_circuit_pinned(
     assert prompt.locator(".cw-pf-col").count() >= 10
     assert graph.locator('[data-cw-kind="feature"]').count() > 0
     assert graph.locator("[data-cw-pinned]").count() >= 2 and graph.locator("[data-cw-in-group]").count() >= 2
+    # one sign convention in every legend of the page: the same words, and the graph's edges in the same two colours
+    legends = page.locator(".cw-sign-legend").all_text_contents()
+    assert len(legends) >= 3, legends  # (the logit attribution's, the dashboard's, the graph's two rows)
+    assert all(("red: positive" in t) != ("blue: negative" in t) or "·" in t for t in legends), legends
+    assert sum("red: positive" in t for t in legends) >= 3 and sum("blue: negative" in t for t in legends) >= 3
+    strokes = set(graph.locator(".cw-edge").evaluate_all("es => es.map(e => e.getAttribute('stroke'))"))
+    assert strokes <= {"#b2182b", "#2166ac"}, strokes
+    assert not re.search(r"\b(blue|red|orange)\b[ :,]*(lowers|raises)", page.locator("body").inner_text(), re.I)
     for width in (1400, 1000):
         page.set_viewport_size({"width": width, "height": 1000})
         prompt.scroll_into_view_if_needed()
