@@ -15,7 +15,7 @@ import numpy as np
 
 from circuitwidgets.superposition import ToyResult, importance_decay, train_toy
 from circuitwidgets.superposition.measure import feature_dimensionality, feature_norms, superposition
-from circuitwidgets.superposition.phase import PhaseDiagram, phase_diagram
+from circuitwidgets.superposition.phase import CLEAN_STEPS, CLEAN_TRIES, PhaseDiagram, phase_diagram
 
 __all__ = ["FIELDS", "Recipe", "grid_data", "phase_data", "trajectory"]
 
@@ -127,5 +127,7 @@ def phase_data(diagram: PhaseDiagram | None) -> dict[str, Any]:
 
 
 def default_phase() -> PhaseDiagram:
-    """The view's phase diagram: 6 densities × 6 relative importances of ``n = 2, m = 1``, 2 tries, 2,000 steps."""
-    return phase_diagram(np.logspace(0, -2, 6), np.logspace(-1, 1, 6), steps=2_000)
+    """The view's phase diagram: 6 densities × 6 relative importances of ``n = 2, m = 1``, the best of
+    :data:`~circuitwidgets.superposition.phase.CLEAN_TRIES` tries of ``CLEAN_STEPS`` steps per cell (chosen by
+    measurement: see there)."""
+    return phase_diagram(np.logspace(0, -2, 6), np.logspace(-1, 1, 6), tries=CLEAN_TRIES, steps=CLEAN_STEPS)
