@@ -32,7 +32,7 @@ export interface PromptFeaturesTraits {
 type Model = AnyModel<PromptFeaturesTraits>;
 
 /** Width of a token's column, px. */
-export const COLUMN = 96;
+export const COLUMN = 112; // (room for "◆L1.tc/3636 37.5": a dense mark, a name and an activation, unclipped)
 
 const strings = (v: unknown): string[] => (Array.isArray(v) ? v.map((s) => String(s)) : []);
 const int = (v: unknown, fallback = NONE): number => (typeof v === "number" && Number.isInteger(v) ? v : fallback);
