@@ -246,7 +246,7 @@ export function renderFeatureDashboard({ model, el: root }: RenderProps<FeatureD
     const share = Number(m.get("dense_share") ?? 0);
     if (share > 0 && density > share) {
       const badge = el(doc, "div", "cw-fd-dense");
-      badge.textContent = `dense: ${denseWords(share)} (a unit that fires almost everywhere says little about any one token)`;
+      badge.textContent = `dense: ${denseWords(share)} (it fires on many tokens, so its presence says little about any one of them)`;
       parts.splice(1, 0, badge);
     }
     if ((x.logit_up.shape[1] ?? 0) > 0) {
