@@ -13,6 +13,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from circuitwidgets.features import command as features_command
 
@@ -141,6 +142,13 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--text", default=None, help="text used for term importance (default: a short Python class)")
     p.add_argument(
+        "--dictionaries",
+        type=Path,
+        default=None,
+        help="a directory of the model's dictionaries (circuitwidgets .safetensors files) for the features part "
+        "(default: a shipped model's shipped dictionaries, if it has any)",
+    )
+    p.add_argument(
         "-o", "--out", type=Path, default=Path("report.html"), help="output HTML file (default: report.html)"
     )
 
@@ -161,10 +169,35 @@ def _check_report_paths(args: argparse.Namespace) -> None:
     if out.parent.exists() and not out.parent.is_dir():
         raise ArgumentError(f"-o: expected a file in a directory, got {str(out)!r}, whose parent is a file")
     model = str(args.model)
-    if not Path(model).expanduser().is_dir() and model not in shipped_models() and _looks_like_a_path(model):
+    if not Path(model).expanduser().is_dir() and model not in shipped_models():
+        if _looks_like_a_path(model):
+            raise ArgumentError(
+                f"--model: expected a shipped model or an existing local directory, got {model!r}: no such directory"
+            )
         raise ArgumentError(
-            f"--model: expected a shipped model or an existing local directory, got {model!r}: no such directory"
+            f"--model: expected one of the shipped models {shipped_models()} or a local directory, got {model!r}"
         )
+    folder = args.dictionaries
+    if folder is not None and not (folder.is_dir() and any(folder.glob("*.safetensors"))):
+        raise ArgumentError(
+            f"--dictionaries: expected a directory of dictionary .safetensors files, got {str(folder)!r}"
+            + ("" if folder.is_dir() else ": no such directory")
+        )
+
+
+def _report_dictionaries(args: argparse.Namespace, model: Any) -> dict[str, Any] | None:
+    """``--dictionaries DIR``'s dictionaries, else a shipped model's shipped ones, else ``None`` (no features part)."""
+    from circuitwidgets.features.files import load
+    from circuitwidgets.features.pretrained import list_pretrained_dictionaries, load_pretrained
+
+    if args.dictionaries is not None:
+        found = {p.name.removesuffix(".safetensors"): load(p) for p in sorted(args.dictionaries.glob("*.safetensors"))}
+        for d in found.values():
+            d.check_model(model)  # (a dictionary of another model is a typed error naming it, before any work)
+        return found
+    if str(args.model) in shipped_models() and list_pretrained_dictionaries(str(args.model)):
+        return dict(load_pretrained(str(args.model)))
+    return None
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -187,6 +220,7 @@ def _run_report(args: argparse.Namespace) -> int:
             text=args.text or DEFAULT_TEXT,
             card=card,
             log=lambda s: print(f"report: {s}", file=sys.stderr),
+            dictionaries=_report_dictionaries(args, model),
         )
     if caught:
         print(f"report: {warning_summary(caught)}", file=sys.stderr)

@@ -6,7 +6,8 @@ training charts are there), opened offline in headless Chromium at each width,
 captured whole once every view is drawn, and cropped to what a newcomer should
 see first: from the composition section's heading to the end of the attention
 view (the graph and maps of how the heads compose, then the induction head's
-pattern). The crop is stored as a 256-colour PNG, to stay small.
+pattern). The crop is stored as a 256-colour PNG (fewer where that is over the size limit), to stay small. A model with shipped dictionaries (gelu-2l)
+also gets its features part at 1,400 px: from its heading to the end of the attribution graph.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ REPORT_WIDTHS: tuple[int, ...] = (1400, 1000)
 CROP_FROM_HEADING = "Composition between layers"
 CROP_TO_VIEW = "attention"
 
+#: The features part's picture (models with shipped dictionaries): its crop and its width.
+FEATURES_FROM_HEADING = "The features the induction answer reads"
+FEATURES_TO_VIEW = "graph"
+FEATURES_WIDTH = 1400
+FEATURES_MODELS: tuple[str, ...] = ("gelu-2l",)
+
 _CROP_JS = """
 ([heading, view]) => {
   const h = [...document.querySelectorAll("h2")].find((e) => e.textContent.startsWith(heading));
@@ -38,13 +45,17 @@ _CROP_JS = """
 
 def image_names() -> list[str]:
     """The stems of the report pictures (``docs/images/<stem>.png``), in README order."""
-    return [f"report-{model}-{width}" for model in REPORTS for width in REPORT_WIDTHS]
+    return [f"report-{model}-{width}" for model in REPORTS for width in REPORT_WIDTHS] + [
+        f"report-{model}-features-{FEATURES_WIDTH}" for model in FEATURES_MODELS
+    ]
 
 
 def write_reports(directory: Path, log: Callable[[str], None] = print) -> dict[str, Path]:
     """Write each shipped model's report into ``directory`` as the command does; return the pages by model."""
     import warnings
 
+    from circuitwidgets.features.pretrained import list_pretrained_dictionaries
+    from circuitwidgets.features.pretrained import load_pretrained as load_dictionaries
     from circuitwidgets.report import write_report
     from circuitwidgets.sources.pretrained import load_pretrained, pretrained_card
 
@@ -54,7 +65,11 @@ def write_reports(directory: Path, log: Callable[[str], None] = print) -> dict[s
         with warnings.catch_warnings():  # (gelu-2l: MLP paths are left out of the weight-space sections, as it says)
             warnings.simplefilter("ignore")
             model = load_pretrained(model_name)
-            pages[model_name] = write_report(model, directory / f"{model_name}.html", card=pretrained_card(model_name))
+            # (as the command does: a model's shipped dictionaries add the features part)
+            dictionaries = load_dictionaries(model_name) if list_pretrained_dictionaries(model_name) else None
+            pages[model_name] = write_report(
+                model, directory / f"{model_name}.html", card=pretrained_card(model_name), dictionaries=dictionaries
+            )
         log(f"wrote the report of {model_name} in {time.monotonic() - started:.0f}s")
     return pages
 
@@ -79,7 +94,11 @@ def shoot_reports(
 
     written = []
     for model_name, path in pages.items():
-        for width in REPORT_WIDTHS:
+        shots = [(width, CROP_FROM_HEADING, CROP_TO_VIEW, f"report-{model_name}-{width}") for width in REPORT_WIDTHS]
+        if model_name in FEATURES_MODELS:
+            name = f"report-{model_name}-features-{FEATURES_WIDTH}"
+            shots.append((FEATURES_WIDTH, FEATURES_FROM_HEADING, FEATURES_TO_VIEW, name))
+        for width, heading, last_view, stem in shots:
             context = browser.new_context(
                 viewport={"width": width, "height": 900}, device_scale_factor=1, locale="en-US"
             )
@@ -88,19 +107,22 @@ def shoot_reports(
             errors: list[str] = []
             page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
             page.goto(path.resolve().as_uri())
-            page.locator(f'[data-cw-view="{CROP_TO_VIEW}"]').first.wait_for(timeout=60_000)
+            page.locator(f'[data-cw-view="{last_view}"]').first.wait_for(timeout=60_000)
             _wait_all_drawn(page, drawn_js)
             page.evaluate("() => document.fonts.ready")
             if errors:
                 raise RuntimeError(f"{model_name} at {width} px: the page raised {errors}")
-            crop = page.evaluate(_CROP_JS, [CROP_FROM_HEADING, CROP_TO_VIEW])
+            crop = page.evaluate(_CROP_JS, [heading, last_view])
             if crop is None:
-                raise RuntimeError(f"{model_name}: no {CROP_FROM_HEADING!r} heading or {CROP_TO_VIEW!r} view")
+                raise RuntimeError(f"{model_name}: no {heading!r} heading or {last_view!r} view")
             whole = Image.open(io.BytesIO(page.screenshot(full_page=True, animations="disabled")))
             context.close()
-            target = out_dir / f"report-{model_name}-{width}.png"
-            small = whole.convert("RGB").crop((0, crop["top"], width, crop["bottom"])).quantize(colors=256)
-            small.save(target, optimize=True)
+            target = out_dir / f"{stem}.png"
+            rgb = whole.convert("RGB").crop((0, crop["top"], width, crop["bottom"]))
+            for colours in (256, 128, 64):  # (a tall crop, the features part's, may need fewer colours to stay small)
+                rgb.quantize(colors=colours).save(target, optimize=True)
+                if target.stat().st_size <= max_bytes:
+                    break
             if target.stat().st_size > max_bytes:
                 raise RuntimeError(f"{target} is {target.stat().st_size} bytes, over the {max_bytes}-byte limit")
             written.append(target)

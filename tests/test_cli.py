@@ -129,7 +129,7 @@ def test_a_bad_model_name_is_one_line_on_stderr_and_a_nonzero_exit(capsys: pytes
     assert main(["report", "--model", "no-such-model", "-o", "unused.html"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("circuitwidgets report: error: name: expected one of the shipped models")
+    assert err.startswith("circuitwidgets report: error: --model: expected one of the shipped models"), err
 
 
 def test_report_refuses_a_directory_as_output_before_any_work(

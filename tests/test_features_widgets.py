@@ -14,11 +14,12 @@ from test_features_examples import mlp_model
 
 import circuitwidgets as cw
 from circuitwidgets import features
-from circuitwidgets.errors import ArgumentTypeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.effects import logit_effects, output_directions
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.tokenizer import VocabTokenizer
+from circuitwidgets.widgets.features import data as features_data
 from circuitwidgets.widgets.features.data import typical_scale
 
 VOCAB = [f"t{i}" for i in range(39)] + ["\u202eevil"]  # (one bidi override: shown as text, escaped by the view)
@@ -92,6 +93,26 @@ def test_search_by_token_finds_the_units_whose_top_token_or_promoted_token_match
     centre = dashboard.vocab[int(dashboard.ctx_tokens[4, 0, dashboard.centre])]
     assert 4 in dashboard.search(centre)
     assert dashboard.search("no such token") == []
+    # each hit carries the token that matched: its top token when that matches, else the promoted one
+    for unit, token in dashboard.search_tokens("t1"):
+        own = dashboard.vocab[int(dashboard.ctx_tokens[unit, 0, dashboard.centre])]
+        assert "t1" in token and (token == own or ("t1" not in own and token in dict(dashboard.promoted(unit))))
+
+
+def test_dense_units_are_those_above_the_share_in_both_views(
+    model: CircuitModel, dictionary: Dictionary, dashboard: cw.FeatureDashboard
+) -> None:
+    assert dashboard.dense_share == features_data.DENSE_SHARE
+    assert dashboard.dense == [
+        u for u in range(dashboard.n_units) if float(dashboard.density[u]) > dashboard.dense_share
+    ]
+    prompt = cw.PromptFeatures(model, dictionary, [0, 3, 9], k=3, density=dashboard.density, dense_share=0.3)
+    assert list(prompt.dense) == [u for u in range(dashboard.n_units) if float(dashboard.density[u]) > 0.3]
+    assert cw.PromptFeatures(model, dictionary, [0, 3, 9], k=3).dense_share == 0.0  # (no density: nothing marked)
+    with pytest.raises(ArgumentError, match="density: expected 20 values"):
+        cw.PromptFeatures(model, dictionary, [0, 3], density=np.zeros(3))
+    with pytest.raises(ArgumentError, match="dense_share"):
+        cw.PromptFeatures(model, dictionary, [0, 3], density=dashboard.density, dense_share=1.5)
 
 
 def test_a_click_in_the_prompt_view_selects_the_feature_in_the_linked_dashboard(

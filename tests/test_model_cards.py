@@ -1,4 +1,4 @@
-"""The model cards' "Repeated random tokens" sections quote ``report_lens.repetition`` as it measures today."""
+"""The model cards' "Repeated random tokens" sections quote ``report.lens.repetition`` as it measures today."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import circuitwidgets as cw
-from circuitwidgets.report_lens import repetition, repetition_markdown
+from circuitwidgets.report.lens import repetition, repetition_markdown
 
 PRETRAINED = Path(cw.__file__).resolve().parent / "pretrained"
 

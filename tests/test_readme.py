@@ -136,3 +136,17 @@ def test_the_export_extra_installs_what_the_exporter_imports() -> None:
     needed |= {"jupyter-core", "nbclient", "ipykernel"}  # the `jupyter` command; `--execute` and its kernel
     assert "nbconvert" in needed
     assert needed <= closure, f"not installed by circuitwidgets[export]: {sorted(needed - closure)}"
+
+
+def test_the_readme_and_docs_state_no_count_that_drifts_unchecked() -> None:
+    """No test-run tally ("2,914 passed") in the README, and any count of the notebooks is the true one."""
+    words = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+    notebooks = len(list((ROOT / "notebooks").glob("*.ipynb")))
+    texts = {README.name: README.read_text(encoding="utf-8")}
+    texts |= {p.name: p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md")}
+    for name, text in texts.items():
+        flat = re.sub(r"\s+", " ", text)
+        assert not re.search(r"\d[\d,]* passed", flat) or name != README.name, f"{name}: a test-run tally"
+        for word in re.findall(r"\b(\w+) notebooks\b", flat, flags=re.I):
+            count = words.get(word.lower()) or (int(word) if word.isdigit() else None)
+            assert count in (None, notebooks), f"{name}: '{word} notebooks', but notebooks/ holds {notebooks}"

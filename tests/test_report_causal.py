@@ -16,7 +16,7 @@ import circuitwidgets as cw
 from circuitwidgets import causal, circuits
 from circuitwidgets.causal.induction import HALF, induction_prompts, induction_test
 from circuitwidgets.report import build_sections
-from circuitwidgets.report_causal import causal_sections, strongest_heads
+from circuitwidgets.report.causal import causal_sections, strongest_heads
 
 NAME = "attn-only-2l-12h"
 

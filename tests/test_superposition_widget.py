@@ -90,3 +90,12 @@ def test_linked_views_share_the_selected_feature(widget: Superposition) -> None:
     wide = Superposition(n=6, probabilities=[0.1], decays=[1.0], steps=20, snapshots=2, phase=False)
     with pytest.warns(LinkWarning, match="features are not linked"):
         assert cw.link(widget, wide).names == ()  # feature 5 of one is no feature of the other
+
+
+def test_the_default_phase_recipe_finds_superposition_where_sparse_features_share_a_dimension() -> None:
+    # the cells a 2-try, 2,000-step recipe got wrong: sparse (1 − S ≤ 0.063) and of comparable importance, the
+    # extra feature shares the dimension (the paper's phase diagram); 2 tries called one of these "not represented"
+    from circuitwidgets.superposition.phase import CLEAN_STEPS, CLEAN_TRIES, PHASES, phase_diagram
+
+    diagram = phase_diagram([0.063, 0.01], [0.63, 1.58], tries=CLEAN_TRIES, steps=CLEAN_STEPS)
+    assert [[PHASES[int(c)] for c in row] for row in diagram.phase] == [["superposition"] * 2] * 2

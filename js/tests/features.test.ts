@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { NDArray } from "../src/lib/arrays";
-import { columnWindow, histogramBars, searchUnits, short, unitExamples, type DashboardArrays } from "../src/lib/features";
+import { columnWindow, denseWords, histogramBars, searchUnits, short, sig3, unitExamples, type DashboardArrays } from "../src/lib/features";
+import { compactToken } from "../src/lib/tokens";
 
 const nd = (data: ArrayLike<number>, shape: number[], dtype: NDArray["dtype"] = "float32"): NDArray =>
   ({ data: dtype === "uint16" ? Uint16Array.from(data) : dtype === "int32" ? Int32Array.from(data) : dtype === "uint8" ? Uint8Array.from(data) : Float32Array.from(data), shape, dtype }) as NDArray;
@@ -26,22 +27,26 @@ describe("unitExamples", () => {
 });
 
 describe("searchUnits", () => {
-  it("matches the top example's own token or a promoted token", () => {
+  it("matches the top example's own token or a promoted token, and names the token that matched", () => {
     const up = nd([0, 0, 1, 1], [2, 2], "int32");
-    expect(searchUnits("quote", arrays, up, vocab, 1)).toEqual([0, 1]); // unit 0 by its centre, unit 1 by promotion
-    expect(searchUnits("z", arrays, up, vocab, 1)).toEqual([1]);
+    // unit 0 by its centre, unit 1 by promotion: each labelled by the matched token, not by its own top token
+    expect(searchUnits("quote", arrays, up, vocab, 1)).toEqual([
+      { unit: 0, token: "'quote", where: "top" },
+      { unit: 1, token: "'quote", where: "promotes" },
+    ]);
+    expect(searchUnits("z", arrays, up, vocab, 1)).toEqual([{ unit: 1, token: "\u202ez", where: "top" }]);
     expect(searchUnits("", arrays, up, vocab, 1)).toEqual([]);
     expect(searchUnits("zzz", arrays, up, vocab, 1)).toEqual([]);
   });
 });
 
 describe("histogramBars", () => {
-  it("keeps the non-empty span of bins with one empty bin each side", () => {
+  it("keeps the non-empty span of bins, its top cut at the unit's largest activation", () => {
     const hist = nd([0, 0, 3, 0, 5, 0, 0, /* unit 1 */ 0, 0, 0, 0, 0, 0, 0], [2, 7], "int32");
     const edges = nd([1, 2, 3, 4, 5, 6, 7, 8], [8]);
-    expect(histogramBars(hist, edges, 0)).toEqual([
-      { lo: 2, hi: 3, count: 0 }, { lo: 3, hi: 4, count: 3 }, { lo: 4, hi: 5, count: 0 }, { lo: 5, hi: 6, count: 5 }, { lo: 6, hi: 7, count: 0 },
-    ]);
+    expect(histogramBars(hist, edges, 0)).toEqual([{ lo: 3, hi: 4, count: 3 }, { lo: 4, hi: 5, count: 0 }, { lo: 5, hi: 6, count: 5 }]);
+    // the axis ends where the header's "largest" does
+    expect(histogramBars(hist, edges, 0, 5.5).at(-1)).toEqual({ lo: 5, hi: 5.5, count: 5 });
     expect(histogramBars(hist, edges, 1)).toEqual([]);
   });
 });
@@ -58,5 +63,24 @@ describe("columnWindow", () => {
 describe("short", () => {
   it("writes a few significant digits", () => {
     expect([short(3.214), short(12.34), short(123.4), short(0.001), short(-0.5), short(Number.NaN), short(12345)]).toEqual(["3.21", "12.3", "123", "1.0e-3", "-0.50", "–", "1.2e+4"]);
+  });
+});
+
+describe("sig3 and denseWords", () => {
+  it("writes three significant figures, and the dense share in words", () => {
+    expect([sig3(0.021349), sig3(-1.2549), sig3(44.51), sig3(123.4), sig3(12345), sig3(0.00012), sig3(0), sig3(Number.NaN)]).toEqual(["0.0213", "-1.25", "44.5", "123", "1.23e+4", "1.20e-4", "0", "–"]);
+    expect(denseWords(0.1)).toBe("active on more than 10.0% of tokens");
+  });
+});
+
+describe("compactToken", () => {
+  it("writes whitespace runs as glyph and count, so indentation tokens of different lengths differ", () => {
+    expect(compactToken("\n" + " ".repeat(16)).text).toBe("⏎·×16");
+    expect(compactToken("\n" + " ".repeat(16)).title).toBe("1 newline, 16 spaces");
+    const nine = [4, 5, 6, 7, 8, 9, 10, 11, 12].map((n) => compactToken("\n" + " ".repeat(n), 12).text);
+    expect(new Set(nine).size).toBe(9);
+    expect(Math.max(...nine.map((t) => t.length))).toBeLessThanOrEqual(6);
+    expect(compactToken(" the")).toEqual({ text: "·the", title: null }); // (short runs as tokenLabel writes them)
+    expect(compactToken("\t\t\tx").text).toBe("→×3x");
   });
 });

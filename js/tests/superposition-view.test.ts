@@ -21,7 +21,8 @@ function state(extra: Record<string, unknown> = {}): Record<string, unknown> {
   const dims = field(n, (_p, _t, i) => (i === 1 ? 1 : 0.5), [n]);
   const gram = field(n * n, (_p, _t, k) => (k % (n + 1) === 0 ? 1 : 0), [n, n]);
   const loss = field(1, (p, t) => 0.1 / (1 + p + t), []);
-  const arrays: Record<string, { grid: unknown; live: unknown }> = { W, norms, superposition: sup, dimensionality: dims, gram, loss };
+  const b = field(n, (_p, t, i) => -0.1 * i * (t + 1), [n]);
+  const arrays: Record<string, { grid: unknown; live: unknown }> = { W, b, norms, superposition: sup, dimensionality: dims, gram, loss };
   const traits: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(arrays)) {
     traits[`grid_${k}`] = v.grid;
@@ -102,6 +103,29 @@ describe("superposition view", () => {
     m.fromKernel({ training: "training" });
     await nextFrame();
     expect(el.dataset.cwSource).toBe("grid");
-    expect(el.querySelector("[data-cw-status]")?.textContent).toContain("retraining in the kernel");
+    const status = el.querySelector("[data-cw-status]")?.textContent ?? "";
+    expect(status).toContain("retraining in the kernel");
+    // the status names the model drawn (the grid's 0.01), never the sliders' 0.0158 beside that model's numbers
+    expect(status.startsWith("model shown: 1 − S = 0.0100, decay 1.00, step 100: 3 of 3 features represented")).toBe(true);
+    expect(status).toContain("(sliders: 1 − S = 0.0158");
+  });
+
+  it("draws both colour bars, WᵀW's fixed over the scrubber, dead features grey, and b", async () => {
+    const { el } = view({ feature_probability: 0.01, live_probability: 0.01 });
+    const ticks = () => Array.from(el.querySelectorAll(".cw-gram-bar .cw-colourbar-tick"), (t) => t.textContent);
+    expect(el.querySelectorAll(".cw-gram-bar").length).toBe(1);
+    expect(el.querySelectorAll(".cw-superposition-bar").length).toBe(1);
+    const atLast = ticks();
+    const scrub = el.querySelector<HTMLInputElement>('input[data-cw-slider="step"]')!;
+    scrub.value = "0";
+    scrub.dispatchEvent(new Event("input"));
+    await nextFrame();
+    expect(ticks()).toEqual(atLast);
+    // the live model (cell 0) at step 0: feature 1's norm 0.25 is not represented
+    expect(el.querySelector('.cw-sp-gram [data-cw-feature="1"] .cw-norm-bar')?.classList.contains("cw-dead")).toBe(true);
+    expect(el.querySelector('.cw-sp-geometry [data-cw-feature="1"]')?.classList.contains("cw-dead")).toBe(true);
+    expect(Array.from(el.querySelectorAll(".cw-bias"), (t) => t.getAttribute("data-cw-bias"))).toEqual(["0.0000", "-0.1000", "-0.2000"]);
+    expect(el.querySelector(".cw-bias")?.textContent?.startsWith("+0.00")).toBe(true);
+    expect(el.querySelectorAll(".cw-arrow-legend").length).toBe(1);
   });
 });

@@ -65,7 +65,7 @@ def test_the_exported_view_draws_scrubs_and_slides_over_its_grid_with_no_kernel(
     assert _arrows(view) != last
 
     _slide(view, "probability", 1000, "change")  # the sparsest grid value: a pentagon-like spread
-    wait_status(view, r"1 − S = 0\.0100.*exported page: the precomputed model at")
+    wait_status(view, r"1 − S = 0\.0100.*exported page: the precomputed model nearest the sliders")
     assert view.get_attribute("data-cw-source") == "grid"
     _slide(view, "step", 7, "input")
     wait_for(lambda: view.get_attribute("data-cw-step") == "600", "scrubbed to the end")
@@ -76,6 +76,45 @@ def test_the_exported_view_draws_scrubs_and_slides_over_its_grid_with_no_kernel(
     wait_status(view, r"feature 2: ‖W‖")
     wait_status(linked, r"feature 2: ‖W‖")  # the linked view follows the feature, with no kernel
     page_log.assert_offline_clean()  # no request left the page
+
+
+def _gram_ticks(view: Locator) -> list[str]:
+    return view.locator(".cw-gram-bar .cw-colourbar-tick").all_text_contents()
+
+
+def test_colour_bars_stay_fixed_across_the_scrubber_and_labels_never_overlap(
+    tmp_path: Path, page: Page, page_log: PageLog
+) -> None:
+    # 20 features in 5 dimensions (a projection: the labels crowd), sparse, 4 snapshots
+    widget = Superposition(20, 5, probabilities=[0.01], decays=[1.0], steps=300, snapshots=4, phase=False)
+    path = circuitwidgets.save_html([widget], tmp_path / "sp20.html")
+    for width in (1400, 1000):
+        page.set_viewport_size({"width": width, "height": 1000})
+        view = open_offline(page, page_log, path, ["superposition"])["superposition"]
+        assert view.locator(".cw-gram-bar").count() == 1 and view.locator(".cw-superposition-bar").count() == 1
+        assert view.locator(".cw-arrow-legend").count() == 1
+        last = _gram_ticks(view)
+        assert len(last) >= 2
+        for step in (0, 1, 2):
+            _slide(view, "step", step, "input")
+            wait_for(
+                lambda s=step, v=view: v.get_attribute("data-cw-step") == str(widget.snapshot_steps[s]), "scrubbed"
+            )
+            assert _gram_ticks(view) == last  # (the scale spans the whole run)
+            dead = int((widget.grid_norms[0, 0, step] <= 0.5).sum())  # features not represented at this snapshot
+            assert view.locator(".cw-sp-gram .cw-norm-bar.cw-dead").count() == dead
+        boxes = view.locator(".cw-feature-label").evaluate_all(
+            "ts => ts.map(t => { const r = t.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })"
+        )
+        clashes = [
+            (a, b)
+            for i, a in enumerate(boxes)
+            for b in boxes[i + 1 :]
+            if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+        ]
+        assert boxes and not clashes, clashes
+        screenshot(view, f"superposition-20-in-5-{width}")
+    page_log.assert_offline_clean()
 
 
 BUILD = f"""\

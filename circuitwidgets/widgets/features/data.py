@@ -26,7 +26,17 @@ from circuitwidgets.features.examples import Examples
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.widgets.core.arrays import quantise_unit
 
-__all__ = ["dashboard_data", "nearby_units", "prompt_data", "vocab_strings"]
+__all__ = ["DENSE_SHARE", "dashboard_data", "dense_units", "nearby_units", "prompt_data", "vocab_strings"]
+
+#: A unit active on more than this share of the tokens read is called dense and marked so in the feature views
+#: (it fires almost everywhere, so its presence at one token says little about that token).
+DENSE_SHARE = 0.1
+
+
+def dense_units(density: np.ndarray | torch.Tensor, share: float = DENSE_SHARE) -> np.ndarray:
+    """int32 indices of the units whose ``density`` (share of tokens where they are positive) exceeds ``share``."""
+    values = density.detach().cpu().numpy() if isinstance(density, torch.Tensor) else np.asarray(density)
+    return np.flatnonzero(values.astype(np.float64) > share).astype(np.int32)
 
 
 def vocab_strings(model: CircuitModel, ids: np.ndarray) -> list[str]:
@@ -141,6 +151,7 @@ def dashboard_data(
         "nearby": near,
         "nearby_cos": near_cos,
         "n_tokens_read": int(examples.n_tokens),
+        "dense_share": DENSE_SHARE,
     }
 
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import traitlets
 
 from circuitwidgets._checks import check_int
-from circuitwidgets.errors import ArgumentTypeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.examples import unit_activations
 from circuitwidgets.features.units import Units, dictionary_features
@@ -26,7 +27,7 @@ from circuitwidgets.widgets.core.arrays import NDArrayTrait
 from circuitwidgets.widgets.core.base import CircuitWidget
 from circuitwidgets.widgets.core.spec import Size, view_data, view_setting
 from circuitwidgets.widgets.core.traits import SelectionIndex
-from circuitwidgets.widgets.features.data import prompt_data
+from circuitwidgets.widgets.features.data import DENSE_SHARE, dense_units, prompt_data
 
 __all__ = ["PromptFeatures"]
 
@@ -45,6 +46,11 @@ class PromptFeatures(CircuitWidget):
         A text or token ids (one prompt).
     k
         Units kept per token (the strongest active ones).
+    density
+        Optional share of a corpus's tokens where each unit is positive (``FeatureDashboard.density``,
+        ``Examples.density``): units above ``dense_share`` are marked dense on their chips.
+    dense_share
+        The share above which a unit is dense (``DENSE_SHARE``, 10 %, by default).
     **kwargs
         Initial traits (``selected_feature``, ``selected_dest``).
     """
@@ -67,6 +73,10 @@ class PromptFeatures(CircuitWidget):
     """int32 ``[n_tokens, k]``: each token's strongest active units, strongest first (-1 where fewer are active)."""
     active_value = view_data(NDArrayTrait(dtype="float32", dims=("n_tokens", "k")))
     """float32: their activations."""
+    dense = view_data(NDArrayTrait(dtype="int32", dims=("n_dense",)))
+    """int32: the units called dense (active on more than ``dense_share`` of a corpus), marked on their chips."""
+    dense_share = view_data(traitlets.Float(0.0))
+    """The share of tokens above which a unit is dense (0 when no density was given)."""
 
     selected_feature = view_setting(SelectionIndex("n_units_total", optional=True))
     """The unit selected (-1 for none); linked with a dashboard of the same site."""
@@ -75,6 +85,7 @@ class PromptFeatures(CircuitWidget):
 
     n_tokens = Size("n_tokens")
     k = Size("k")
+    n_dense = Size("n_dense")
 
     def __init__(
         self,
@@ -83,10 +94,22 @@ class PromptFeatures(CircuitWidget):
         prompt: str | Sequence[int] | torch.Tensor | None = None,
         *,
         k: int = 8,
+        density: np.ndarray | torch.Tensor | None = None,
+        dense_share: float = DENSE_SHARE,
         **kwargs: Any,
     ) -> None:
         if model is not None:
             kwargs = {**prompt_traits(model, units, prompt, k), **kwargs}
+        if density is not None:
+            n = kwargs.get("n_units_total")
+            share = _check_share(dense_share)
+            if not isinstance(density, np.ndarray | torch.Tensor) or density.ndim != 1:
+                raise ArgumentTypeError(
+                    f"density: expected a 1-d array of per-unit shares, got {type(density).__name__}"
+                )
+            if n is not None and density.shape[0] != n:
+                raise ArgumentError(f"density: expected {n} values (one per unit), got {density.shape[0]}")
+            kwargs = {**kwargs, "dense": dense_units(density, share), "dense_share": share}
         super().__init__(**kwargs)
 
     def features_at(self, pos: int) -> list[tuple[str, float]]:
@@ -97,6 +120,13 @@ class PromptFeatures(CircuitWidget):
             for i, v in zip(self.active[pos], self.active_value[pos], strict=True)
             if int(i) >= 0
         ]
+
+
+def _check_share(value: object) -> float:
+    """``dense_share`` as a float in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= float(value) < 1:
+        raise ArgumentError(f"dense_share: expected a share of tokens in [0, 1), got {value!r}")
+    return float(value)
 
 
 def prompt_traits(

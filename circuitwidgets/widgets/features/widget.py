@@ -27,7 +27,7 @@ from circuitwidgets.widgets.core.arrays import NDArrayTrait
 from circuitwidgets.widgets.core.base import CircuitWidget
 from circuitwidgets.widgets.core.spec import Size, view_data, view_setting
 from circuitwidgets.widgets.core.traits import SelectionIndex
-from circuitwidgets.widgets.features.data import dashboard_data
+from circuitwidgets.widgets.features.data import dashboard_data, dense_units
 
 __all__ = ["FeatureDashboard"]
 
@@ -97,6 +97,8 @@ class FeatureDashboard(CircuitWidget):
     """float32: those cosines."""
     n_tokens_read = view_data(traitlets.Int(0))
     """Tokens of the corpus read."""
+    dense_share = view_data(traitlets.Float(0.0))
+    """Units active on more than this share of the tokens read are marked dense (0: none marked)."""
 
     selected_feature = view_setting(SelectionIndex("n_units"))
     """The unit shown (linked with other views of the same ``site``)."""
@@ -166,11 +168,22 @@ class FeatureDashboard(CircuitWidget):
 
     def search(self, text: str) -> list[int]:
         """Units whose top example's own token, or a promoted token, contains ``text`` (as the view's search)."""
+        return [unit for unit, _ in self.search_tokens(text)]
+
+    def search_tokens(self, text: str) -> list[tuple[int, str]]:
+        """``(unit, matched token)`` of :meth:`search`: the token each hit is labelled by in the view (its top
+        example's own token when that matches, else the first promoted token that does)."""
         hits = []
         for u in range(self.n_units):
             centre = int(self.ctx_tokens[u, 0, self.centre]) if self.n_examples else len(self.vocab)
             tokens = [self.vocab[centre]] if centre < len(self.vocab) else []
             tokens += [self.vocab[int(i)] for i in self.logit_up[u]]
-            if any(text in t for t in tokens):
-                hits.append(u)
+            matched = next((t for t in tokens if text in t), None)
+            if matched is not None:
+                hits.append((u, matched))
         return hits
+
+    @property
+    def dense(self) -> list[int]:
+        """Units active on more than ``dense_share`` of the tokens read (marked dense in the view)."""
+        return [int(u) for u in dense_units(self.density, self.dense_share)] if self.dense_share > 0 else []

@@ -17,9 +17,10 @@ from circuitwidgets.graphs import Curve, Graph, prune
 from circuitwidgets.graphs.graph import live_edges
 from circuitwidgets.widgets.graph.reading import edge_order_and_shares, node_shares, scores_line, spine
 
-#: What an edge's colour means, per convention (negative, positive).
+#: What an edge's sign means, per convention (negative, positive); the legend writes each after the sign words of
+#: every view (js/src/lib/colour.ts SIGN_WORDS: red positive, blue negative; docs/style.md).
 EAP_SIGNS = ("removing it lowers the metric", "removing it raises the metric")
-ATTRIBUTION_SIGNS = ("negative direct effect", "positive direct effect")
+ATTRIBUTION_SIGNS = ("the sender lowers the receiver (direct effect)", "the sender raises the receiver (direct effect)")
 
 
 def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None = None) -> dict[str, Any]:

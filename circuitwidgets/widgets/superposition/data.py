@@ -15,12 +15,12 @@ import numpy as np
 
 from circuitwidgets.superposition import ToyResult, importance_decay, train_toy
 from circuitwidgets.superposition.measure import feature_dimensionality, feature_norms, superposition
-from circuitwidgets.superposition.phase import PhaseDiagram, phase_diagram
+from circuitwidgets.superposition.phase import CLEAN_STEPS, CLEAN_TRIES, PhaseDiagram, phase_diagram
 
 __all__ = ["FIELDS", "Recipe", "grid_data", "phase_data", "trajectory"]
 
 #: The per-model arrays (suffixes of the ``grid_*`` and ``live_*`` traits).
-FIELDS = ("W", "loss", "norms", "superposition", "dimensionality", "gram")
+FIELDS = ("W", "b", "loss", "norms", "superposition", "dimensionality", "gram")
 
 
 class Recipe:
@@ -80,9 +80,11 @@ def trajectory(result: ToyResult, shape: tuple[int, ...]) -> dict[str, np.ndarra
     snaps = result.snapshot_W.transpose(1, 0, 2, 3)  # [instances, T, m, n]
     _, count, m, n = snaps.shape
     flat = snaps.reshape(-1, m, n)
+    bias = result.snapshot_b.transpose(1, 0, 2).reshape(-1, n)  # [instances × T, n]
     gram = np.einsum("kmi,kmj->kij", flat.astype(np.float64), flat.astype(np.float64))
     arrays = {
         "W": flat,
+        "b": bias,
         "loss": result.snapshot_loss.T.reshape(-1),
         "norms": feature_norms(flat),
         "superposition": superposition(flat),
@@ -125,5 +127,7 @@ def phase_data(diagram: PhaseDiagram | None) -> dict[str, Any]:
 
 
 def default_phase() -> PhaseDiagram:
-    """The view's phase diagram: 6 densities × 6 relative importances of ``n = 2, m = 1``, 2 tries, 2,000 steps."""
-    return phase_diagram(np.logspace(0, -2, 6), np.logspace(-1, 1, 6), steps=2_000)
+    """The view's phase diagram: 6 densities × 6 relative importances of ``n = 2, m = 1``, the best of
+    :data:`~circuitwidgets.superposition.phase.CLEAN_TRIES` tries of ``CLEAN_STEPS`` steps per cell (chosen by
+    measurement: see there)."""
+    return phase_diagram(np.logspace(0, -2, 6), np.logspace(-1, 1, 6), tries=CLEAN_TRIES, steps=CLEAN_STEPS)

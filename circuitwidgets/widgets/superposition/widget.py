@@ -90,8 +90,12 @@ class Superposition(CircuitWidget):
     """float32 ``[P, D, T, n]``: feature dimensionality ``D_i``."""
     grid_gram = _array(*_GRID, _F, "n_features_")
     """float32 ``[P, D, T, n, n]``: ``WᵀW``."""
+    grid_b = _array(*_GRID, _F)
+    """float32 ``[P, D, T, n]``: each grid model's output bias ``b`` at each snapshot."""
     live_W = _array(*_LIVE, "m", _F)  # noqa: N815
     """float32 ``[1, 1, T, m, n]``: the model at the sliders' values (a grid cell, or retrained in the kernel)."""
+    live_b = _array(*_LIVE, _F)
+    """float32 ``[1, 1, T, n]``: the live model's ``b``."""
     live_loss = _array(*_LIVE)
     """float32 ``[1, 1, T]``: its loss."""
     live_norms = _array(*_LIVE, _F)
@@ -177,7 +181,8 @@ class Superposition(CircuitWidget):
         self._set_live(probability, decay, arrays)
 
     def _set_live(self, probability: float, decay: float, arrays: dict[str, np.ndarray]) -> None:
-        with self.hold_trait_notifications():
+        # one message for the arrays and the values they were trained at: the view never sees one without the other
+        with self.hold_sync(), self.hold_trait_notifications():
             for key, value in arrays.items():
                 self.set_trait(key, value)
             self.live_probability, self.live_decay, self.training = probability, decay, ""

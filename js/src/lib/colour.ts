@@ -82,6 +82,25 @@ export const DIVERGING = makeLut([
   "#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7", "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f",
 ]);
 
+/**
+ * The one sign convention of every view (docs/style.md): a positive value is red, a negative one blue, the two
+ * ends of `DIVERGING` (RdBu), so a bar, an edge, a number and a heatmap cell of the same sign share a hue. Every
+ * legend of a signed quantity says it in the same words, `SIGN_WORDS`, followed by what the sign means there.
+ */
+export const POSITIVE = "#b2182b";
+export const NEGATIVE = "#2166ac";
+export const SIGN_WORDS = { positive: "red: positive", negative: "blue: negative" } as const;
+
+/** The colour of a signed value's sign (0 counts as positive). */
+export function signColour(v: number): string {
+  return v < 0 ? NEGATIVE : POSITIVE;
+}
+
+/** A legend line for a signed quantity: `red: positive, <positive meaning> · blue: negative, <negative meaning>`. */
+export function signLegend(positive: string, negative: string): string {
+  return `${SIGN_WORDS.positive}, ${positive} · ${SIGN_WORDS.negative}, ${negative}`;
+}
+
 /** LUT index (0–255) of `t` in [0, 1], clamped; NaN maps to 0. */
 export function sequentialIndex(t: number): number {
   if (!(t > 0)) return 0;

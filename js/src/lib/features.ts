@@ -54,38 +54,56 @@ export function rowOf(array: NDArray, unit: number): number[] {
   return Array.from(array.data.subarray(unit * n, unit * n + n) as ArrayLike<number>);
 }
 
+/** A search hit: the unit and the token that matched (its top example's own token, or a token it promotes). */
+export interface SearchHit {
+  unit: number;
+  token: string;
+  where: "top" | "promotes";
+}
+
 /**
  * Units whose top example's own token or a promoted token contains `query`
- * (case-sensitive, as tokens are), at most `limit`, in unit order.
+ * (case-sensitive, as tokens are), at most `limit`, in unit order, each with
+ * the token that matched (the top token first, else the first promoted one).
  */
-export function searchUnits(query: string, a: DashboardArrays, up: NDArray, vocab: readonly string[], centre: number, limit = 100): number[] {
+export function searchUnits(query: string, a: DashboardArrays, up: NDArray, vocab: readonly string[], centre: number, limit = 100): SearchHit[] {
   if (query === "") return [];
   const [nUnits, nEx, width] = a.ctxTokens.shape as [number, number, number];
   const nUp = up.shape[1] ?? 0;
   const matches = vocab.map((t) => t.includes(query));
-  const hits: number[] = [];
+  const hits: SearchHit[] = [];
   for (let u = 0; u < nUnits && hits.length < limit; u++) {
     const own = nEx > 0 ? (a.ctxTokens.data[u * nEx * width + centre] as number) : vocab.length;
-    let hit = own < vocab.length && matches[own] === true;
-    for (let j = 0; j < nUp && !hit; j++) hit = matches[up.data[u * nUp + j] as number] === true;
-    if (hit) hits.push(u);
+    if (own < vocab.length && matches[own] === true) {
+      hits.push({ unit: u, token: vocab[own] ?? "", where: "top" });
+      continue;
+    }
+    for (let j = 0; j < nUp; j++) {
+      const id = up.data[u * nUp + j] as number;
+      if (matches[id] === true) {
+        hits.push({ unit: u, token: vocab[id] ?? "", where: "promotes" });
+        break;
+      }
+    }
   }
   return hits;
 }
 
-/** Histogram bars of `unit`: `{ lo, hi, count }` per non-empty run of bins, on the shared edges. */
-export function histogramBars(hist: NDArray, edges: NDArray, unit: number): { lo: number; hi: number; count: number }[] {
+/**
+ * Histogram bars of `unit`: `{ lo, hi, count }` per bin on the shared edges, from its first non-empty bin to its
+ * last, the last bar's upper edge cut at `largest` (the unit's largest activation, which the header states) when
+ * it falls inside that bar: the axis spans exactly the activations seen.
+ */
+export function histogramBars(hist: NDArray, edges: NDArray, unit: number, largest = Number.NaN): { lo: number; hi: number; count: number }[] {
   const counts = rowOf(hist, unit);
-  const bars: { lo: number; hi: number; count: number }[] = [];
-  counts.forEach((count, i) => {
-    bars.push({ lo: edges.data[i] as number, hi: edges.data[i + 1] as number, count });
-  });
-  let first = bars.findIndex((b) => b.count > 0);
-  let last = bars.length - 1 - [...bars].reverse().findIndex((b) => b.count > 0);
+  const bars = counts.map((count, i) => ({ lo: edges.data[i] as number, hi: edges.data[i + 1] as number, count }));
+  const first = bars.findIndex((b) => b.count > 0);
   if (first < 0) return [];
-  first = Math.max(0, first - 1);
-  last = Math.min(bars.length - 1, last + 1);
-  return bars.slice(first, last + 1);
+  const last = bars.length - 1 - [...bars].reverse().findIndex((b) => b.count > 0);
+  const kept = bars.slice(first, last + 1);
+  const top = kept[kept.length - 1];
+  if (top !== undefined && largest > top.lo && largest < top.hi) top.hi = largest;
+  return kept;
 }
 
 /** The columns `[start, end)` of a strip of `n` columns `width` px wide that are in view (plus `overscan` each side). */
@@ -101,4 +119,17 @@ export function short(v: number): string {
   const a = Math.abs(v);
   if (a !== 0 && (a < 1e-2 || a >= 1e4)) return v.toExponential(1);
   return a >= 100 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : v.toFixed(2);
+}
+
+/** A number in three significant figures (`0.0213`, `-1.25`, `44.5`, `1.23e+4`), as the dashboards state them. */
+export function sig3(v: number): string {
+  if (!Number.isFinite(v)) return "–";
+  if (v === 0) return "0";
+  const a = Math.abs(v);
+  return a >= 1e4 || a < 1e-3 ? v.toExponential(2) : v.toPrecision(3);
+}
+
+/** Share of tokens above which a unit is called dense (the kernel's `dense_share`), as a percentage in words. */
+export function denseWords(share: number): string {
+  return `active on more than ${sig3(share * 100)}% of tokens`;
 }

@@ -7,6 +7,8 @@
 // position (attribution graphs), else heads, with a layer's MLP after its
 // heads (component graphs). A head's q, k and v inputs are ports under it.
 
+import { signColour } from "./colour";
+
 export interface GraphNodes {
   kind: readonly string[];
   layer: ArrayLike<number>;
@@ -162,9 +164,9 @@ export function edgeWidth(w: number, max: number): number {
   return 0.6 + 5.4 * Math.sqrt(Math.min(1, Math.abs(w) / max));
 }
 
-/** Colour of an edge by sign (Okabe–Ito: vermillion negative, blue positive). */
+/** Colour of an edge by its weight's sign, as every view colours a sign (colour.ts `signColour`). */
 export function edgeColour(w: number): string {
-  return w < 0 ? "#D55E00" : "#0072B2";
+  return signColour(w);
 }
 
 /** A curved path from a sender (above it) to a receiver (below it): out of the sender's top, into the receiver. */

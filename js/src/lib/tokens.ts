@@ -138,3 +138,38 @@ export function tokenSpan(doc: Document, token: string, className = "cw-token"):
   setTokenText(span, token);
   return span;
 }
+
+/** Runs of this many or more of one whitespace character are written as the glyph and a count (`·×16`). */
+export const COMPACT_RUN = 3;
+
+/**
+ * A token written compactly: as `tokenLabel`, but a run of `COMPACT_RUN` or more spaces, newlines or tabs is
+ * written as its glyph and count (`"\n" + 16 spaces` → `⏎·×16`), so that indentation tokens of different
+ * lengths look different and stay short. `title` holds the run lengths in words when anything was compacted.
+ */
+export function compactToken(token: string, max: number = MAX_TOKEN_CHARS): TokenLabel {
+  const chars = Array.from(token);
+  const pieces: string[] = [];
+  const words: string[] = [];
+  let compacted = false;
+  for (let i = 0; i < chars.length; ) {
+    const ch = chars[i] ?? "";
+    let j = i;
+    while (j < chars.length && chars[j] === ch) j++;
+    const run = j - i;
+    const glyph = VISIBLE[ch];
+    if (glyph !== undefined && run >= COMPACT_RUN) {
+      pieces.push(`${glyph}\u00d7${run}`);
+      words.push(`${run} ${ch === " " ? "spaces" : ch === "\n" ? "newlines" : "tabs"}`);
+      compacted = true;
+    } else {
+      for (let k = i; k < j; k++) pieces.push(visibleChar(chars[k] ?? ""));
+      words.push(glyph !== undefined ? `${run} ${ch === " " ? (run === 1 ? "space" : "spaces") : ch === "\n" ? (run === 1 ? "newline" : "newlines") : run === 1 ? "tab" : "tabs"}` : visibleToken(chars.slice(i, j).join("")));
+    }
+    i = j;
+  }
+  const label = tokenLabel(pieces.join(""), max);
+  // (the glyphs and escapes are already visible; tokenLabel leaves them as they are)
+  if (!compacted) return tokenLabel(token, max);
+  return { text: label.text, title: words.join(", ") };
+}

@@ -9,6 +9,7 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
+import { NEGATIVE, POSITIVE, signLegend } from "../lib/colour";
 import { el, listen } from "../lib/dom";
 import { textWidth } from "../lib/headscores";
 import { type Bar, orderBars, sumSentence, waterfall } from "../lib/lens";
@@ -38,8 +39,6 @@ type Model = AnyModel<LogitAttributionTraits>;
 
 const strings = (v: unknown): string[] => (Array.isArray(v) ? v.map((s) => String(s)) : []);
 const ints = (v: unknown): number[] => (Array.isArray(v) ? v.map((s) => (typeof s === "number" ? s : -1)) : []);
-const POSITIVE = "#c0392b";
-const NEGATIVE = "#2166ac";
 const REST = "#9a9a9a";
 
 export function renderLogitAttribution({ model, el: root }: RenderProps<LogitAttributionTraits>): () => void {
@@ -56,7 +55,9 @@ export function renderLogitAttribution({ model, el: root }: RenderProps<LogitAtt
   cleanups.push(orderControl.cleanup);
   const plot = el(doc, "div", "cw-plot");
   const note = el(doc, "div", "cw-note cw-caption");
-  panel.body.append(plot, note);
+  const signs = el(doc, "div", "cw-note cw-sign-legend");
+  signs.textContent = `Bars: ${signLegend("raises the metric", "lowers it")}; grey: the rest and the biases.`;
+  panel.body.append(plot, signs, note);
   let hovered = -1;
 
   function load(): void {

@@ -13,7 +13,7 @@ import { DIVERGING, lutCss, lutLuminance } from "../lib/colour";
 import { el, listen } from "../lib/dom";
 import { textWidth } from "../lib/headscores";
 import { percent, predictions, predictionText, probIndex } from "../lib/lens";
-import { clearError, makePanel, runView, setTitle, showError } from "../lib/panel";
+import { clearError, makePanel, redrawOnResize, runView, setTitle, showError } from "../lib/panel";
 import { perFrame, setTraits } from "../lib/selection";
 import { svgEl, svgTitle } from "../lib/svg";
 import { tokenLabel } from "../lib/tokens";
@@ -47,9 +47,13 @@ export function renderLogitLens({ model, el: root }: RenderProps<LogitLensTraits
   let probs: NDArray | null = null;
   const panel = makePanel(root, "logitlens", "cw-logitlens", () => `pos${num(m.get("selected_pos"), 0)}`);
   const cleanups: (() => void)[] = [];
+  // the row labels stay put beside the grid, which scrolls sideways under its own tokens
+  const frameBox = el(doc, "div", "cw-lens-frame");
+  const rowLabels = el(doc, "div", "cw-lens-rows");
   const plot = el(doc, "div", "cw-plot cw-scroll");
+  frameBox.append(rowLabels, plot);
   const note = el(doc, "div", "cw-note cw-caption");
-  panel.body.append(plot, note);
+  panel.body.append(frameBox, note);
   let hovered: { row: number; pos: number } | null = null;
   let scrolledTo = -1; // the position last scrolled to: a redraw for another reason leaves the user's scroll alone
 
@@ -89,12 +93,14 @@ export function renderLogitLens({ model, el: root }: RenderProps<LogitLensTraits
     const { rows, pos } = shape();
     if (ids === null || probs === null || rows === 0 || pos === 0) {
       plot.replaceChildren();
+      rowLabels.replaceChildren();
       return;
     }
     const vocab = strings(m.get("vocab"));
     const tokens = strings(m.get("tokens"));
     const labels = strings(m.get("layer_labels"));
-    const left = Math.max(40, ...labels.map((l) => textWidth(l))) + 10;
+    const labelW = Math.max(40, ...labels.map((l) => textWidth(l))) + 10;
+    const left = 4; // (the grid's own margin: its row labels are in their own column, outside the scroller)
     const axisH = 58;
     // the positions' tokens above the grid, as every other map of the report names its columns
     const top = 8 + axisH;
@@ -103,10 +109,11 @@ export function renderLogitLens({ model, el: root }: RenderProps<LogitLensTraits
     const W = left + pos * CELL_W + 10 + 60; // (the last label leans right past the grid)
     const H = top + gridH + 8;
     const svg = svgEl(doc, "svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "cw-logitlens-svg", role: "img" });
+    const names = svgEl(doc, "svg", { width: labelW, height: H, viewBox: `0 0 ${labelW} ${H}`, class: "cw-logitlens-rows", "aria-hidden": "true" });
     svgTitle(doc, svg, "Logit lens: the top prediction of the stream at each layer and position");
     const k = shape().k;
     for (let r = 0; r < rows; r++) {
-      svg.append(svgEl(doc, "text", { x: left - 6, y: top + r * cellH + cellH / 2 + 4, "text-anchor": "end", "font-size": 11, fill: "#444" }, labels[r] ?? `row ${r}`));
+      names.append(svgEl(doc, "text", { x: labelW - 6, y: top + r * cellH + cellH / 2 + 4, "text-anchor": "end", "font-size": 11, fill: "#444", "data-cw-row-label": r }, labels[r] ?? `row ${r}`));
       for (let p = 0; p < pos; p++) {
         const at = (r * pos + p) * k;
         const prob = probs.data[at] as number;
@@ -133,6 +140,7 @@ export function renderLogitLens({ model, el: root }: RenderProps<LogitLensTraits
       svg.append(svgEl(doc, "rect", { class: "cw-selected", x: x + 1, y: top + row * cellH + 1, width: w - 2, height: cellH - 2, fill: "none", stroke: "#111", "stroke-width": 2, "pointer-events": "none" }));
     }
     plot.replaceChildren(svg);
+    rowLabels.replaceChildren(names);
     if (sel < 0 || sel >= pos) scrolledTo = -1;
     else if (sel !== scrolledTo && scrollIntoView(left + sel * CELL_W)) scrolledTo = sel;
     note.textContent = `Rows: the residual stream before each layer and after the last, read through the final norm and the unembedding; columns: the prompt's positions (the cell predicts the next token). Each cell shows its top token, shaded by its probability: white 0% to red ${percent(1)}.`;
@@ -175,5 +183,14 @@ export function renderLogitLens({ model, el: root }: RenderProps<LogitLensTraits
     }),
   );
 
+  // after a resize the selected column is brought back into view (the user's own scroll is kept otherwise)
+  cleanups.push(
+    redrawOnResize(root, {
+      schedule: () => {
+        scrolledTo = -1; // (called only when the view's width changed)
+        frame.schedule();
+      },
+    }),
+  );
   return runView(m, panel, frame, cleanups, { data: ["top_ids", "top_probs"], redraw: ["tokens", "layer_labels", "vocab", "model_name", "selected_layer", "selected_pos"] }, load, draw);
 }

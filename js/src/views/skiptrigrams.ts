@@ -12,6 +12,7 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type WireArray } from "../lib/arrays";
+import { signLegend } from "../lib/colour";
 import { el, listen } from "../lib/dom";
 import { noExport } from "../lib/export";
 import { offsetControl } from "../lib/offset";
@@ -236,7 +237,7 @@ export function renderSkipTrigrams({ model, el: root }: RenderProps<TrigramTrait
     pageText.textContent = rows.length ? `rows ${slice.first}–${slice.last} of ${rows.length} · page ${slice.page + 1} of ${pageCount(rows.length, pageSize)}` : "no rows";
     prev.disabled = slice.page <= 0;
     next.disabled = slice.page >= pageCount(rows.length, pageSize) - 1;
-    legend.textContent = "QK and OV cells: blue negative, red positive, scaled to the largest value listed.";
+    legend.textContent = `QK and OV cells: ${signLegend("raises the score or logit", "lowers it")}, scaled to the largest value listed.`;
     legend.append(noExport(el(doc, "span", undefined, " Click a source token to list its skip-trigrams.")));
 
     const head = headName(sel.layer, sel.head);

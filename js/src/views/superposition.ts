@@ -11,15 +11,16 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type NDArray, type WireArray } from "../lib/arrays";
+import { signLegend } from "../lib/colour";
 import { el, listen } from "../lib/dom";
 import { clearError, makePanel, runView, setTitle, showError } from "../lib/panel";
 import { indexOr, perFrame, setTraits } from "../lib/selection";
 import { logSliderPosition, logSliderValue, nearestLog, representedCount, sameValue, snapshotOf } from "../lib/superposition";
 import { fmt } from "../lib/svg";
 import "../styles/superposition.css";
-import { dimensionalityChart, geometryChart, gramChart, phaseChart, type Shown } from "./superposition/charts";
+import { arrowLegend, dimensionalityChart, geometryChart, gramChart, phaseChart, type Shown } from "./superposition/charts";
 
-const FIELDS = ["W", "loss", "norms", "superposition", "dimensionality", "gram"] as const;
+const FIELDS = ["W", "b", "loss", "norms", "superposition", "dimensionality", "gram"] as const;
 type Field = (typeof FIELDS)[number];
 
 export interface SuperpositionTraits {
@@ -142,24 +143,27 @@ export function renderSuperposition({ model, el: root }: RenderProps<Superpositi
     scrub.value.textContent = `${d.steps[t] ?? 0} of ${d.steps[d.steps.length - 1] ?? 0}`;
     const src = source(d);
     const pick = (f: Field) => snapshotOf(src.arrays[f], src.p, src.dd, t);
+    // WᵀW's colour scale spans every snapshot of the model shown, so scrubbing does not rescale it
+    let gramLimit = 0;
+    for (let k = 0; k < d.steps.length; k++) for (const v of snapshotOf(src.arrays.gram, src.p, src.dd, k)) gramLimit = Math.max(gramLimit, Math.abs(v));
     const shown: Shown = {
       W: pick("W"), m: d.m, n: d.n, norms: pick("norms"), superposition: pick("superposition"),
-      dimensionality: pick("dimensionality"), gram: pick("gram"), selected,
+      dimensionality: pick("dimensionality"), gram: pick("gram"), b: pick("b"), gramLimit, selected,
     };
     root.dataset.cwSource = src.live ? "live" : "grid";
     root.dataset.cwStep = String(d.steps[t] ?? 0);
     root.dataset.cwProbability = String(probability);
     root.dataset.cwLiveProbability = String(m.get("live_probability"));
-    const box = (title: string, chart: SVGSVGElement, cls: string) => {
+    const box = (title: string, chart: SVGSVGElement, cls: string, ...extra: SVGSVGElement[]) => {
       const b = el(doc, "div", `cw-sp-chart ${cls}`);
-      b.append(el(doc, "div", "cw-chart-title", title), chart);
+      b.append(el(doc, "div", "cw-chart-title", title), chart, ...extra);
       return b;
     };
     const plane = d.m === 2 ? "Feature directions W_i in the hidden plane" : d.m === 1 ? "Feature directions W_i (one hidden dimension)" : `Feature directions W_i: hidden dimensions 1 and 2 of ${d.m} (a projection)`;
     const current = { x: 1 / probability, values: shown.dimensionality, norms: shown.norms };
     const charts = [
-      box(plane, geometryChart(doc, shown), "cw-sp-geometry"),
-      box("WᵀW and ‖W_i‖ coloured by superposition", gramChart(doc, shown), "cw-sp-gram"),
+      box(plane, geometryChart(doc, shown), "cw-sp-geometry", arrowLegend(doc, d.n)),
+      box("WᵀW, ‖W_i‖ coloured by superposition, and b", gramChart(doc, shown), "cw-sp-gram"),
       box(`Feature dimensionality (decay ${fmt(d.decays[src.cell[1]] ?? 0, 2)}; ○ the model shown)`, dimensionalityChart(doc, d.probabilities, d.grid.dimensionality, d.grid.norms, src.cell[1], t, current, selected), "cw-sp-dims"),
     ];
     if (d.phase.densities.length > 0) {
@@ -168,21 +172,26 @@ export function renderSuperposition({ model, el: root }: RenderProps<Superpositi
     panel.body.replaceChildren(...charts);
     const loss = pick("loss")[0] ?? Number.NaN;
     const kept = representedCount(shown.norms);
-    const what = `1 − S = ${fmt(probability, 4)}, decay ${fmt(dec, 2)}, step ${d.steps[t] ?? 0}: ${kept} of ${d.n} features represented, loss ${loss.toExponential(2)}`;
+    // the values of the model drawn, never the sliders' when they differ (a retrain under way shows another model)
+    const shownP = src.live ? Number(m.get("live_probability")) : (d.probabilities[src.cell[0]] ?? 0);
+    const shownD = src.live ? Number(m.get("live_decay")) : (d.decays[src.cell[1]] ?? 0);
+    root.dataset.cwShownProbability = String(shownP);
+    const what = `model shown: 1 − S = ${fmt(shownP, 4)}, decay ${fmt(shownD, 2)}, step ${d.steps[t] ?? 0}: ${kept} of ${d.n} features represented, loss ${loss.toExponential(2)}`;
     const feature = selected >= 0 ? ` · feature ${selected}: ‖W‖ ${fmt(shown.norms[selected] ?? 0, 2)}, D ${fmt(shown.dimensionality[selected] ?? 0, 2)}` : "";
     const training = String(m.get("training") ?? "");
     let where = "";
     if (!src.live) {
       const gp = d.probabilities[src.cell[0]] ?? 0;
       const gd = d.decays[src.cell[1]] ?? 0;
+      const asked = sameValue(gp, probability) && sameValue(gd, dec) ? "" : ` (sliders: 1 − S = ${fmt(probability, 4)}, decay ${fmt(dec, 2)})`;
       where = offline
-        ? ` · exported page: the precomputed model at 1 − S = ${fmt(gp, 4)}, decay ${fmt(gd, 2)}; other slider values need a live kernel`
+        ? ` · exported page: the precomputed model nearest the sliders${asked}; other slider values need a live kernel`
         : training === "training"
-          ? ` · retraining in the kernel; showing the nearest precomputed model (1 − S = ${fmt(gp, 4)}) meanwhile`
-          : training ? ` · the kernel's retrain failed: ${training}` : "";
+          ? ` · retraining in the kernel at the sliders' values${asked}; the nearest precomputed model meanwhile`
+          : training ? ` · the kernel's retrain failed: ${training}${asked}` : asked;
     }
     panel.status.textContent = `${what}${feature}${where}.`;
-    note.textContent = "Arrows: each feature's direction W_i (dashed circle: norm 1). Heatmap: WᵀW (blue negative, red positive). Bars: ‖W_i‖, black when the feature has a dimension to itself, yellow when others overlap it. Dimensionality: D_i = ‖W_i‖² / Σ_j (Ŵ_i·W_j)², dashed at the fractions features stick to. Click a feature to select it.";
+    note.textContent = `Arrows: each feature's direction W_i (dashed circle: norm 1). Heatmap: WᵀW (${signLegend("W_i·W_j > 0, pointing the same way", "opposed")}). Bars: ‖W_i‖, black when the feature has a dimension to itself, yellow when others overlap it, grey when it is not represented (‖W_i‖ ≤ 0.5: dead); b_i: each feature's output bias. Dimensionality: D_i = ‖W_i‖² / Σ_j (Ŵ_i·W_j)², dashed at the fractions features stick to. Click a feature to select it.`;
   }
 
   const frame = perFrame(draw);

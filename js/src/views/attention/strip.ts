@@ -6,7 +6,7 @@
 
 import type { WireArray } from "../../lib/arrays";
 import { decodeOptional } from "../../lib/arrays";
-import { DIVERGING, divergingIndex, type Lut, makeLut, sequentialIndex } from "../../lib/colour";
+import { DIVERGING, divergingIndex, type Lut, makeLut, sequentialIndex, signLegend } from "../../lib/colour";
 import { absMax } from "../../lib/patterns";
 import { fmt } from "../../lib/svg";
 import { tokenLabel } from "../../lib/tokens";
@@ -105,5 +105,5 @@ export function positionWords(tokens: readonly string[], i: number, effect: numb
 export function stripHint(kind: StripKind): string {
   return kind === "loss"
     ? "Tokens shaded by the model's loss (nats) predicting the next token: darker is a worse prediction (per position: the same for every head)."
-    : "Tokens shaded by this head's direct effect on the logit of the next token (blue lowers, red raises).";
+    : `Tokens shaded by this head's direct effect on the logit of the next token (${signLegend("raises it", "lowers it")}).`;
 }

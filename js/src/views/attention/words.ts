@@ -2,7 +2,7 @@
 // described), the hover line, the zoom line and the token strip's hint.
 
 import { type ColourScale, WHEEL_HINT } from "../../lib/attentionui";
-import { DIVERGING, type Lut } from "../../lib/colour";
+import { DIVERGING, type Lut, signLegend } from "../../lib/colour";
 import { el } from "../../lib/dom";
 import { NONE } from "../../lib/selection";
 import { ATTENTION, lutGradient } from "../../lib/shading";
@@ -75,7 +75,7 @@ export function legendItems(doc: Document, s: Sel, d: Subject, diagonals: readon
   );
   const strip = d.strip;
   if (strip?.kind === "logit_effect") {
-    items.push(bar(doc, DIVERGING, fmt(-strip.limit), "logit effect on next token", `+${fmt(strip.limit)}`, "(r_i W_O W_U)[next token]: blue lowers, red raises its logit"));
+    items.push(bar(doc, DIVERGING, fmt(-strip.limit), "logit effect on next token", `+${fmt(strip.limit)}`, `(r_i W_O W_U)[next token]: ${signLegend("raises its logit", "lowers it")}`));
   } else if (strip?.kind === "loss") {
     const title = "−log p(next token | the tokens so far), per position: the same for every head";
     items.push(bar(doc, stripLut(strip), "0", LOSS_LABEL, fmt(strip.limit), title));

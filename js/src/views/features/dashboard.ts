@@ -9,14 +9,14 @@
 
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type NDArray, type WireArray } from "../../lib/arrays";
-import { lutCss, lutLuminance } from "../../lib/colour";
+import { lutCss, lutLuminance, signLegend } from "../../lib/colour";
 import { el, listen } from "../../lib/dom";
-import { type DashboardArrays, type Example, histogramBars, rowOf, searchUnits, short, unitExamples } from "../../lib/features";
+import { type DashboardArrays, denseWords, type Example, histogramBars, rowOf, searchUnits, short, sig3, unitExamples } from "../../lib/features";
 import { clearError, makePanel, runView, setTitle, showError } from "../../lib/panel";
 import { ATTENTION, weightIndex } from "../../lib/shading";
 import { indexOr, perFrame, setTraits } from "../../lib/selection";
 import { svgEl, svgTitle } from "../../lib/svg";
-import { tokenLabel } from "../../lib/tokens";
+import { compactToken, tokenLabel } from "../../lib/tokens";
 import "../../styles/features.css";
 
 export interface FeatureDashboardTraits {
@@ -43,6 +43,7 @@ export interface FeatureDashboardTraits {
   kind: string;
   model_name: string;
   n_tokens_read: number;
+  dense_share: number;
   selected_feature: number;
 }
 
@@ -62,7 +63,7 @@ function exampleLine(doc: Document, ex: Example, label: string, row: number): HT
   const text = el(doc, "span", "cw-fd-text");
   ex.tokens.forEach((token, i) => {
     const span = el(doc, "span", i === ex.centre ? "cw-token cw-fd-centre" : "cw-token");
-    const shown = tokenLabel(token, 24);
+    const shown = compactToken(token, 24);
     span.textContent = shown.text;
     const idx = weightIndex(ex.shades[i] ?? 0);
     if (idx >= 0) {
@@ -133,14 +134,17 @@ export function renderFeatureDashboard({ model, el: root }: RenderProps<FeatureD
     results.replaceChildren();
     if (query === "") return;
     const hits = searchUnits(query, dashArrays(x), x.logit_up, vocab, int(m.get("centre")));
+    // each hit is labelled by the token that matched the query (its top token, or the token it promotes)
     const head = el(doc, "div", "cw-note");
     head.textContent = hits.length === 0 ? `no unit's top token or promoted token contains "${tokenLabel(query, 24).text}"` : `${hits.length === 100 ? "first 100" : hits.length} units whose top token or a promoted token contains "${tokenLabel(query, 24).text}":`;
     results.append(head);
-    for (const u of hits) {
+    for (const hit of hits) {
       const b = el(doc, "button", "cw-button cw-fd-hit");
-      b.dataset.cwUnit = String(u);
-      const top = unitExamples(dashArrays(x), vocab, u, 0, 1, int(m.get("centre")))[0];
-      b.textContent = `${unitName(u)} ${top ? `'${tokenLabel(top.tokens[top.centre] ?? "", 10).text}'` : ""}`;
+      b.dataset.cwUnit = String(hit.unit);
+      const shown = compactToken(hit.token, 14);
+      b.dataset.cwMatched = hit.token;
+      b.textContent = `${unitName(hit.unit)} ${hit.where === "top" ? "top" : "promotes"} '${shown.text}'`;
+      b.title = `${unitName(hit.unit)}: ${hit.where === "top" ? "its top example's own token is" : "it promotes"} '${shown.title ?? shown.text}'`;
       results.append(b);
     }
   }
@@ -153,33 +157,47 @@ export function renderFeatureDashboard({ model, el: root }: RenderProps<FeatureD
     ids.forEach((id, i) => {
       const row = el(doc, "div", "cw-fd-logit");
       const t = el(doc, "span", "cw-token");
-      t.textContent = tokenLabel(vocab[id] ?? "?", 20).text;
+      const shown = compactToken(vocab[id] ?? "?", 16);
+      t.textContent = shown.text;
+      t.title = shown.title ?? shown.text;
       const v = el(doc, "span", "cw-fd-num");
-      v.textContent = short(values[i] ?? Number.NaN);
+      const value = values[i] ?? Number.NaN;
+      v.textContent = `${value > 0 ? "+" : ""}${sig3(value)}`;
+      v.classList.add(value < 0 ? "cw-negative" : "cw-positive"); // (the colour of the value's own sign)
       row.append(t, v);
       box.append(row);
     });
     return box;
   }
 
+  /** The histogram of `u`'s positive activations: bars on log-spaced bins from its smallest bin to its largest
+   * activation (the header's "largest"), a y-axis of token counts (0 and the tallest bar), both axes named. */
   function histogram(x: Arrays, u: number): SVGSVGElement {
-    const bars = histogramBars(x.hist, x.hist_edges, u);
+    const largest = x.unit_max.data[u] as number;
+    const bars = histogramBars(x.hist, x.hist_edges, u, largest);
     const W = 300;
-    const H = 110;
+    const H = 130;
+    const L = 44; // (room for the y-axis' numbers)
+    const plotH = H - 46;
     const svg = svgEl(doc, "svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "cw-fd-hist", role: "img" });
-    svgTitle(doc, svg, `Histogram of ${unitName(u)}'s positive activations (log-spaced bins)`);
+    svgTitle(doc, svg, `Histogram of ${unitName(u)}'s positive activations: tokens per log-spaced bin`);
     const max = Math.max(1, ...bars.map((b) => b.count));
-    const bw = (W - 20) / Math.max(1, bars.length);
+    const bw = (W - L - 6) / Math.max(1, bars.length);
     bars.forEach((b, i) => {
-      const h = (b.count / max) * (H - 30);
-      const r = svgEl(doc, "rect", { x: 10 + i * bw, y: H - 20 - h, width: Math.max(1, bw - 1), height: h, fill: "#3484a5", "data-cw-count": b.count });
-      svgTitle(doc, r, `${short(b.lo)} to ${short(b.hi)}: ${b.count.toLocaleString("en-US")} tokens`);
+      const h = (b.count / max) * plotH;
+      const r = svgEl(doc, "rect", { x: L + i * bw, y: 8 + plotH - h, width: Math.max(1, bw - 1), height: h, fill: "#3484a5", "data-cw-count": b.count });
+      svgTitle(doc, r, `activation ${sig3(b.lo)} to ${sig3(b.hi)}: ${b.count.toLocaleString("en-US")} tokens`);
       svg.append(r);
     });
+    const axis = { stroke: "#888", "stroke-width": 1 };
+    svg.append(svgEl(doc, "line", { x1: L - 2, y1: 8, x2: L - 2, y2: 8 + plotH, ...axis }), svgEl(doc, "line", { x1: L - 2, y1: 8 + plotH, x2: W - 6, y2: 8 + plotH, ...axis }));
+    const text = (x0: number, y0: number, anchor: string, value: string, cls: string): SVGElement => svgEl(doc, "text", { x: x0, y: y0, "font-size": 10, fill: "#444", "text-anchor": anchor, class: cls }, value);
+    svg.append(text(L - 5, 12, "end", max.toLocaleString("en-US"), "cw-fd-ymax"), text(L - 5, 8 + plotH, "end", "0", "cw-fd-y0"));
+    svg.append(svgEl(doc, "text", { x: 10, y: 8 + plotH / 2, "font-size": 10, fill: "#444", "text-anchor": "middle", transform: `rotate(-90 10 ${8 + plotH / 2})` }, "tokens"));
     if (bars.length > 0) {
-      svg.append(svgEl(doc, "text", { x: 10, y: H - 6, "font-size": 10, fill: "#444" }, short(bars[0]?.lo ?? 0)));
-      svg.append(svgEl(doc, "text", { x: W - 10, y: H - 6, "font-size": 10, fill: "#444", "text-anchor": "end" }, short(bars[bars.length - 1]?.hi ?? 0)));
+      svg.append(text(L, 8 + plotH + 13, "start", sig3(bars[0]?.lo ?? 0), "cw-fd-xmin"), text(W - 6, 8 + plotH + 13, "end", sig3(bars[bars.length - 1]?.hi ?? 0), "cw-fd-xmax"));
     }
+    svg.append(text((L + W) / 2, H - 4, "middle", "activation (log-spaced bins)", "cw-fd-xlabel"));
     return svg;
   }
 
@@ -202,23 +220,45 @@ export function renderFeatureDashboard({ model, el: root }: RenderProps<FeatureD
     drawResults(x, vocab);
     const top = unitExamples(dashArrays(x), vocab, u, 0, nTop, centre);
     const sample = unitExamples(dashArrays(x), vocab, u, nTop, Number.MAX_SAFE_INTEGER, centre);
-    const h1 = el(doc, "div", "cw-fd-heading");
-    h1.textContent = `${unitName(u)}: top activations`;
-    const h2 = el(doc, "div", "cw-fd-heading");
-    h2.textContent = "random sample of its active tokens (quantile among them)";
-    left.replaceChildren(h1, ...top.map((ex, i) => exampleLine(doc, ex, short(ex.value), i)), h2, ...sample.map((ex, i) => exampleLine(doc, ex, `${short(ex.value)} · q${Math.round(ex.quantile * 100)}`, nTop + i)));
-    if (top.length === 0) left.append(Object.assign(el(doc, "div", "cw-note"), { textContent: "never active on the corpus read" }));
     const density = x.density.data[u] as number;
+    const read = int(m.get("n_tokens_read")).toLocaleString("en-US");
+    const dead = top.length === 0 || !(density > 0);
     const stats = el(doc, "div", "cw-fd-stats");
-    stats.textContent = `active on ${(density * 100).toPrecision(3)}% of ${int(m.get("n_tokens_read")).toLocaleString("en-US")} tokens · largest ${short(x.unit_max.data[u] as number)}`;
-    const parts: HTMLElement[] = [stats, histogram(x, u) as unknown as HTMLElement];
+    const parts: HTMLElement[] = [stats];
+    if (dead) {
+      // a unit that never fired: say so, and draw no empty examples or histogram
+      stats.textContent = `${unitName(u)} never fires on the ${read} tokens read (no positive activation)`;
+      stats.classList.add("cw-fd-dead");
+      left.replaceChildren(Object.assign(el(doc, "div", "cw-note cw-fd-dead-note"), { textContent: `${unitName(u)} never fires on the ${read} tokens read: no examples, no histogram.` }));
+    } else {
+      const h1 = el(doc, "div", "cw-fd-heading");
+      h1.textContent = `${unitName(u)}: top activations (activation at the outlined token)`;
+      const lines: HTMLElement[] = [h1, ...top.map((ex, i) => exampleLine(doc, ex, sig3(ex.value), i))];
+      if (sample.length > 0) {
+        const h2 = el(doc, "div", "cw-fd-heading");
+        h2.textContent = "random sample of its active tokens (activation · quantile among them)";
+        lines.push(h2, ...sample.map((ex, i) => exampleLine(doc, ex, `${sig3(ex.value)} · q${Math.round(ex.quantile * 100)}`, nTop + i)));
+      }
+      left.replaceChildren(...lines);
+      stats.textContent = `active on ${sig3(density * 100)}% of ${read} tokens · largest activation ${sig3(x.unit_max.data[u] as number)}`;
+      parts.push(histogram(x, u) as unknown as HTMLElement);
+    }
+    const share = Number(m.get("dense_share") ?? 0);
+    if (share > 0 && density > share) {
+      const badge = el(doc, "div", "cw-fd-dense");
+      badge.textContent = `dense: ${denseWords(share)} (it fires on many tokens, so its presence says little about any one of them)`;
+      parts.splice(1, 0, badge);
+    }
     if ((x.logit_up.shape[1] ?? 0) > 0) {
       const lists = el(doc, "div", "cw-fd-lists");
       lists.append(
         tokenList("promotes", rowOf(x.logit_up, u), rowOf(x.logit_up_value, u), vocab, "cw-fd-up"),
         tokenList("suppresses", rowOf(x.logit_down, u), rowOf(x.logit_down_value, u), vocab, "cw-fd-down"),
       );
-      parts.push(lists);
+      const unit = el(doc, "div", "cw-note cw-fd-unit");
+      unit.textContent = `logit change per unit of activation (through the final norm at its mean scale), 3 significant figures; ${signLegend("raises the token's logit", "lowers it")}`;
+      unit.classList.add("cw-sign-legend");
+      parts.push(lists, unit);
     }
     if ((x.nearby.shape[1] ?? 0) > 0) {
       const near = el(doc, "div", "cw-fd-nearby");
@@ -230,6 +270,7 @@ export function renderFeatureDashboard({ model, el: root }: RenderProps<FeatureD
         const b = el(doc, "button", "cw-button cw-fd-near");
         b.dataset.cwUnit = String(v);
         b.textContent = `${unitName(v)} ${short(cos[i] ?? Number.NaN)}`;
+        b.title = `cosine of ${unitName(v)}'s output direction with ${unitName(u)}'s: ${sig3(cos[i] ?? Number.NaN)}`;
         near.append(b);
       });
       parts.push(near);
@@ -252,5 +293,5 @@ export function renderFeatureDashboard({ model, el: root }: RenderProps<FeatureD
       if (b) select(Number(b.getAttribute("data-cw-unit")));
     }),
   );
-  return runView(m, panel, frame, cleanups, { data: [...ARRAYS], redraw: ["vocab", "n_top", "centre", "site", "unit_prefix", "kind", "model_name", "n_tokens_read", "selected_feature"] }, load, draw);
+  return runView(m, panel, frame, cleanups, { data: [...ARRAYS], redraw: ["vocab", "n_top", "centre", "site", "unit_prefix", "kind", "model_name", "n_tokens_read", "dense_share", "selected_feature"] }, load, draw);
 }

@@ -9,10 +9,10 @@
 import type { AnyModel, RenderProps } from "@anywidget/types";
 import { decodeArray, type NDArray, type WireArray } from "../../lib/arrays";
 import { el, listen } from "../../lib/dom";
-import { columnWindow, short } from "../../lib/features";
+import { columnWindow, denseWords, short } from "../../lib/features";
 import { clearError, makePanel, runView, setTitle, showError } from "../../lib/panel";
 import { NONE, perFrame, setTraits } from "../../lib/selection";
-import { tokenLabel } from "../../lib/tokens";
+import { compactToken, tokenLabel } from "../../lib/tokens";
 import "../../styles/features.css";
 
 export interface PromptFeaturesTraits {
@@ -23,6 +23,8 @@ export interface PromptFeaturesTraits {
   unit_prefix: string;
   site: string;
   model_name: string;
+  dense: WireArray;
+  dense_share: number;
   selected_feature: number;
   selected_dest: number;
 }
@@ -30,7 +32,7 @@ export interface PromptFeaturesTraits {
 type Model = AnyModel<PromptFeaturesTraits>;
 
 /** Width of a token's column, px. */
-export const COLUMN = 96;
+export const COLUMN = 112; // (room for "◆L1.tc/3636 37.5": a dense mark, a name and an activation, unclipped)
 
 const strings = (v: unknown): string[] => (Array.isArray(v) ? v.map((s) => String(s)) : []);
 const int = (v: unknown, fallback = NONE): number => (typeof v === "number" && Number.isInteger(v) ? v : fallback);
@@ -45,7 +47,9 @@ export function renderPromptFeatures({ model, el: root }: RenderProps<PromptFeat
   const scroller = el(doc, "div", "cw-pf-scroll");
   const track = el(doc, "div", "cw-pf-track");
   scroller.append(track);
-  panel.body.append(scroller);
+  const legend = el(doc, "div", "cw-pf-legend");
+  panel.body.append(legend, scroller);
+  let dense = new Set<number>();
 
   function load(): void {
     try {
@@ -53,6 +57,8 @@ export function renderPromptFeatures({ model, el: root }: RenderProps<PromptFeat
       const b = decodeArray(m.get("active_value"));
       if (a.shape.length !== 2 || a.shape.join() !== b.shape.join()) throw new Error("circuitwidgets: active and active_value must be [n_tokens, k] alike");
       [ids, values] = [a, b];
+      const d = m.get("dense") === undefined || m.get("dense") === null ? null : decodeArray(m.get("dense"));
+      dense = new Set(d === null ? [] : Array.from(d.data as ArrayLike<number>));
       clearError(panel);
     } catch (err) {
       [ids, values] = [null, null];
@@ -70,6 +76,8 @@ export function renderPromptFeatures({ model, el: root }: RenderProps<PromptFeat
     }
     const n = tokens.length;
     const k = ids.shape[1] ?? 0;
+    const share = Number(m.get("dense_share") ?? 0);
+    legend.textContent = `chips: unit and its activation, strongest first${dense.size > 0 && share > 0 ? ` · ◆ dashed: dense, ${denseWords(share)} of the corpus read` : ""}`;
     const dest = int(m.get("selected_dest"));
     const feature = int(m.get("selected_feature"));
     const { start, end } = columnWindow(scroller.scrollLeft, scroller.clientWidth, COLUMN, n);
@@ -82,7 +90,7 @@ export function renderPromptFeatures({ model, el: root }: RenderProps<PromptFeat
       col.style.left = `${p * COLUMN}px`;
       col.style.width = `${COLUMN - 4}px`;
       const tok = el(doc, "button", "cw-pf-token cw-token");
-      const shown = tokenLabel(tokens[p] ?? "", 12);
+      const shown = compactToken(tokens[p] ?? "", 12);
       tok.textContent = shown.text;
       tok.title = `${p}: ${shown.title ?? shown.text}`;
       tok.dataset.cwPos = String(p);
@@ -90,10 +98,11 @@ export function renderPromptFeatures({ model, el: root }: RenderProps<PromptFeat
       for (let j = 0; j < k; j++) {
         const id = ids.data[p * k + j] as number;
         if (id < 0) break;
-        const chip = el(doc, "button", id === feature ? "cw-pf-chip cw-pf-on" : "cw-pf-chip");
+        const isDense = dense.has(id);
+        const chip = el(doc, "button", `cw-pf-chip${id === feature ? " cw-pf-on" : ""}${isDense ? " cw-pf-dense" : ""}`);
         chip.dataset.cwUnit = String(id);
-        chip.textContent = `${prefix}${id} ${short(values.data[p * k + j] as number)}`;
-        chip.title = `${chip.textContent} at position ${p}`; // (the chip may be too narrow for a long name)
+        chip.textContent = `${isDense ? "◆" : ""}${prefix}${id} ${short(values.data[p * k + j] as number)}`;
+        chip.title = `${chip.textContent} at position ${p}${isDense ? ` (dense: ${denseWords(Number(m.get("dense_share") ?? 0))})` : ""}`; // (the chip may be too narrow for a long name)
         col.append(chip);
       }
       columns.push(col);
@@ -119,5 +128,5 @@ export function renderPromptFeatures({ model, el: root }: RenderProps<PromptFeat
       frame.schedule();
     }),
   );
-  return runView(m, panel, frame, cleanups, { data: ["active", "active_value"], redraw: ["tokens", "unit_prefix", "site", "model_name", "selected_feature", "selected_dest"] }, load, draw);
+  return runView(m, panel, frame, cleanups, { data: ["active", "active_value", "dense"], redraw: ["dense_share", "tokens", "unit_prefix", "site", "model_name", "selected_feature", "selected_dest"] }, load, draw);
 }

@@ -1,6 +1,7 @@
 // The graph view's side panel: the legend and the faithfulness curve.
 
 import { el } from "../../lib/dom";
+import { SIGN_WORDS } from "../../lib/colour";
 import { curveValueAt, curveX, edgeColour, edgeWidth } from "../../lib/graphview";
 import { fmt, svgEl, svgTitle } from "../../lib/svg";
 
@@ -9,14 +10,14 @@ export const PIN = "#E69F00";
 
 /** The legend: edge colours by sign, width by |weight|, node size, pins. */
 export function legend(doc: Document, max: number, negative: string, positive: string, perPosition: boolean): SVGSVGElement {
-  const svg = svgEl(doc, "svg", { width: 260, height: 100, class: "cw-graph-legend" });
+  const svg = svgEl(doc, "svg", { width: 380, height: 100, class: "cw-graph-legend" });
   const rows: [string, string][] = [
-    [edgeColour(-1), negative],
-    [edgeColour(1), positive],
+    [edgeColour(1), `${SIGN_WORDS.positive}, ${positive}`],
+    [edgeColour(-1), `${SIGN_WORDS.negative}, ${negative}`],
   ];
   rows.forEach(([colour, text], k) => {
     svg.append(svgEl(doc, "line", { x1: 4, x2: 28, y1: 10 + k * 16, y2: 10 + k * 16, stroke: colour, "stroke-width": 3 }));
-    svg.append(svgEl(doc, "text", { x: 34, y: 14 + k * 16, "font-size": 10, fill: "#333" }, text));
+    svg.append(svgEl(doc, "text", { x: 34, y: 14 + k * 16, "font-size": 10, fill: "#333", class: "cw-sign-legend" }, text));
   });
   svg.append(svgEl(doc, "line", { x1: 4, x2: 28, y1: 46, y2: 46, stroke: "#888", "stroke-width": edgeWidth(max, max) }));
   svg.append(svgEl(doc, "text", { x: 34, y: 50, "font-size": 10, fill: "#333" }, `width: |weight| (widest ${fmt(max, 3)})`));

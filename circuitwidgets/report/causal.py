@@ -9,7 +9,7 @@ lens reads the same difference before each layer. Each figure is a mean over the
 deviation over them, and every number the text quotes is formatted from the computed result, so
 ``induction_test(cw.load_pretrained(name))`` in one notebook cell gives them all back.
 
-This module sits beside :mod:`circuitwidgets.report` (which imports it, never the reverse) and returns plain
+This module sits beside :mod:`circuitwidgets.report.paper` (which imports it, never the reverse) and returns plain
 ``(title, explanation HTML, widget)`` triples.
 """
 

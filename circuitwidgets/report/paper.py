@@ -1,10 +1,11 @@
-"""``circuitwidgets report``: one offline page that walks through the paper on a model.
+"""The report's walk through the paper: its sections, in order, and the head and position every view starts on.
 
 Sections follow *A Mathematical Framework for Transformer Circuits*: the direct
 path's bigrams, copying heads by eigenvalues, skip-trigrams, composition,
 induction heads on repeated random tokens, the circuit tested on runs there
-(head patching, path patching, direct logit attribution and the logit lens:
-:mod:`circuitwidgets.report_causal`), and term importance. Every number
+(head patching, path patching, direct logit attribution: :mod:`circuitwidgets.report.causal`;
+the logit lens: :mod:`circuitwidgets.report.lens`), the features of the induction answer where the model has
+dictionaries (:mod:`circuitwidgets.report.features`), and term importance. Every number
 is computed from the model when the page is made; every view is a live widget
 that stays interactive in the saved file, with no kernel and no network.
 """
@@ -12,11 +13,8 @@ that stays interactive in the saved file, with no kernel and no network.
 from __future__ import annotations
 
 import html
-import time
-import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,10 +23,11 @@ from circuitwidgets import circuits
 from circuitwidgets._text import visible_label, visible_token
 from circuitwidgets.causal.induction import induction_test
 from circuitwidgets.errors import ArgumentError
-from circuitwidgets.export import html_page
+from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.report_causal import causal_sections
-from circuitwidgets.report_lens import lens_section
+from circuitwidgets.report.causal import causal_sections
+from circuitwidgets.report.features import features_sections
+from circuitwidgets.report.lens import lens_section
 
 DEFAULT_TEXT = '''class Stack:
     """A last-in, first-out stack."""
@@ -94,8 +93,10 @@ def build_sections(
     text: str = DEFAULT_TEXT,
     log: Callable[[str], None] = lambda s: None,
     card: dict[str, Any] | None = None,
+    dictionaries: Mapping[str, Dictionary] | None = None,
 ) -> list[Section]:
-    """Compute every section of the report for ``model`` (with ``card``, a shipped model's, also its training history)."""
+    """Compute every section of the report for ``model`` (with ``card``, a shipped model's, also its training history;
+    with ``dictionaries``, ``{name: Dictionary}`` of the model, the features of the induction answer)."""
     from circuitwidgets.widgets import (
         AttentionPatterns,
         CompositionMap,
@@ -204,6 +205,10 @@ def build_sections(
         sections.append(Section(title, explanation, widget))
     log("logit lens and repetition")
     sections.append(Section(*lens_section(model, test)))
+    if dictionaries:
+        log("features of the induction answer")
+        for title, explanation, widget in features_sections(model, test, dictionaries, log=log):
+            sections.append(Section(title, explanation, widget))
     log("term importance")
     sections.append(
         Section(
@@ -267,77 +272,3 @@ def _start_on_the_last_position(widget: Any, n_tokens: int) -> None:
         n = getattr(widget, "n_tokens", 0) or len(getattr(widget, "tokens", []) or [])
         if widget.has_trait(name) and n == n_tokens:
             setattr(widget, name, n - 1)
-
-
-def _intro(model: CircuitModel, card: dict[str, Any]) -> str:
-    cfg = model.cfg
-    lines = [
-        f"<h1>{html.escape(visible_label(model.name))}: a walk through <em>A Mathematical Framework for Transformer Circuits</em></h1>",
-        f"<p>{cfg.n_layers} {'layer' if cfg.n_layers == 1 else 'layers'}, {cfg.n_heads} heads × {cfg.d_head} dimensions, d_model {cfg.d_model}, "
-        f"{cfg.d_vocab} tokens, context {cfg.n_ctx}; positions: {html.escape(visible_label(cfg.positional_embedding_type))}; "
-        f"{'with MLPs (MLP paths are outside the weight-space analyses)' if cfg.has_mlp else 'attention only'}.</p>",
-    ]
-    training = card.get("training") if isinstance(card, dict) else None
-    if isinstance(training, dict):
-        lines.append(
-            f"<p>Trained by circuitwidgets on {html.escape(visible_label(str(training.get('corpus', {}).get('corpus', 'its corpus'))))}: "
-            f"{training.get('steps')} steps, {training.get('tokens', 0):,} tokens, validation loss {training.get('val_loss')} nats.</p>"
-        )
-    lines.append(
-        "<p>Every view below is interactive, offline: hover, click heads and tokens, switch layers. "
-        "The views are linked: choosing a head in one moves the others to it.</p>"
-    )
-    return "\n".join(lines)
-
-
-def _text_page(title: str, body: str) -> str:
-    """A self-contained page of text and tables only (no widget, so no script)."""
-    return (
-        '<!doctype html>\n<html><head><meta charset="utf-8"><title>'
-        + html.escape(visible_label(title))
-        + "</title><style>body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-        "</style></head><body>" + body + "</body></html>\n"
-    )
-
-
-def write_report(
-    model: CircuitModel,
-    path: str | Path,
-    text: str = DEFAULT_TEXT,
-    card: dict[str, Any] | None = None,
-    log: Callable[[str], None] = lambda s: None,
-) -> Path:
-    """Build the report for ``model`` and write it to ``path`` (a self-contained HTML file)."""
-    t0 = time.perf_counter()
-    sections = build_sections(model, text, log=log, card=card)
-    blocks = [f"<section><h2>{html.escape(visible_label(s.title))}</h2>{s.explanation}</section>" for s in sections]
-    widgets = [s.widget for s in sections if s.widget is not None]
-    texts: list[str] = []
-    pending = _intro(model, card or {})
-    for section, block in zip(sections, blocks, strict=True):
-        pending += block
-        if section.widget is not None:
-            texts.append(pending)
-            pending = ""
-    title = f"circuitwidgets report: {model.name}"
-    if widgets:
-        from circuitwidgets.widgets.core.link import link
-
-        with warnings.catch_warnings():  # positions link only where the token counts agree; the others say so
-            warnings.simplefilter("ignore", category=UserWarning)
-            link(*widgets)
-        page = html_page(widgets, title=title, sections=texts)
-        if pending:
-            page = page.replace("</body>", pending + "</body>", 1)
-    else:  # a zero-layer model: its direct path is a table, and the page needs no view
-        page = _text_page(title, pending)
-    page = page.replace(
-        "</style>",
-        ".cw-table{border-collapse:collapse;font-size:13px}.cw-table td,.cw-table th{border:1px solid #ddd;padding:2px 6px;text-align:left}</style>",
-        1,
-    )
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(page, encoding="utf-8")
-    log(f"wrote {target} ({target.stat().st_size / 1e6:.2f} MB) in {time.perf_counter() - t0:.1f} s")
-    return target

@@ -186,7 +186,7 @@ def lens_section(model: CircuitModel, test: InductionTest) -> tuple[str, str, ob
         "unembedding, shaded by its probability; hover for the top five. Click a cell to select its token in the "
         "other views; a position chosen elsewhere scrolls into view here.</p>"
         f"<p>Each copy's mean next-token loss, on {r.n} sequences of {r.half} tokens of each kind repeated once "
-        "(the first token of each copy, which nothing predicts, left out; <code>circuitwidgets.report_lens."
+        "(the first token of each copy, which nothing predicts, left out; <code>circuitwidgets.report.lens."
         "repetition(model)</code>):</p>" + _table(r) + _why(r)
     )
     title = "What the model predicts on the repeated half: the logit lens, random tokens and code"
