@@ -8,7 +8,7 @@ Prints one JSON object comparing, on a small random float64 model:
 - SAELens's own evaluation functions (``get_recons_loss``,
   ``get_sparsity_and_variance_metrics``, run on our model through a small TransformerLens-like
   adapter, on the same token batches and excluding the same token) against
-  ``circuitwidgets.features.evaluate``: every number, both sides.
+  ``circuitwidgets.features.evaluation``: every number, both sides.
 
 ``tests/test_features_saelens.py`` runs it and checks the tolerances.
 """
@@ -29,7 +29,7 @@ from sae_lens.training.activation_scaler import ActivationScaler
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _features import mlp_model, random_dictionary
 
-from circuitwidgets.features.evaluate import evaluate
+from circuitwidgets.features.evaluation import evaluate
 from circuitwidgets.features.saelens_format import load_saelens, save_saelens
 
 SITES = {"hook_resid_post": "resid_post", "hook_resid_pre": "resid_pre", "hook_mlp_out": "mlp_out"}
