@@ -55,7 +55,9 @@ def test_saelens_b_dec_applied_to_input_is_folded(tmp_path: Path) -> None:
 
 
 def test_topk_transcoder_is_refused_by_saelens_format(tmp_path: Path) -> None:
-    with pytest.raises(ArgumentError, match="SAELens has no TopK transcoder"):
+    with pytest.raises(
+        ArgumentError, match=r"TopK transcoder needs a TopK transcoder class in SAELens.*JumpReLUTranscoder"
+    ):
         save_saelens(random_dictionary("transcoder", "topk"), tmp_path / "x")
 
 

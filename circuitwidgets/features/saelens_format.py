@@ -82,13 +82,18 @@ def _architecture(d: Dictionary) -> str:
     act = "jumprelu" if d.activation == "batchtopk" else d.activation
     if d.activation == "batchtopk" and d.threshold is None:
         raise ArgumentError(
-            f"dictionary {d.name}: a BatchTopK dictionary is written with its inference threshold; it has none"
+            f"dictionary {d.name}: a BatchTopK dictionary is written as SAELens writes its own, as "
+            f"sae_lens.{'JumpReLUSAE' if d.kind == 'sae' else 'JumpReLUTranscoder'} with the fitted inference "
+            "threshold; this one has none (train it to the end, which fits one)"
         )
     if d.kind == "sae":
         return {"relu": "standard", "topk": "topk", "jumprelu": "jumprelu"}[act]
     if act == "topk":
         raise ArgumentError(
-            f"dictionary {d.name}: SAELens has no TopK transcoder architecture; save it with features.save"
+            f"dictionary {d.name}: a TopK {d.kind} needs a TopK transcoder class in SAELens, which it does not have "
+            "(sae_lens 6 has Transcoder, SkipTranscoder, JumpReLUTranscoder, JumpReLUSkipTranscoder; TopK only for "
+            "SAEs: TopKSAE). Save it with features.save, or train it as batchtopk: its fitted threshold exports as "
+            f"sae_lens.{'JumpReLUSkipTranscoder' if d.kind == 'skip-transcoder' else 'JumpReLUTranscoder'}"
         )
     base = "skip_transcoder" if d.kind == "skip-transcoder" else "transcoder"
     return f"jumprelu_{base}" if act == "jumprelu" else base
