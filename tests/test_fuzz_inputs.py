@@ -174,3 +174,53 @@ def test_any_toy_weights_are_measured_or_typed(values: list[float], shape: tuple
         except CircuitWidgetsError:
             continue
         assert np.isfinite(out).all(), f"{measure.__name__} returned non-finite values for {W!r}"
+
+
+# ------------------------------------------------------------------------------------- the causal fuzz's leftovers
+def test_the_causal_leftovers_are_typed() -> None:
+    from conftest import make_random_model
+
+    import circuitwidgets as cw
+    from circuitwidgets.causal import logit_lens, path_patch
+    from circuitwidgets.causal.result import Sweep
+    from circuitwidgets.errors import ArgumentTypeError
+
+    model = make_random_model()
+    lens = logit_lens(model, torch.tensor([[1, 2, 3, 4]]))
+    for bad in ("a", b"a", np.array(["x"]), object()):
+        with pytest.raises(ArgumentTypeError, match="ids: expected token ids"):
+            lens.log_prob(bad)  # type: ignore[arg-type]
+    labels = {"layer": ["L0", "L1"], "head": ["H0", "H1"]}
+    for values in (np.array([[1, 2], [3, 4]], dtype=object), np.array([["a", "b"], ["c", "d"]]), np.ones((2, 2), bool)):
+        with pytest.raises(ArgumentTypeError, match=r"sweep\.values: expected an array of real numbers"):
+            cw.PatchingMap(Sweep(values, ("layer", "head"), labels, "activation patching", "m"))
+    with pytest.raises(ArgumentTypeError, match=r"sweep\.metric: expected a str"):
+        cw.PatchingMap(Sweep(np.zeros((2, 2)), ("layer", "head"), labels, "activation patching", None))  # type: ignore[arg-type]
+    component = {"component": ["embed"], "pos": ["0", "1"]}
+    with pytest.raises(ArgumentTypeError, match=r"sweep\.values"):
+        cw.LogitAttribution(Sweep(np.array([[1, 2]], dtype=object), ("component", "pos"), component,
+                                  "direct logit attribution", "m"))  # fmt: skip
+    with pytest.raises(CircuitWidgetsError, match="metric"):
+        cw.PatchingMap(metric=None)
+    from circuitwidgets.causal.metrics import Metric
+
+    class Flaky:
+        """A declared metric (the protocol logit_diff follows) whose batched values are NaN for one variant once."""
+
+        spoiled = False
+
+        def metric(self, vocab: int) -> Metric:
+            def batched(logits: torch.Tensor, batch: int) -> torch.Tensor:
+                value = (logits[:, :, -1, 3] - logits[:, :, -1, 4]).mean(dim=1)
+                if value.shape[0] > 2 and not Flaky.spoiled:  # (not the clean and corrupted pair: 2)
+                    Flaky.spoiled = True
+                    value = value.clone()
+                    value[1] = math.nan
+                return value
+
+            return Metric("flaky", batched)
+
+    flaky = Flaky()
+    clean, corrupted = torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([[1, 6, 3, 7, 5]])
+    with pytest.raises(CircuitWidgetsError, match=r"metric: flaky returned a non-finite value for a patched run"):
+        path_patch(model, clean, corrupted, flaky)
