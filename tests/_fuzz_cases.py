@@ -449,6 +449,61 @@ def superposition_cases() -> Iterator[Case]:
 
 def all_cases(root: Path) -> Iterator[Case]:
     """Every case, built under ``root`` (a fresh temporary folder)."""
-    for make in (saelens_cases, circuit_tracer_cases, own_file_cases, features_api_cases, graph_cases):
+    for make in (saelens_cases, circuit_tracer_cases, own_file_cases, features_api_cases, graph_cases, more_api_cases):
         yield from make(root)
     yield from superposition_cases()
+
+
+def more_api_cases(root: Path) -> Iterator[Case]:
+    """The rest of the public functions' arguments: files written, graphs pruned and compared, curves."""
+    from circuitwidgets import features as ft
+    from circuitwidgets import graphs as gr
+
+    d = random_dictionary("transcoder", "relu", layer=0)
+    yield "features", "save dictionary a string", lambda: ft.save("L0.tc", root / "x.safetensors")  # type: ignore[arg-type]
+    yield "features", "save dtype 'half'", lambda: ft.save(d, root / "x.safetensors", dtype="half")  # type: ignore[arg-type]
+    yield "features", "save_saelens dtype int", lambda: ft.save_saelens(d, root / "sl-int", dtype=torch.int64)
+    yield "features", "save_circuit_tracer an SAE", lambda: ft.save_circuit_tracer(
+        [random_dictionary("sae", "relu", in_site="resid_post")], root / "ct-sae")  # fmt: skip
+    yield "features", "save_circuit_tracer layers 1, 0", lambda: ft.save_circuit_tracer(
+        [random_dictionary("transcoder", "relu", layer=1), d], root / "ct-order")  # fmt: skip
+    good = ft.save(d, root / "good.safetensors")
+    yield "features", "load dtype int64", lambda: ft.load(good, dtype=torch.int64)
+    yield "features", "load dtype 'float'", lambda: ft.load(good, dtype="float")  # type: ignore[arg-type]
+    yield (
+        "features",
+        "load_circuit_tracer layer -1",
+        lambda: ft.load_circuit_tracer(root / "good.safetensors", layer=-1),
+    )
+    yield "features", "train_dictionaries no specs", lambda: ft.train_dictionaries(feature_model(), [], root / "none",
+                                                                                   log=None)  # fmt: skip
+    model = mlp_model()
+    tcs = random_transcoders(model)
+    graph = gr.attribution_graph(model, tcs, torch.tensor([0, 5, 9, 3, 7, 2]))
+    for label, kwargs in {"edges -1": {"edges": -1}, "threshold nan": {"threshold": math.nan}, "nodes 2.5":
+                          {"nodes": 2.5}, "two at once": {"edges": 3, "nodes": 2}, "none": {},
+                          "connected 'yes'": {"edges": 3, "connected": "yes"}}.items():  # fmt: skip
+        yield "graphs", f"prune {label}", lambda kw=kwargs: gr.prune(graph, **kw)
+    yield "graphs", "agreement k 0", lambda: gr.agreement(graph, graph, k=0)
+    yield "graphs", "agreement reference a dict", lambda: gr.agreement(graph, {}, k=3)  # type: ignore[arg-type]
+    yield "graphs", "to_circuit_tracer_json transcoders 'x'", lambda: gr.to_circuit_tracer_json(graph, root / "g.json",
+                                                                                                transcoders="x")  # fmt: skip
+    yield "graphs", "Graph.load missing", lambda: gr.Graph.load(root / "missing.graph")
+    clean = torch.tensor([[0, 5, 9, 3, 7, 2]])
+    corrupted = torch.tensor([[0, 6, 9, 3, 8, 2]])
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        return logits[:, -1, 3] - logits[:, -1, 4]
+
+    eap = gr.edge_attribution(model, clean, corrupted, metric)
+    for label, fractions in {"fractions [2.0]": [2.0], "fractions [nan]": [math.nan], "fractions 0": 0,
+                             "fractions 'all'": "all", "fractions []": []}.items():  # fmt: skip
+        yield "edge attribution", f"faithfulness_curve {label}", lambda f=fractions: gr.faithfulness_curve(
+            model, eap, clean, corrupted, metric, f)  # fmt: skip
+    yield (
+        "edge attribution",
+        "faithfulness circuit None",
+        lambda: gr.faithfulness(model, None, clean, corrupted, metric),
+    )  # type: ignore[arg-type]
+    yield "edge attribution", "faithfulness ablation 'zero'", lambda: gr.faithfulness(model, eap, clean, corrupted,
+                                                                                       metric, ablation="zero")  # fmt: skip

@@ -78,3 +78,12 @@ def check_memory(what: str, need: int, memory_budget: object, device: torch.devi
     if need > limit:
         name = "memory_budget" if memory_budget is not None else f"the memory of {where}"
         raise MemoryBudgetError(f"{what}: needs about {need:,} bytes, more than {name} ({limit:,} bytes)")
+
+
+def check_float_dtype(name: str, value: object) -> torch.dtype:
+    """``value`` if it is a floating-point ``torch.dtype`` (what a dictionary's weights are held or written in)."""
+    if not isinstance(value, torch.dtype):
+        raise ArgumentTypeError(f"{name}: expected a torch.dtype such as torch.float32, got {value!r:.40}")
+    if not value.is_floating_point:
+        raise ArgumentError(f"{name}: expected a floating-point dtype, got {value}")
+    return value

@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 from circuitwidgets._checks import check_int
-from circuitwidgets.errors import ArgumentError, FileFormatError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, FileFormatError
+from circuitwidgets.features._args import check_dictionary, check_float_dtype
 from circuitwidgets.features._safetensors_read import Header, read_header, read_tensors
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.files import expect_dictionary_tensors, write_safetensors
@@ -66,6 +67,13 @@ def save_circuit_tracer(
     dtype: torch.dtype = torch.float32,
 ) -> Path:
     """Write one transcoder per layer ``0 .. n-1`` (in order) as a circuit-tracer set in ``folder``."""
+    check_float_dtype("dtype", dtype)
+    if isinstance(transcoders, (str, bytes)) or not isinstance(transcoders, Sequence) or not transcoders:
+        raise ArgumentTypeError(
+            f"transcoders: expected a non-empty list of Dictionary, got {type(transcoders).__name__}"
+        )
+    for i, d in enumerate(transcoders):
+        check_dictionary(f"transcoders[{i}]", d)
     out = Path(folder)
     layers = [d.layer for d in transcoders]
     if layers != list(range(len(transcoders))):
@@ -103,6 +111,7 @@ def load_circuit_tracer(
     """
     if k is not None:
         k = check_int("k", k, 1)
+    check_float_dtype("dtype", dtype)
     p = Path(path)
     if p.is_dir():
         files = _layer_files(p)

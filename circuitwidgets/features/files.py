@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from circuitwidgets.errors import FileFormatError
+from circuitwidgets.features._args import check_dictionary, check_float_dtype
 from circuitwidgets.features._safetensors_read import Header, expect_floating, expect_shape, read_header, read_tensors
 from circuitwidgets.features._untrusted import int_field, parse_json
 from circuitwidgets.features.dictionary import Dictionary
@@ -47,6 +48,9 @@ def read_safetensors(
 
 def save(dictionary: Dictionary, path: str | Path, dtype: torch.dtype | None = None) -> Path:
     """Write ``dictionary`` to ``path`` (``.safetensors``), optionally cast to ``dtype`` (e.g. float16 to ship)."""
+    check_dictionary("dictionary", dictionary)
+    if dtype is not None:
+        check_float_dtype("dtype", dtype)
     p = Path(path)
     tensors = {k: v.to(dtype) if dtype is not None else v for k, v in dictionary.tensors().items()}
     write_safetensors(p, tensors, {META_KEY: json.dumps(dictionary.config())})
@@ -66,6 +70,7 @@ def load(
     ``None``: this machine's memory). Errors are :class:`~circuitwidgets.errors.FileFormatError` naming the file
     and the field.
     """
+    check_float_dtype("dtype", dtype)
     header = read_header(path, "dictionary file")
     where = f"dictionary file {str(path)!r}"
     if META_KEY not in header.metadata:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from circuitwidgets.errors import ArgumentError, FileFormatError
+from circuitwidgets.features._args import check_dictionary, check_float_dtype
 from circuitwidgets.features._safetensors_read import read_header, read_tensors
 from circuitwidgets.features._untrusted import field_of, int_field, read_json
 from circuitwidgets.features.dictionary import Dictionary
@@ -101,6 +102,8 @@ def _architecture(d: Dictionary) -> str:
 
 def save_saelens(d: Dictionary, path: str | Path, dtype: torch.dtype = torch.float32) -> Path:
     """Write ``d`` as a SAELens folder ``path`` (``cfg.json`` + ``sae_weights.safetensors``); returns the folder."""
+    check_dictionary("d", d)
+    check_float_dtype("dtype", dtype)
     arch = _architecture(d)
     folder = Path(path)
     tensors = {k: v.to(dtype) for k, v in d.tensors().items()}
@@ -206,6 +209,7 @@ def load_saelens(
     SAELens's TopK ``rescale_acts_by_decoder_norm`` (its TopK training's default) is folded into the weights, as
     SAELens's own ``fold_W_dec_norm`` does: the same map and the same feature activations.
     """
+    check_float_dtype("dtype", dtype)
     folder = Path(path)
     if not folder.is_dir():
         raise FileFormatError(f"path: expected a SAELens folder holding {CFG_FILENAME}, got {str(folder)!r}")

@@ -286,6 +286,8 @@ def prune(
             raise ArgumentTypeError(f"{name}: expected an int >= 0, got {value!r}")
         rows = graph.order()[:value] if name == "edges" else _rows_of_top_nodes(graph, value)
     rows = np.sort(rows)
+    if not isinstance(connected, bool):
+        raise ArgumentTypeError(f"connected: expected a bool, got {type(connected).__name__}")
     if connected:
         rows = rows[live_edges(graph, rows)]
     return graph.with_edges(rows)
