@@ -449,7 +449,15 @@ def superposition_cases() -> Iterator[Case]:
 
 def all_cases(root: Path) -> Iterator[Case]:
     """Every case, built under ``root`` (a fresh temporary folder)."""
-    for make in (saelens_cases, circuit_tracer_cases, own_file_cases, features_api_cases, graph_cases, more_api_cases):
+    for make in (
+        saelens_cases,
+        circuit_tracer_cases,
+        own_file_cases,
+        features_api_cases,
+        graph_cases,
+        more_api_cases,
+        resume_cases,
+    ):
         yield from make(root)
     yield from superposition_cases()
 
@@ -507,3 +515,25 @@ def more_api_cases(root: Path) -> Iterator[Case]:
     )  # type: ignore[arg-type]
     yield "edge attribution", "faithfulness ablation 'zero'", lambda: gr.faithfulness(model, eap, clean, corrupted,
                                                                                        metric, ablation="zero")  # fmt: skip
+
+
+def resume_cases(root: Path) -> Iterator[Case]:
+    """A training folder's own files, read on resume: state.json of the wrong shape, or a FIFO."""
+    from circuitwidgets import features as ft
+    from circuitwidgets.features import DictionaryTrainConfig
+
+    model = feature_model()
+    corpus = np.random.default_rng(0).integers(1, 40, 4_000).astype(np.int32)
+    config = DictionaryTrainConfig(batch_size=32, n_ctx=8, buffer_rows=256, threads=1)
+    for i, (label, text) in enumerate({"state.json []": "[]", "state.json step -3": '{"step": -3}',
+                                       "state.json step '2'": '{"step": "2"}', "state.json deep": _nested(50_000)}.items()):  # fmt: skip
+        out = root / f"resume{i}"
+        out.mkdir()
+        (out / "state.json").write_text(text)
+        yield "features", f"train_dictionary resumed, {label}", lambda o=out: ft.train_dictionary(
+            model, 0, width=40, k=4, tokens=64, out_dir=o, corpus=corpus, log=None, config=config)  # fmt: skip
+    fifo = root / "resume-fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "state.json")
+    yield "features", "train_dictionary resumed, state.json a FIFO", lambda: ft.train_dictionary(
+        model, 0, width=40, k=4, tokens=64, out_dir=fifo, corpus=corpus, log=None, config=config)  # fmt: skip

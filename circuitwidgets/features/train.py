@@ -34,16 +34,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 import torch
 
 from circuitwidgets._checks import check_choice, check_int
-from circuitwidgets.errors import ArgumentError, NonFiniteError
+from circuitwidgets.errors import ArgumentError, FileFormatError, NonFiniteError
 from circuitwidgets.features._schedule import before_decay, lr_at
 from circuitwidgets.features._schedule import fitted as fitted_plan
 from circuitwidgets.features._train_args import check_config, check_sizes
+from circuitwidgets.features._untrusted import field_of, int_field, read_json
 from circuitwidgets.features.dictionary import KINDS, Dictionary
 from circuitwidgets.features.files import read_safetensors, save, write_safetensors
 from circuitwidgets.features.objective import TrainingDictionary, normalise_decoder, project_decoder_grad, sparse_step
@@ -142,6 +143,23 @@ def _sites(spec: DictionarySpec) -> tuple[tuple[str, int], tuple[str, int]]:
     return ("mlp_in", spec.layer), ("mlp_out", spec.layer)
 
 
+def _resumed_state(out: Path) -> dict[str, Any]:
+    """The run's ``state.json`` (read as untrusted: a regular file in ``out``, its counters ints >= 0), or ``{}``."""
+    path = out / "state.json"
+    if not path.exists():
+        return {}
+    state = read_json(path, "training state", out)
+    where = f"training state {str(path)!r}"
+    if not isinstance(state, dict):
+        raise FileFormatError(f"{where}: expected a JSON object, got {type(state).__name__}")
+    for name in ("step", "tokens", "window", "planned_tokens"):
+        if name in state:
+            int_field(state, name, where, 0)
+    if "seconds" in state:
+        field_of(state, "seconds", where, (int, float))
+    return state
+
+
 def _widths(model: CircuitModel, spec: DictionarySpec) -> tuple[int, int, int]:
     return site_width(model.cfg, _sites(spec)[0][0]), spec.width, site_width(model.cfg, _sites(spec)[1][0])
 
@@ -175,7 +193,11 @@ def hardware() -> dict[str, object]:
 
 def _record_hardware(out: Path, cfg: DictionaryTrainConfig, step: int) -> None:
     path = out / "hardware.json"
-    stretches = json.loads(path.read_text()) if path.exists() else []
+    stretches = read_json(path, "hardware.json", out) if path.exists() else []
+    if not isinstance(stretches, list):
+        raise FileFormatError(
+            f"hardware.json {str(path)!r}: expected a JSON list of stretches, got {type(stretches).__name__}"
+        )
     stretches.append({"from_step": step, "device": cfg.device, **hardware()})
     path.write_text(json.dumps(stretches, indent=1))
 
@@ -237,7 +259,7 @@ def train_dictionaries(
     torch.set_num_threads(cfg.threads)
     if corpus is None:
         corpus = corpus_tokens(model, Path(cache_dir) if cache_dir else out / "cache")[0]
-    state = json.loads((out / "state.json").read_text()) if (out / "state.json").exists() else {}
+    state = _resumed_state(out)
     keys = [key for spec in cfg.specs for key in _sites(spec)]
     stream = ActivationStream(
         model, keys, corpus, n_ctx=cfg.n_ctx, seed=cfg.seed, window=state.get("window", 0),
