@@ -75,7 +75,10 @@ def count_non_finite(tensor: torch.Tensor) -> int:
     than ``isfinite`` (about 20× for bfloat16 on a CPU); entries are counted only
     in a block that has a bad one.
     """
-    flat = tensor.detach().reshape(-1)
+    t = tensor.detach()
+    if t.ndim == 2 and not t.is_contiguous() and t.t().is_contiguous():
+        t = t.t()  # a transposed view (a loaded encoder): scanned in storage order, since reshape would copy it
+    flat = t.reshape(-1)
     bad = 0
     for start in range(0, flat.numel(), _FINITE_BLOCK):
         block = flat[start : start + _FINITE_BLOCK]

@@ -71,3 +71,9 @@ class RemoteWeightsError(WeightsAbsentError):
 
 class RemoteRunError(CircuitWidgetsError, RuntimeError):
     """An nnsight trace failed where it ran (NDIF or a local simulation of it); the message quotes the server's."""
+
+
+class FileFormatError(ArgumentError):
+    """A file read from disk is not what its format allows (not a regular file, too large for its header or the
+    budget, a field of the wrong type or range, a tensor that disagrees with its config); the message names the
+    file, the field, the expected and the received."""

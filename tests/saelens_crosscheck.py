@@ -8,7 +8,7 @@ Prints one JSON object comparing, on a small random float64 model:
 - SAELens's own evaluation functions (``get_recons_loss``,
   ``get_sparsity_and_variance_metrics``, run on our model through a small TransformerLens-like
   adapter, on the same token batches and excluding the same token) against
-  ``circuitwidgets.features.evaluate``: every number, both sides.
+  ``circuitwidgets.features.evaluation``: every number, both sides.
 
 ``tests/test_features_saelens.py`` runs it and checks the tolerances.
 """
@@ -29,7 +29,7 @@ from sae_lens.training.activation_scaler import ActivationScaler
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _features import mlp_model, random_dictionary
 
-from circuitwidgets.features.evaluate import evaluate
+from circuitwidgets.features.evaluation import evaluate
 from circuitwidgets.features.saelens_format import load_saelens, save_saelens
 
 SITES = {"hook_resid_post": "resid_post", "hook_resid_pre": "resid_pre", "hook_mlp_out": "mlp_out"}
@@ -92,7 +92,11 @@ def _compare_files(tmp: Path) -> dict[str, float]:
         )
         out[f"ours->saelens {kind}/{activation} encode"] = float((theirs.encode(x) - ours.encode(x)).abs().max())
         out[f"ours->saelens {kind}/{activation} forward"] = float((theirs(x) - ours(x)).abs().max())
-    for arch, extra in (("topk", {"k": 4}), ("standard", {}), ("jumprelu", {})):
+    # SAELens's TopK training saves rescale_acts_by_decoder_norm: true, its decoder rows of norm 1 ("unit");
+    # the flag with other norms is read too (folded as SAELens's fold_W_dec_norm does)
+    rescaled = {"k": 4, "rescale_acts_by_decoder_norm": True}
+    for name, arch, extra in (("topk", "topk", {"k": 4}), ("standard", "standard", {}), ("jumprelu", "jumprelu", {}),
+                              ("topk rescaled", "topk", rescaled), ("topk rescaled unit", "topk", rescaled)):  # fmt: skip
         cfg = {"architecture": arch, "d_in": 12, "d_sae": 30, "dtype": "float64", "apply_b_dec_to_input": True,
                "metadata": {"hook_name": "blocks.0.hook_resid_post"}, **extra}  # fmt: skip
         sae = SAE.from_dict(cfg)
@@ -102,10 +106,13 @@ def _compare_files(tmp: Path) -> dict[str, float]:
                 p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.3)
             if arch == "jumprelu":
                 sae.threshold.abs_()
-        sae.save_model(tmp / f"theirs-{arch}")
-        read = load_saelens(tmp / f"theirs-{arch}", dtype=torch.float64)
-        out[f"saelens->ours {arch} encode"] = float((read.encode(x) - sae.encode(x)).abs().max())
-        out[f"saelens->ours {arch} forward"] = float((read(x) - sae(x)).abs().max())
+            if name.endswith("unit"):
+                sae.W_dec.div_(sae.W_dec.norm(dim=1, keepdim=True))
+        folder = tmp / f"theirs-{name.replace(' ', '-')}"
+        sae.save_model(folder)
+        read = load_saelens(folder, dtype=torch.float64)
+        out[f"saelens->ours {name} encode"] = float((read.encode(x) - sae.encode(x)).abs().max())
+        out[f"saelens->ours {name} forward"] = float((read(x) - sae(x)).abs().max())
     return out
 
 

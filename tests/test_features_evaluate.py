@@ -8,7 +8,7 @@ import torch.nn.functional as F  # noqa: N812
 from _features import mlp_model, random_dictionary
 
 from circuitwidgets.features.dictionary import Dictionary
-from circuitwidgets.features.evaluate import evaluate
+from circuitwidgets.features.evaluation import evaluate
 
 
 @torch.no_grad()

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import circuitwidgets as cw
-from circuitwidgets.features.evaluate import evaluate
+from circuitwidgets.features.evaluation import evaluate
 from circuitwidgets.features.pretrained import (
     dictionaries_dir,
     dictionary_card,

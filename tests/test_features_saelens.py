@@ -39,7 +39,7 @@ def report() -> dict[str, object]:
 @pytest.mark.slow
 def test_files_load_both_ways_with_the_same_maps(report: dict[str, object]) -> None:
     files = report["files"]
-    assert isinstance(files, dict) and len(files) == 20
+    assert isinstance(files, dict) and len(files) == 24
     for name, difference in files.items():
         assert difference < 1e-12, name
 

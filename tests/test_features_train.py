@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -137,3 +138,39 @@ def test_a_time_limit_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ArgumentError, match="time_limit: expected a positive number of seconds"):
         train_dictionaries(model, [DictionarySpec("sae", 0, "resid_post", width=8, k=2)], tmp_path,
                            DictionaryTrainConfig(time_limit=0.0), corpus=corpus, log=None)  # fmt: skip
+
+
+def test_a_time_limit_keeps_the_decays_share_of_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 55: a 240 s limit cut the plan to 213 steps only after 200 steps of calibration, so the learning rate
+    decayed over 13 of them; the plan is now fitted within 5 % of the time and never leaves the decay behind."""
+    from circuitwidgets.features import train
+
+    ticks = iter(range(100_000))
+    monkeypatch.setattr(train, "_clock", lambda: float(next(ticks)))  # one "second" per reading of the clock
+    model = mlp_model(dtype=torch.float32)
+    corpus = np.random.default_rng(0).integers(0, 40, size=4000).astype(np.uint16)
+    cfg = DictionaryTrainConfig(tokens=64 * 10_000, batch_size=64, n_ctx=16, buffer_rows=512, windows_per_run=4,
+                                checkpoint_every=10_000, log_every=2, threads=1, time_limit=100.0, warmup_steps=2)  # fmt: skip
+    assert cfg.calibration_steps == 200  # the default: longer than this whole run
+    train_dictionaries(model, [DictionarySpec("sae", 0, "resid_post", width=8, k=2)], tmp_path, cfg, corpus=corpus,
+                       log=None)  # fmt: skip
+    planned = json.loads((tmp_path / "train_config.json").read_text())["tokens"] // 64
+    assert planned < 200
+    lrs = [json.loads(line)["lr"] for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    decaying = [lr for lr in lrs[1:] if lr < cfg.lr * (1 - 1e-9)]
+    share = int(planned * cfg.decay_fraction)
+    assert len(decaying) >= share // cfg.log_every - 1, (planned, share, lrs)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[1:]))  # after the warm-up, never up again
+
+
+def test_a_fitted_plan_never_starts_its_decay_in_the_past() -> None:
+    from circuitwidgets.features._schedule import fitted, lr_at
+
+    cfg = DictionaryTrainConfig(tokens=64 * 10_000, batch_size=64, time_limit=240.0)
+    # at step 200, 200 s in, one step a second: 32 more steps fit, but a 233-step plan's decay began at step 187
+    plan = fitted(cfg, 200, 200.0, (0, 0.0))
+    decay = int(plan.steps * plan.decay_fraction)
+    assert plan.steps - decay == 200 and lr_at(plan, 200) == cfg.lr  # the whole decay is still ahead
+    assert lr_at(plan, 201) < cfg.lr and decay == 49
+    early = fitted(cfg, 10, 10.0, (0, 0.0))  # fitted early, the time decides
+    assert early.steps == 10 + int(240 * 0.97 - 10)

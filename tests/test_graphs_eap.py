@@ -19,9 +19,16 @@ import torch
 
 from circuitwidgets.causal import logit_diff
 from circuitwidgets.causal.metrics import as_metric
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError, UnsupportedArchitectureError
+from circuitwidgets.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    MemoryBudgetError,
+    ShapeError,
+    UnsupportedArchitectureError,
+)
 from circuitwidgets.graphs import edge_attribution
 from circuitwidgets.graphs.components import Components, Group, components_of
+from circuitwidgets.graphs.runs import bytes_per_sequence
 from circuitwidgets.graphs.split import split_run
 from circuitwidgets.model import CircuitModel
 
@@ -238,8 +245,13 @@ def test_prompt_chunks_give_the_same_scores() -> None:
     model = make_random_model(biases=True)
     clean, corrupted, metric = _pair(model, n=5)
     whole = edge_attribution(model, clean, corrupted, metric, method="eap-ig-inputs", steps=2)
-    tiny = edge_attribution(model, clean, corrupted, metric, method="eap-ig-inputs", steps=2, memory_budget=1)
+    one_prompt = 2 * bytes_per_sequence(model, clean.shape[1], components_of(model))  # 2 variants (steps) of one prompt
+    tiny = edge_attribution(model, clean, corrupted, metric, method="eap-ig-inputs", steps=2, memory_budget=one_prompt)
     np.testing.assert_allclose(tiny.edges.weight, whole.edges.weight, rtol=1e-10, atol=1e-12)
+    with pytest.raises(
+        MemoryBudgetError, match=r"memory_budget: edge_attribution .* needs about"
+    ):  # not even one prompt
+        edge_attribution(model, clean, corrupted, metric, method="eap-ig-inputs", steps=2, memory_budget=one_prompt - 1)
 
 
 def test_bad_input_is_typed() -> None:

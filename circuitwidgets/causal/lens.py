@@ -91,8 +91,16 @@ class LogitLens:
                 return cast(NDArray[np.float64], (self._next_logits() - self._lse[:, :, :-1]).double().cpu().numpy())
         if ids is None:
             raise ArgumentError("ids: expected token ids (or next_tokens=True), got None")
-        t = torch.as_tensor(ids, device=self._normed.device)
-        if t.dtype.is_floating_point or t.dtype == torch.bool:
+        if isinstance(ids, (str, bytes)):  # a token string: its id is the tokenizer's to give, not ours to guess
+            raise ArgumentTypeError(
+                f"ids: expected token ids (ints), got {type(ids).__name__} {ids!r:.40}; a token string's ids are "
+                "model.tokenizer.encode(...)"
+            )
+        try:
+            t = torch.as_tensor(ids, device=self._normed.device)
+        except (TypeError, ValueError, RuntimeError):
+            raise ArgumentTypeError(f"ids: expected token ids (ints), got {type(ids).__name__}") from None
+        if t.dtype.is_floating_point or t.dtype == torch.bool or t.dtype.is_complex:
             raise ArgumentTypeError(f"ids: expected token ids, got dtype {t.dtype}")
         flat = t.flatten().long()
         V = self._vocab()

@@ -29,7 +29,7 @@ _LAZY = {
     "train_dictionaries": "circuitwidgets.features.train",
     "DictionarySpec": "circuitwidgets.features.train",
     "DictionaryTrainConfig": "circuitwidgets.features.train",
-    "evaluate": "circuitwidgets.features.evaluate",
+    "evaluate": "circuitwidgets.features.evaluation",
     "load_pretrained": "circuitwidgets.features.pretrained",
     "list_pretrained_dictionaries": "circuitwidgets.features.pretrained",
     "dictionary_card": "circuitwidgets.features.pretrained",
@@ -66,7 +66,11 @@ __all__ = sorted(_LAZY)
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        # Bound here once loaded, so later reads never reach this hook. No public name is also a submodule's
+        # name: importing that submodule would bind the module over the name (test_lazy_exports holds this).
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'circuitwidgets.features' has no attribute {name!r}")
 
 

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 
 import torch
 
-from circuitwidgets._checks import check_int
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets._checks import check_int, count_non_finite
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
+from circuitwidgets.features._args import check_number
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.model import CircuitModel
 
@@ -72,11 +73,24 @@ def logit_effects(model: CircuitModel, directions: torch.Tensor, scale: float = 
         raise ArgumentError(
             f"model: a final soft-cap ({model.cfg.final_softcap}) is not linear; logit effects are read before it"
         )
+    _finite("directions", directions)
+    scale = check_number("scale", scale, 0.0, low_open=True)
     return through_final_norm(model, directions.to(model.dtype), float(scale)) @ model.W_U
+
+
+def _finite(name: str, tensor: torch.Tensor) -> None:
+    if not tensor.dtype.is_floating_point:
+        raise ArgumentTypeError(f"{name}: expected a floating-point tensor, got {tensor.dtype}")
+    bad = count_non_finite(tensor)
+    if bad:
+        raise NonFiniteError(f"{name}: expected finite values, got {bad:,} NaN or infinite entries")
 
 
 def top_tokens(effects: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(promoted ids, their effects, suppressed ids, their effects)``, each ``[n_units, k]``, strongest first."""
+    if not isinstance(effects, torch.Tensor) or effects.ndim < 1:
+        raise ArgumentTypeError(f"effects: expected a [n_units, d_vocab] tensor, got {type(effects).__name__}")
+    _finite("effects", effects)
     k = check_int("k", k, 1, effects.shape[-1] + 1)
     up = effects.topk(k, dim=-1)
     down = (-effects).topk(k, dim=-1)

@@ -30,6 +30,7 @@ import torch
 
 from circuitwidgets._checks import check_int
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.features._args import check_memory
 from circuitwidgets.features._batch import DenseBatch, TopBatch, read_in_order
 from circuitwidgets.features._tables import N_BINS, BestTable, histogram_edges, histogram_update
 from circuitwidgets.features.sites import mlp_input
@@ -198,6 +199,7 @@ def max_activating(
     seed: int = 0,
     workers: int = 1,
     progress: bool | Callable[[str], None] = True,
+    memory_budget: int | None = None,
 ) -> Examples:
     """Top-``k`` contexts, a random sample of active contexts and a histogram per unit, in one pass over ``tokens``.
 
@@ -228,6 +230,8 @@ def max_activating(
     progress
         ``True`` prints a plain line every few seconds (text a notebook keeps), or a
         function called with each line; ``False`` is silent.
+    memory_budget
+        Bytes the result's tables may take (``None``: this machine's memory); more is refused before the pass.
     """
     t = _check(model, tokens, units)
     k = check_int("k", k, 1)
@@ -235,6 +239,11 @@ def max_activating(
     before, after = check_int("before", before, 0), check_int("after", after, 0)
     batch_size = check_int("batch_size", batch_size, 1)
     workers = check_int("workers", workers, 1)
+    seed = check_int("seed", seed)
+    # the two tables (value, token and window per entry) and the histogram, refused up front when they cannot fit
+    check_memory("max_activating (its tables of top and sampled contexts)",
+                 units.n_units * (k + max(samples, 1)) * (before + after + 1 + 3) * 8 + units.n_units * N_BINS * 8,
+                 memory_budget)  # fmt: skip
     report = _reporter(progress)
     width = before + 1 + after
     n_rows, n_ctx = t.shape

@@ -3,7 +3,7 @@
 ``python -m circuitwidgets.features.publish RUN_DIR --model gelu-2l`` reads each
 dictionary of a :func:`~circuitwidgets.features.train.train_dictionaries` run (the
 finished ``<name>.safetensors``, else the latest checkpoint), rounds it to float16,
-evaluates the rounded one (:func:`~circuitwidgets.features.evaluate.evaluate`) on the
+evaluates the rounded one (:func:`~circuitwidgets.features.evaluation.evaluate`) on the
 held-out files of the corpus (the first ``windows`` windows of ``n_ctx`` tokens), and
 writes ``circuitwidgets/pretrained/<model>/dictionaries/``: the files, ``card.json`` and
 ``README.md``. The card also keeps the metrics of a small slice (``ci_windows``) that
@@ -25,7 +25,7 @@ import torch
 
 from circuitwidgets.errors import ArgumentError
 from circuitwidgets.features.dictionary import Dictionary
-from circuitwidgets.features.evaluate import evaluate
+from circuitwidgets.features.evaluation import evaluate
 from circuitwidgets.features.files import load, read_safetensors, save
 from circuitwidgets.features.pretrained import dictionaries_dir
 from circuitwidgets.features.stream import held_out_tokens

@@ -16,10 +16,10 @@ written every ``checkpoint_every`` steps; rerunning the same command continues.
 Nothing is pickled. Progress is plain text lines (also in ``log.jsonl``).
 
 ``time_limit`` (seconds of this invocation's training) fits a run to a lease (a lent
-GPU, a session): after ``calibration_steps``, and again at every progress line until
+GPU, a session): after ``calibration_steps`` (or 5 % of the time, if sooner), and again at every progress line until
 the learning rate starts to decay, the run measures its own speed and, if ``tokens``
-would not finish in time, plans fewer (never more), so that the learning rate still
-decays to 0 at the end. The planned rows are kept in ``state.json`` (a resumed run keeps them) and
+would not finish in time, plans fewer (never more, and never so few that the decay would already have begun),
+so that the learning rate still decays to 0 over its share of the run. The planned rows are kept in ``state.json`` (a resumed run keeps them) and
 ``hardware.json`` says where each stretch of the run trained.
 """
 
@@ -34,13 +34,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 import torch
 
 from circuitwidgets._checks import check_choice, check_int
-from circuitwidgets.errors import ArgumentError
+from circuitwidgets.errors import ArgumentError, FileFormatError, NonFiniteError
+from circuitwidgets.features._schedule import before_decay, lr_at
+from circuitwidgets.features._schedule import fitted as fitted_plan
+from circuitwidgets.features._train_args import check_config, check_sizes
+from circuitwidgets.features._untrusted import field_of, int_field, read_json
 from circuitwidgets.features.dictionary import KINDS, Dictionary
 from circuitwidgets.features.files import read_safetensors, save, write_safetensors
 from circuitwidgets.features.objective import TrainingDictionary, normalise_decoder, project_decoder_grad, sparse_step
@@ -48,6 +52,8 @@ from circuitwidgets.features.sites import site_width
 from circuitwidgets.features.stream import ActivationStream, corpus_tokens
 from circuitwidgets.model import CircuitModel
 
+#: Share of ``time_limit`` after which a run fits its plan even before ``calibration_steps`` (a short lease).
+CALIBRATION_SHARE = 0.05
 _clock = time.perf_counter  # the run's clock (a test slows it down to exercise the time limit)
 
 
@@ -137,6 +143,27 @@ def _sites(spec: DictionarySpec) -> tuple[tuple[str, int], tuple[str, int]]:
     return ("mlp_in", spec.layer), ("mlp_out", spec.layer)
 
 
+def _resumed_state(out: Path) -> dict[str, Any]:
+    """The run's ``state.json`` (read as untrusted: a regular file in ``out``, its counters ints >= 0), or ``{}``."""
+    path = out / "state.json"
+    if not path.exists():
+        return {}
+    state = read_json(path, "training state", out)
+    where = f"training state {str(path)!r}"
+    if not isinstance(state, dict):
+        raise FileFormatError(f"{where}: expected a JSON object, got {type(state).__name__}")
+    for name in ("step", "tokens", "window", "planned_tokens"):
+        if name in state:
+            int_field(state, name, where, 0)
+    if "seconds" in state:
+        field_of(state, "seconds", where, (int, float))
+    return state
+
+
+def _widths(model: CircuitModel, spec: DictionarySpec) -> tuple[int, int, int]:
+    return site_width(model.cfg, _sites(spec)[0][0]), spec.width, site_width(model.cfg, _sites(spec)[1][0])
+
+
 def _new_trainee(
     model: CircuitModel, spec: DictionarySpec, cfg: DictionaryTrainConfig, first: torch.Tensor
 ) -> _Trainee:
@@ -153,25 +180,6 @@ def _new_trainee(
     return _Trainee(td, opt, torch.zeros(spec.width, dtype=torch.float64, device=cfg.device))
 
 
-def _fitted(cfg: DictionaryTrainConfig, step: int, elapsed: float, recent: tuple[int, float]) -> DictionaryTrainConfig:
-    """``cfg`` with ``tokens`` cut so that the run, at its recent speed, ends within ``time_limit``.
-
-    ``recent`` is an earlier ``(step, elapsed)`` reading: the speed since then (not since the start,
-    which a slower stretch later would make too hopeful) prices the steps left.
-    """
-    then_step, then = recent
-    if cfg.time_limit is None or elapsed <= then or step <= then_step:
-        return cfg
-    margin = 0.97  # the last checkpoint and the final save are not in the measured speed
-    rate = (step - then_step) / (elapsed - then)
-    steps = step + int(max(0.0, cfg.time_limit * margin - elapsed) * rate)
-    return replace(cfg, tokens=min(cfg.tokens, max(step + 1, steps) * cfg.batch_size))
-
-
-def _before_decay(cfg: DictionaryTrainConfig, step: int) -> bool:
-    return step < cfg.steps - int(cfg.steps * cfg.decay_fraction)
-
-
 def hardware() -> dict[str, object]:
     """Where a run trains: machine, CPU count, torch's threads, the CUDA device's name when one is used."""
     info: dict[str, object] = {
@@ -185,17 +193,13 @@ def hardware() -> dict[str, object]:
 
 def _record_hardware(out: Path, cfg: DictionaryTrainConfig, step: int) -> None:
     path = out / "hardware.json"
-    stretches = json.loads(path.read_text()) if path.exists() else []
+    stretches = read_json(path, "hardware.json", out) if path.exists() else []
+    if not isinstance(stretches, list):
+        raise FileFormatError(
+            f"hardware.json {str(path)!r}: expected a JSON list of stretches, got {type(stretches).__name__}"
+        )
     stretches.append({"from_step": step, "device": cfg.device, **hardware()})
     path.write_text(json.dumps(stretches, indent=1))
-
-
-def _lr(cfg: DictionaryTrainConfig, step: int) -> float:
-    warm = min(1.0, (step + 1) / max(1, cfg.warmup_steps))
-    decay_steps = int(cfg.steps * cfg.decay_fraction)
-    left = cfg.steps - step
-    decay = min(1.0, left / decay_steps) if decay_steps else 1.0
-    return cfg.lr * warm * decay
 
 
 def _save_trainee(path: Path, t: _Trainee) -> None:
@@ -245,6 +249,8 @@ def train_dictionaries(
     cfg = replace(config or DictionaryTrainConfig(), specs=[_check_spec(model, s) for s in specs])
     if not cfg.specs:
         raise ArgumentError("specs: expected at least one dictionary to train, got none")
+    check_config(cfg)
+    check_sizes(cfg, [(_name(s), *_widths(model, s)) for s in cfg.specs])
     if cfg.time_limit is not None and not cfg.time_limit > 0:
         raise ArgumentError(f"time_limit: expected a positive number of seconds or None, got {cfg.time_limit!r}")
     check_int("calibration_steps", cfg.calibration_steps, 1)
@@ -253,7 +259,7 @@ def train_dictionaries(
     torch.set_num_threads(cfg.threads)
     if corpus is None:
         corpus = corpus_tokens(model, Path(cache_dir) if cache_dir else out / "cache")[0]
-    state = json.loads((out / "state.json").read_text()) if (out / "state.json").exists() else {}
+    state = _resumed_state(out)
     keys = [key for spec in cfg.specs for key in _sites(spec)]
     stream = ActivationStream(
         model, keys, corpus, n_ctx=cfg.n_ctx, seed=cfg.seed, window=state.get("window", 0),
@@ -278,24 +284,23 @@ def train_dictionaries(
     )
     t0, last = _clock(), _clock()
     while step < cfg.steps:
-        lr = _lr(cfg, step)
+        lr = lr_at(cfg, step)
         records: dict[str, dict[str, float]] = {}
         for spec in cfg.specs:
             name = _name(spec)
             records[name] = _train_step(trainees[name], batch, spec, cfg, lr, step)
         step += 1
-        if (
-            fit_at >= 0
-            and step >= fit_at
-            and (step == fit_at or step % cfg.log_every == 0)
-            and _before_decay(cfg, step)
-        ):
+        if fit_at > step and cfg.time_limit is not None and last - t0 >= CALIBRATION_SHARE * cfg.time_limit:
+            fit_at = (
+                step  # a short limit: fit at this progress line, long before calibration_steps lets the decay begin
+            )
+        if fit_at >= 0 and step >= fit_at and (step == fit_at or step % cfg.log_every == 0) and before_decay(cfg, step):
             # refitted at every progress line until the decay starts: a run slows as its buffer cycles and
             # other work shares the device, and the first steps' speed alone overran a lease by a third
             planned, now = cfg.steps, _clock() - t0
             readings.append((step, now))
             cfg, fitted = (
-                _fitted(cfg, step, now, readings[max(0, len(readings) - 6)] if step > fit_at else (start, 0.0)),
+                fitted_plan(cfg, step, now, readings[max(0, len(readings) - 6)] if step > fit_at else (start, 0.0)),
                 True,
             )
             if cfg.steps != planned:
@@ -336,6 +341,11 @@ def _train_step(
     dead = t.since_fired >= cfg.dead_tokens
     k_aux = cfg.k_aux or max(1, d.template.d_out // 2)
     result = sparse_step(d, x, y, dead, k_aux, cfg.aux_coefficient)
+    if not math.isfinite(result.fvu):  # a diverged run stops here, naming the step, instead of training on NaN
+        raise NonFiniteError(
+            f"config.lr: training {_name(spec)} diverged: its loss is not finite at step {step} (lr {lr:.3g}); "
+            "a smaller lr or more warmup_steps train"
+        )
     t.opt.zero_grad(set_to_none=True)
     result.loss.backward()  # type: ignore[no-untyped-call]
     project_decoder_grad(d)

@@ -29,6 +29,7 @@ from functools import partial
 import torch
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.graphs._args import check_attribution_inputs
 from circuitwidgets.graphs.dense import DenseAttribution
 from circuitwidgets.graphs.graph import Graph
 from circuitwidgets.graphs.replacement import run_frozen
@@ -106,6 +107,7 @@ def attribution_matrix(
     check_architecture(model)
     checked = check_transcoders(model, transcoders)
     check_options(max_logits, logit_prob, max_feature_nodes, batch)
+    check_attribution_inputs(model, checked, tokens, max_logits=max_logits, max_feature_nodes=max_feature_nodes, progress=progress)  # type: ignore[arg-type]  # fmt: skip
     t = model._check_tokens(tokens)
     if t.shape[0] != 1:
         raise ShapeError(f"tokens: expected one prompt ([pos] or [1, pos]), got {t.shape[0]} prompts")

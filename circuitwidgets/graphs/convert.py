@@ -94,6 +94,7 @@ def to_graph(
     extra |= {
         "n_layers": dense.n_layers, "n_active_features": dense.n_active, "node_threshold": node_threshold,
         "edge_threshold": edge_threshold, "cumulative_influence": kept.cumulative.double().tolist(),
+        "logit_strings": {str(t): s for t, s in zip(dense.logit_tokens.tolist(), logit_strs, strict=True)},
     }  # fmt: skip
     full = Graph(
         nodes, edges, graph_scores(dense, scores=scores), list(dense.prompt), list(dense.tokens), CONVENTION, "attribution",

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from circuitwidgets._text import visible_token
-from circuitwidgets.errors import ArgumentError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, FileFormatError
+from circuitwidgets.features._untrusted import open_regular, parse_json, size_of
 from circuitwidgets.graphs.graph import EdgeTable, Graph, NodeTable
 
 #: circuit-tracer's names for the node kinds.
@@ -49,6 +50,9 @@ def _node_json(graph: Graph, i: int, n_layers: int, cumulative: list[float], fir
     kind, layer, pos, index = n.kind[i], int(n.layer[i]), int(n.pos[i]), int(n.index[i])
     influence = cumulative[i] if i < len(cumulative) else None
     node: dict[str, Any] = {"ctx_idx": pos, "feature_type": FEATURE_TYPES[kind], "influence": influence}
+    clerp = graph.extra.get("clerps", {}).get(n.label[i])
+    if isinstance(clerp, str) and kind != "logit":
+        node["clerp"] = clerp
     if kind == "feature":
         node |= {"node_id": f"{layer}_{index}_{pos}", "feature": _cantor(layer, index), "layer": str(layer),
                  "jsNodeId": f"{layer}_{index}-0", "activation": float(n.activation[i])}  # fmt: skip
@@ -84,7 +88,9 @@ def circuit_tracer_dict(graph: Graph, slug: str = "graph", scan: str = "circuitw
         {"source": ids[int(s)], "target": ids[int(d)], "weight": float(w)}
         for s, d, w in zip(graph.edges.src, graph.edges.dst, graph.edges.weight, strict=True)
     ]
-    meta = {"slug": slug, "scan": scan, "transcoder_list": [], "prompt_tokens": list(graph.prompt),
+    names = graph.extra.get("transcoder_list", [])
+    transcoder_list = [str(x) for x in names] if isinstance(names, list) else []
+    meta = {"slug": slug, "scan": scan, "transcoder_list": transcoder_list, "prompt_tokens": list(graph.prompt),
             "prompt": "".join(graph.prompt), "node_threshold": graph.extra.get("node_threshold"), "schema_version": 1}  # fmt: skip
     pinned, supernodes = _pins_out(graph, ids)
     qparams = {"pinnedIds": pinned, "supernodes": supernodes, "linkType": "both", "clickedId": "", "sg_pos": ""}
@@ -123,11 +129,23 @@ def _pins_in(qparams: object, ids: dict[str, int], labels: list[str]) -> dict[st
 
 
 def to_circuit_tracer_json(
-    graph: Graph, path: str | os.PathLike[str], slug: str = "graph", scan: str = "circuitwidgets"
+    graph: Graph,
+    path: str | os.PathLike[str],
+    slug: str = "graph",
+    scan: str = "circuitwidgets",
+    transcoders: object = None,
 ) -> Path:
-    """Write ``graph`` as circuit-tracer's graph JSON at ``path`` (atomically: temporary file, then rename)."""
+    """Write ``graph`` as circuit-tracer's graph JSON at ``path`` (atomically: temporary file, then rename).
+
+    Logit nodes carry their token strings (``clerp`` ``Output " the" (p=0.520)``, as circuit-tracer writes them);
+    ``metadata.transcoder_list`` names ``transcoders`` (the dictionaries the graph was built with, a list or a
+    ``{layer: Dictionary}`` mapping), else the list a file read here held.
+    """
     out = Path(path)
-    data = json.dumps(circuit_tracer_dict(graph, slug, scan), allow_nan=False)
+    content = circuit_tracer_dict(graph, slug, scan)
+    if transcoders is not None:
+        content["metadata"]["transcoder_list"] = transcoder_names(transcoders)
+    data = json.dumps(content, allow_nan=False)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -141,6 +159,16 @@ def to_circuit_tracer_json(
     return out
 
 
+def transcoder_names(transcoders: object) -> list[str]:
+    """The names (``L0.tc``, ...) of a list or ``{layer: Dictionary}`` mapping of dictionaries, in layer order."""
+    values = list(transcoders.values()) if isinstance(transcoders, dict) else transcoders
+    if not isinstance(values, (list, tuple)) or not all(hasattr(d, "name") for d in values):
+        raise ArgumentTypeError(
+            f"transcoders: expected a list or {{layer: Dictionary}} of dictionaries, got {type(transcoders).__name__}"
+        )
+    return [str(d.name) for d in sorted(values, key=lambda d: int(getattr(d, "layer", 0)))]
+
+
 def _field(where: str, node: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
     value = node.get(name)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
@@ -148,13 +176,30 @@ def _field(where: str, node: dict[str, Any], name: str, kind: type | tuple[type,
     return value
 
 
+#: Largest index a node may carry (layer, position, feature, token): the page's typed arrays are int32.
+MAX_INDEX = 2**31 - 1
+
+
 def _ints(where: str, node_id: str, count: int, prefix: str = "") -> list[int]:
     parts = node_id.removeprefix(prefix).split("_")
-    if len(parts) != count or not all(p.isdigit() and len(p) < 12 for p in parts):
+    if len(parts) != count or not all(p.isascii() and p.isdigit() and len(p) < 12 for p in parts):
         raise ArgumentError(
             f"{where}.node_id: expected {count} non-negative integers joined by '_', got {node_id[:40]!r}"
         )
-    return [int(p) for p in parts]
+    values = [int(p) for p in parts]
+    if max(values) > MAX_INDEX:
+        raise ArgumentError(f"{where}.node_id: expected indices of at most {MAX_INDEX:,} (int32), got {node_id[:40]!r}")
+    return values
+
+
+def _number(where: str, node: dict[str, Any], name: str) -> float:
+    """An optional finite number field (absent or null: NaN)."""
+    value = node.get(name)
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ArgumentError(f"{where}.{name}: expected a finite number or null, got {json.dumps(value)[:40]}")
+    return float(value)
 
 
 def _parse_node(where: str, node: object) -> tuple[str, int, int, int, float, float, str]:
@@ -167,10 +212,7 @@ def _parse_node(where: str, node: object) -> tuple[str, int, int, int, float, fl
         raise ArgumentError(f"{where}.feature_type: expected one of {sorted(_KINDS)}, got {ftype[:40]!r}")
     kind = _KINDS[ftype]
     pos = _field(where, node, "ctx_idx", int)
-    influence = node.get("influence")
-    cum = float(influence) if isinstance(influence, (int, float)) and not isinstance(influence, bool) else math.nan
-    activation = node.get("activation")
-    act = float(activation) if isinstance(activation, (int, float)) and not isinstance(activation, bool) else math.nan
+    cum, act = _number(where, node, "influence"), _number(where, node, "activation")
     if kind == "feature":
         layer, index, p = _ints(where, node_id, 3)
     elif kind == "error":
@@ -183,6 +225,8 @@ def _parse_node(where: str, node: object) -> tuple[str, int, int, int, float, fl
         layer, index, p = _ints(where, node_id, 3)
         layer -= 1
         act = float(_field(where, node, "token_prob", (int, float)))
+        if not 0.0 <= act <= 1.0:  # NaN fails too
+            raise ArgumentError(f"{where}.token_prob: expected a probability in [0, 1], got {act}")
     if p != pos:
         raise ArgumentError(f"{where}: node_id {node_id[:40]!r} says position {p}, ctx_idx says {pos}")
     return kind, layer, pos, index, act, cum, node_id
@@ -226,13 +270,25 @@ def from_circuit_tracer_dict(data: object, where: str = "graph") -> Graph:
     prompt = meta.get("prompt_tokens", [])
     if not isinstance(prompt, list) or not all(isinstance(s, str) for s in prompt):
         raise ArgumentError(f"{where}: metadata.prompt_tokens: expected a list of strings")
+    _check_ranges(where, rows, len(prompt))
     kinds = [r[0] for r in rows]
-    labels = [_label(r, prompt) for r in rows]
+    logit_strings = {str(r[3]): t for r, node in zip(rows, data["nodes"], strict=True) if r[0] == "logit"
+                     for t in [_logit_token(node.get("clerp"))] if t is not None}  # fmt: skip
+    labels = [_label(r, prompt, logit_strings) for r in rows]
+    clerps = {label: node["clerp"] for label, r, node in zip(labels, rows, data["nodes"], strict=True)
+              if r[0] != "logit" and isinstance(node.get("clerp"), str) and node["clerp"]}  # fmt: skip
     nodes = NodeTable(kinds, np.array([r[1] for r in rows]), np.array([r[2] for r in rows]),
                       np.array([r[3] for r in rows]), labels, np.array([r[4] for r in rows]))  # fmt: skip
     tokens = {r[2]: r[3] for r in rows if r[0] == "embedding"}
     logit_layers = {r[1] for r in rows if r[0] == "logit"}
     extra: dict[str, Any] = {"cumulative_influence": [r[5] for r in rows], "source": "circuit-tracer json"}
+    names = meta.get("transcoder_list")
+    if isinstance(names, list) and all(isinstance(x, str) for x in names):
+        extra["transcoder_list"] = names
+    if logit_strings:
+        extra["logit_strings"] = logit_strings
+    if clerps:
+        extra["clerps"] = clerps
     if len(logit_layers) == 1:
         extra["n_layers"] = logit_layers.pop()
     extra |= _pins_in(data.get("qParams"), ids, labels)
@@ -246,7 +302,34 @@ def from_circuit_tracer_dict(data: object, where: str = "graph") -> Graph:
     )  # fmt: skip
 
 
-def _label(row: tuple[str, int, int, int, float, float, str], prompt: list[str]) -> str:
+def _check_ranges(where: str, rows: list[tuple[str, int, int, int, float, float, str]], n_pos: int) -> None:
+    """Every node's position inside the prompt, every feature's and error's layer below the logits' layer."""
+    logit_layers = {r[1] for r in rows if r[0] == "logit"}
+    n_layers = min(logit_layers) if logit_layers else MAX_INDEX
+    for i, (kind, layer, pos, *_rest) in enumerate(rows):
+        if pos >= n_pos:
+            raise ArgumentError(
+                f"{where}: nodes[{i}].ctx_idx: expected a position in [0, {n_pos}) (metadata.prompt_tokens), got {pos}"
+            )
+        if kind in ("feature", "error") and layer >= n_layers:
+            raise ArgumentError(
+                f"{where}: nodes[{i}].layer: expected a layer in [0, {n_layers}) (below the logit nodes'), got {layer}"
+            )
+    if len(logit_layers) > 1:
+        raise ArgumentError(
+            f"{where}: nodes: expected every logit node on one layer, got layers {sorted(logit_layers)}"
+        )
+
+
+def _logit_token(clerp: object) -> str | None:
+    """The token of circuit-tracer's logit ``clerp`` (``Output " the" (p=0.520)``), or None."""
+    if not isinstance(clerp, str) or not clerp.startswith('Output "'):
+        return None
+    end = clerp.rfind('" (p=')
+    return clerp[len('Output "') : end] if end >= len('Output "') else None
+
+
+def _label(row: tuple[str, int, int, int, float, float, str], prompt: list[str], logits: dict[str, str]) -> str:
     kind, layer, pos, index = row[:4]
     if kind == "feature":
         return f"L{layer} f{index} @{pos}"
@@ -255,17 +338,32 @@ def _label(row: tuple[str, int, int, int, float, float, str], prompt: list[str])
     if kind == "embedding":
         shown = visible_token(prompt[pos]) if 0 <= pos < len(prompt) else str(index)
         return f"emb {shown!r} @{pos}"
+    if str(index) in logits:
+        return f"logit {visible_token(logits[str(index)])!r} ({index})"
     return f"logit ({index})"
 
 
-def from_circuit_tracer_json(path: str | os.PathLike[str]) -> Graph:
-    """Read circuit-tracer's (or Neuronpedia's) graph JSON file into a :class:`Graph` (typed errors name the file)."""
+def from_circuit_tracer_json(path: str | os.PathLike[str], max_bytes: int = MAX_BYTES) -> Graph:
+    """Read circuit-tracer's (or Neuronpedia's) graph JSON file into a :class:`Graph` (typed errors name the file).
+
+    Only a regular file of at most ``max_bytes`` is read (refused by its size, before reading; a FIFO or device is
+    refused without blocking); every node's position must lie inside ``metadata.prompt_tokens``, every layer
+    below the logit nodes', every index fit an int32, every number be finite. Logit nodes keep their token strings
+    (``extra["logit_strings"]``) and other nodes their ``clerp`` (``extra["clerps"]``, by node label).
+    """
     where = Path(path)
+    with open_regular(where, "path") as handle:
+        size = size_of(handle)
+        if size > max_bytes:
+            raise FileFormatError(f"path: {str(where)!r}: expected at most {max_bytes:,} bytes, got {size:,}")
+        raw = handle.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise FileFormatError(f"path: {str(where)!r}: expected at most {max_bytes:,} bytes, got more")
     try:
-        size = where.stat().st_size
-        if size > MAX_BYTES:
-            raise ArgumentError(f"path: {str(where)!r} is {size:,} bytes, more than the {MAX_BYTES:,} read")
-        data = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ArgumentError(f"path: {str(where)!r} is not a readable circuit-tracer graph file ({exc})") from exc
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileFormatError(
+            f"path: {str(where)!r}: expected UTF-8 JSON, got {exc.reason} at byte {exc.start}"
+        ) from None
+    data = parse_json(text, f"path: {str(where)!r}")
     return from_circuit_tracer_dict(data, repr(str(where)))

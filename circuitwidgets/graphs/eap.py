@@ -31,6 +31,7 @@ import torch
 from circuitwidgets.causal.metrics import Metric
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.graphs import gradpass
+from circuitwidgets.graphs._args import check_pass_budget
 from circuitwidgets.graphs.components import Components
 from circuitwidgets.graphs.gradpass import Block, Written, norm_jvp, sender_major
 from circuitwidgets.graphs.graph import Graph
@@ -83,6 +84,8 @@ def edge_attribution(
     scores = np.zeros((comps.n_senders, comps.n_receivers))
     clean_value = corrupted_value = 0.0
     n_pos = s.clean.shape[1]
+    check_pass_budget(f"edge_attribution ({method}, {variants:,} variants of a prompt)",
+                      variants * bytes_per_sequence(model, n_pos, comps), memory_budget, s.clean.device)  # fmt: skip
     most = max(1, ROWS_PER_PASS // (variants * n_pos))
     for start, stop, m in chunks(s, variants * bytes_per_sequence(model, n_pos, comps), most):
         a, b = s.clean[start:stop], s.corrupted[start:stop]

@@ -138,10 +138,12 @@ def _fractions(fractions: object) -> list[float]:
         if fractions < 2:
             raise ArgumentError(f"fractions: expected at least 2 sizes, got {fractions}")
         return [float(x) for x in np.geomspace(0.001, 1.0, fractions)]
-    if not isinstance(fractions, Sequence) or len(fractions) < 2:
+    if isinstance(fractions, (str, bytes)) or not isinstance(fractions, Sequence) or len(fractions) < 2:
         raise ArgumentTypeError(
             f"fractions: expected an int >= 2 or a list of fractions in (0, 1], got {fractions!r:.80}"
         )
+    if not all(isinstance(f, (int, float, np.integer, np.floating)) and not isinstance(f, bool) for f in fractions):
+        raise ArgumentTypeError(f"fractions: expected numbers in (0, 1], got {fractions!r:.80}")
     out = [float(f) for f in fractions]
     if any(not 0 < f <= 1 for f in out) or out != sorted(out):
         raise ArgumentError(f"fractions: expected increasing fractions in (0, 1], got {out!r:.80}")

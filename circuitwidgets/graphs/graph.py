@@ -20,12 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, ShapeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, FileFormatError, ShapeError
+from circuitwidgets.features._untrusted import open_regular, size_of
 
 #: The kinds of node a graph may hold.
 NODE_KINDS = ("embedding", "feature", "error", "head", "head_q", "head_k", "head_v", "mlp", "logit")
 #: The format version written into a saved graph's metadata.
 FORMAT = "circuitwidgets.graph/1"
+#: Largest graph file :meth:`Graph.load` reads (bytes), refused by its size before reading.
+MAX_GRAPH_BYTES = 4 * 2**30
 
 
 @dataclass
@@ -227,12 +230,17 @@ class Graph:
         from safetensors.numpy import load as load_bytes
 
         where = Path(path)
+        with open_regular(where, "path") as handle:  # a FIFO or device is refused without blocking
+            if size_of(handle) > MAX_GRAPH_BYTES:
+                raise FileFormatError(
+                    f"path: {str(where)!r}: expected at most {MAX_GRAPH_BYTES:,} bytes, got {size_of(handle):,}"
+                )
+            raw = handle.read(MAX_GRAPH_BYTES + 1)
         try:
-            raw = where.read_bytes()
             tensors = load_bytes(raw)
             meta = _metadata(raw)
-        except (SafetensorError, ValueError, KeyError, OSError) as exc:
-            raise ArgumentError(f"path: {str(where)!r} is not a readable graph file ({exc})") from exc
+        except (SafetensorError, ValueError, KeyError, OSError, RecursionError, TypeError) as exc:
+            raise ArgumentError(f"path: {str(where)!r} is not a readable graph file ({str(exc)[:200]})") from None
         try:
             nodes = NodeTable(
                 list(meta["kind"]), tensors["nodes.layer"], tensors["nodes.pos"], tensors["nodes.index"],
@@ -278,6 +286,8 @@ def prune(
             raise ArgumentTypeError(f"{name}: expected an int >= 0, got {value!r}")
         rows = graph.order()[:value] if name == "edges" else _rows_of_top_nodes(graph, value)
     rows = np.sort(rows)
+    if not isinstance(connected, bool):
+        raise ArgumentTypeError(f"connected: expected a bool, got {type(connected).__name__}")
     if connected:
         rows = rows[live_edges(graph, rows)]
     return graph.with_edges(rows)

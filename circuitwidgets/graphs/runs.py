@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from circuitwidgets.causal.engine import check_pair
+from circuitwidgets.causal.engine import same_shape
 from circuitwidgets.causal.metrics import LogitDiff, Metric, Normalised, as_metric, scalar
 from circuitwidgets.errors import ArgumentTypeError
+from circuitwidgets.graphs._args import named_tokens
 from circuitwidgets.graphs.components import Components, components_of
 from circuitwidgets.model import CircuitModel
 
@@ -41,7 +42,7 @@ def setup(model: CircuitModel, clean: object, corrupted: object, metric: object,
     """Checked model (splittable), prompt pair (same shape: different lengths are refused naming ``corrupted``),
     metric and memory budget."""
     comps = components_of(model)
-    a, b = check_pair(model, clean, corrupted)
+    a, b = same_shape(named_tokens(model, "clean", clean), named_tokens(model, "corrupted", corrupted))
     whole = as_metric(metric, model.cfg.d_vocab)
     if memory_budget is None:
         budget = GRAPH_MEMORY_BUDGET

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import warnings
 
 import numpy as np
 
-from circuitwidgets.errors import ArgumentError, ArgumentTypeError, NonFiniteError, ShapeError
+from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, NonFiniteError, ShapeError
 
 
 class MoreDimensionsThanFeaturesWarning(UserWarning):
@@ -131,3 +132,49 @@ def feature_sets(value: object, set_size: object, n: int, probability: np.ndarra
             f"got 1 − S = {float(probability.max()):g}"
         )
     return str(value), size
+
+
+def memory_budget(value: object) -> int:
+    """A positive byte budget, or this machine's physical memory for ``None``."""
+    total = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    if value is None:
+        return total
+    budget = positive_int("memory_budget", value)
+    if budget > total:
+        raise MemoryBudgetError(f"memory_budget: expected at most the {total:,} bytes of this machine, got {budget:,}")
+    return budget
+
+
+def training_bytes(instances: int, n: int, m: int, batch: int, snapshots: int, threaded: bool) -> int:
+    """Bytes a :func:`~circuitwidgets.superposition.train_toy` run holds: the float64 initial draw, the packed
+    parameters with Adam's two moments, the batch buffers (four when threaded) and every snapshot (three copies)."""
+    params = instances * (m + 1) * n
+    return (
+        8 * instances * m * n
+        + 4 * 3 * params
+        + 4 * (4 if threaded else 1) * instances * batch * (n + 1)
+        + (4 * 3 * snapshots * params + 4 * snapshots * instances)
+    )
+
+
+def check_training_budget(need: int, budget: int) -> None:
+    """Refuse a run needing more than ``budget`` bytes, before allocating any of it."""
+    if need > budget:
+        raise MemoryBudgetError(
+            f"memory_budget: this run holds about {need:,} bytes (parameters, Adam state, batches and snapshots), "
+            f"more than the {budget:,} allowed; fewer instances, features, a smaller batch or fewer snapshots fit"
+        )
+
+
+#: Largest importance accepted: its square times a batch must stay inside float32 (the training dtype).
+MAX_IMPORTANCE = 1e12
+
+
+def importance_range(importance: np.ndarray) -> np.ndarray:
+    """``importance`` unless a value is past :data:`MAX_IMPORTANCE` (float32 training would overflow to NaN)."""
+    top = float(importance.max()) if importance.size else 0.0
+    if top > MAX_IMPORTANCE:
+        raise ArgumentError(
+            f"importance: expected values of at most {MAX_IMPORTANCE:g} (float32 training), got {top:g}"
+        )
+    return importance

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from circuitwidgets.errors import ShapeError
+from circuitwidgets.errors import ArgumentTypeError, NonFiniteError, ShapeError
+from circuitwidgets.superposition._args import _as_float_array
 
 __all__ = [
     "REPRESENTED",
@@ -44,12 +45,25 @@ STICKY_FRACTIONS: tuple[tuple[float, str], ...] = (
 
 
 def _weights(W: object) -> np.ndarray:
-    array = np.asarray(W.detach().cpu() if hasattr(W, "detach") else W, dtype=np.float64)
+    """``W`` as float64 ``[instances, m, n]``: a real floating array or tensor, finite, with no empty axis."""
+    raw = W.detach().cpu() if hasattr(W, "detach") else W
+    kind = getattr(getattr(raw, "dtype", None), "kind", None) or str(getattr(raw, "dtype", ""))
+    if isinstance(raw, (str, bytes, bool)) or kind in ("b", "O", "U", "S", "c") or "bool" in kind or "complex" in kind:
+        raise ArgumentTypeError(f"W: expected real floating weights [instances, m, n], got {type(W).__name__} {kind}")
+    array = _as_float_array("W", raw, "weights [instances, m, n] or [m, n]")
     if array.ndim == 2:
         array = array[None]
-    if array.ndim != 3:
-        raise ShapeError(f"W: expected [instances, m, n] or [m, n], got shape {array.shape}")
+    if array.ndim != 3 or 0 in array.shape:
+        raise ShapeError(f"W: expected [instances, m, n] or [m, n] with no empty axis, got shape {array.shape}")
     return array
+
+
+def _threshold(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise ArgumentTypeError(f"threshold: expected a number, got {type(value).__name__}")
+    if not np.isfinite(value):
+        raise NonFiniteError(f"threshold: expected a finite number, got {value}")
+    return float(value)
 
 
 def feature_norms(W: object) -> np.ndarray:
@@ -60,7 +74,7 @@ def feature_norms(W: object) -> np.ndarray:
 
 def represented(W: object, threshold: float = REPRESENTED) -> np.ndarray:
     """Whether each feature's norm exceeds ``threshold``: ``[instances, n]`` bool."""
-    above: np.ndarray = feature_norms(W) > threshold
+    above: np.ndarray = feature_norms(W) > _threshold(threshold)
     return above
 
 
@@ -102,13 +116,16 @@ def angles(W: object, threshold: float = REPRESENTED) -> list[np.ndarray]:
     weights = _weights(W)
     if weights.shape[1] != 2:
         raise ShapeError(f"W: angles in the plane need m = 2 hidden dimensions, got m = {weights.shape[1]}")
-    keep = represented(weights, threshold)
+    keep = represented(weights, _threshold(threshold))
     degrees = np.degrees(np.arctan2(weights[:, 1], weights[:, 0])) % 360.0
     return [np.sort(degrees[k][keep[k]]) for k in range(weights.shape[0])]
 
 
-def angle_gaps(degrees: np.ndarray) -> np.ndarray:
+def angle_gaps(degrees: object) -> np.ndarray:
     """Gaps between consecutive sorted angles around the circle (they sum to 360)."""
+    degrees = _as_float_array("degrees", degrees, "angles in degrees")
+    if degrees.ndim != 1:
+        raise ShapeError(f"degrees: expected a 1-D array of angles, got shape {degrees.shape}")
     if degrees.size == 0:
         return degrees
     ordered = np.sort(degrees)

@@ -11,6 +11,7 @@ that thread or inline.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from circuitwidgets.errors import NonFiniteError
 from circuitwidgets.superposition import _args
 from circuitwidgets.superposition.model import ToyModel, batch_loss, pack, toy_gradient
 from circuitwidgets.superposition.sampler import NegatedBatches
@@ -79,8 +81,11 @@ def importance_decay(n: int, decay: float) -> np.ndarray:
 
 def snapshot_steps(steps: int, snapshots: int) -> np.ndarray:
     """``snapshots`` steps from 0 to ``steps``, closer together early (where the geometry forms), always both ends."""
+    steps = _args.positive_int("steps", steps)
+    snapshots = _args.positive_int("snapshots", snapshots)
     if snapshots <= 1:
         return np.array([steps])
+    snapshots = min(snapshots, steps + 1)  # (more would repeat steps: the same unique set)
     spaced = np.round(steps * np.linspace(0.0, 1.0, snapshots) ** 2).astype(np.int64)
     return np.unique(spaced)
 
@@ -102,6 +107,7 @@ def train_toy(
     threaded: bool | None = None,
     feature_sets: str = "independent",
     set_size: int = 2,
+    memory_budget: int | None = None,
 ) -> ToyResult:
     """Train ``instances`` toy models ``ReLU(WᵀW x + b)`` with ``n`` features and ``m`` hidden dimensions.
 
@@ -120,17 +126,27 @@ def train_toy(
     set_size``) into sets whose features are present all together
     (``"correlated"``) or at most one at a time (``"anticorrelated"``, which
     needs ``k · (1 − S) ≤ 1``); each feature keeps probability ``1 − S``. Bad
-    arguments raise typed errors naming them.
+    arguments raise typed errors naming them; a run whose parameters, batches and
+    snapshots need more than ``memory_budget`` bytes (``None``: this machine's
+    memory) is refused before anything is allocated, and a run that diverges (an
+    ``lr`` too large) raises :class:`~circuitwidgets.errors.NonFiniteError` naming
+    the first step whose weights are not finite.
     """
     n, m = _args.shape_of_model(n, m)
     instances = _args.instance_count(instances, sparsity, importance)
-    sparsity_ = _args.sparsity_per_instance(sparsity, instances)
-    instances = sparsity_.shape[0]
-    importance_ = _args.importance_per_instance(importance, n, instances)
     steps = _args.positive_int("steps", steps)
     batch = _args.positive_int("batch", batch)
     lr = _args.positive_float("lr", lr)
     snapshots = _args.positive_int("snapshots", snapshots)
+    if threaded is None:
+        threaded = instances * batch * (n + 1) > 2**17
+    kept = min(snapshots, steps + 1)
+    # refused before any array of the run exists (the importances alone are [instances, n] float64)
+    need = _args.training_bytes(instances, n, m, batch, kept, bool(threaded)) + 16 * instances * n
+    _args.check_training_budget(need, _args.memory_budget(memory_budget))
+    sparsity_ = _args.sparsity_per_instance(sparsity, instances)
+    instances = sparsity_.shape[0]
+    importance_ = _args.importance_range(_args.importance_per_instance(importance, n, instances))
     seed = (
         _args.positive_int("seed + 1", seed + 1 if isinstance(seed, int) and not isinstance(seed, bool) else seed) - 1
     )
@@ -138,8 +154,6 @@ def train_toy(
     init = np.random.Generator(np.random.PCG64(init_seed))
     W = init.standard_normal((instances, m, n)) * np.sqrt(2.0 / (n + m))
     params = pack(torch.tensor(W, dtype=torch.float32), torch.zeros(instances, n))
-    if threaded is None:
-        threaded = instances * batch * (n + 1) > 2**17
     sets, set_size = _args.feature_sets(feature_sets, set_size, n, 1.0 - sparsity_)
     batches = NegatedBatches(
         1.0 - sparsity_, n, batch, data_seed, threaded=bool(threaded), sets=sets, set_size=set_size
@@ -149,7 +163,7 @@ def train_toy(
     started = time.perf_counter()
     try:
         taken, record = _adam_loop(
-            params, batches, importance_, steps, lr, snapshot_steps(steps, snapshots), stop, on_snapshot
+            params, batches, importance_, steps, lr, snapshot_steps(steps, kept), stop, on_snapshot
         )
     finally:
         batches.close()
@@ -207,4 +221,9 @@ def _adam_loop(
         second.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
         denom = (second.sqrt() / (1.0 - beta2**taken) ** 0.5).add_(eps)
         params.addcdiv_(first, denom, value=-lr / (1.0 - beta1**taken))
+        if not math.isfinite(float(params.sum())):  # a few µs on these small tensors; a NaN never ends a run silently
+            raise NonFiniteError(
+                f"lr: the run diverged: the weights hold NaN or infinity after step {taken} (lr={lr:g}); "
+                "a smaller lr (the paper uses 1e-3) or smaller importances train"
+            )
     raise AssertionError("the batch stream ended")  # NegatedBatches is endless

@@ -45,7 +45,13 @@ def check_sweep(sweep: object, name: str = "sweep") -> Sweep:
     """``sweep`` as a :class:`Sweep` whose values, dims and labels agree, else a typed error naming ``name``."""
     if not isinstance(sweep, Sweep):
         raise ArgumentTypeError(f"{name}: expected a circuitwidgets.causal.Sweep, got {type(sweep).__name__}")
-    values = np.asarray(sweep.values, dtype=np.float64)
+    raw = np.asarray(sweep.values)
+    if raw.dtype.kind not in "fiu":  # object, string, bool or complex values are not a sweep's numbers
+        raise ArgumentTypeError(f"{name}.values: expected an array of real numbers, got dtype {raw.dtype}")
+    for field in ("metric", "technique"):
+        if not isinstance(getattr(sweep, field), str):
+            raise ArgumentTypeError(f"{name}.{field}: expected a str, got {type(getattr(sweep, field)).__name__}")
+    values = raw.astype(np.float64)
     if values.ndim != len(sweep.dims):
         raise ShapeError(f"{name}: values have {values.ndim} axes but dims {sweep.dims!r} name {len(sweep.dims)}")
     for axis, dim in enumerate(sweep.dims):

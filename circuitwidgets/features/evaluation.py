@@ -31,7 +31,9 @@ from typing import Any
 
 import torch
 
-from circuitwidgets.errors import ShapeError
+from circuitwidgets._checks import check_int
+from circuitwidgets.errors import ArgumentTypeError, ShapeError
+from circuitwidgets.features._args import check_dictionary, check_number
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.features.sites import splice_hooks, zero_hooks
 from circuitwidgets.features.stream import read_until
@@ -83,16 +85,37 @@ def evaluate(
     ``()`` counts every position). Returns floats, plus ``feature_density`` (a list,
     per feature) and ``n_tokens``.
     """
-    dictionary.check_model(model)
-    t = model._check_tokens(tokens if isinstance(tokens, torch.Tensor) else torch.as_tensor(tokens))
+    check_dictionary("dictionary", dictionary).check_model(model)
+    batch_size = check_int("batch_size", batch_size, 1)
+    check_number("dense_density", dense_density, 0.0, 1.0, low_open=True)
+    t = model._check_tokens(_as_ids(tokens))
     if t.ndim != 2 or t.shape[1] < 2:
         raise ShapeError(f"tokens: expected [batch, pos] with pos >= 2 (next-token losses), got {tuple(t.shape)}")
     bos = model.tokenizer.bos_token_id if exclude is None else None
-    excluded = list(exclude) if exclude is not None else ([bos] if bos is not None else [])
+    excluded = _excluded(exclude, model.cfg.d_vocab) if exclude is not None else ([bos] if bos is not None else [])
     acc = _Sums()
     for start in range(0, t.shape[0], batch_size):
         _evaluate_batch(dictionary, model, t[start : start + batch_size], excluded, acc)
     return _summary(acc, dictionary, dense_density)
+
+
+def _as_ids(tokens: object) -> torch.Tensor:
+    if isinstance(tokens, torch.Tensor):
+        return tokens
+    if isinstance(tokens, (str, bytes)):
+        raise ArgumentTypeError(f"tokens: expected token ids [batch, pos], got {type(tokens).__name__}")
+    try:
+        return torch.as_tensor(tokens)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ArgumentTypeError(
+            f"tokens: expected token ids [batch, pos], got {type(tokens).__name__} ({exc})"
+        ) from None
+
+
+def _excluded(exclude: object, d_vocab: int) -> list[int]:
+    if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Sequence):
+        raise ArgumentTypeError(f"exclude: expected a sequence of token ids, got {type(exclude).__name__}")
+    return [check_int(f"exclude[{i}]", v, 0, d_vocab) for i, v in enumerate(exclude)]
 
 
 def _evaluate_batch(d: Dictionary, model: CircuitModel, t: torch.Tensor, excluded: list[int], acc: _Sums) -> None:
