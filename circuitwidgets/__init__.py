@@ -47,6 +47,8 @@ _LAZY = {
     "save_html": "circuitwidgets.export",
     "train_toy": "circuitwidgets.superposition",
     "causal_trace": "circuitwidgets.hypotheses",
+    "Hypothesis": "circuitwidgets.hypotheses",
+    "scrub": "circuitwidgets.hypotheses",
 }
 
 __all__ = sorted([*_LAZY, "__version__"])

@@ -9,6 +9,8 @@ says how it was made; a trace and a probe's accuracy map are
 
 from __future__ import annotations
 
+from circuitwidgets.hypotheses.paths import Hypothesis
+from circuitwidgets.hypotheses.scrub import Scrub, scrub
 from circuitwidgets.hypotheses.trace import causal_trace
 
-__all__ = ["causal_trace"]
+__all__ = ["Hypothesis", "Scrub", "causal_trace", "scrub"]
