@@ -49,6 +49,8 @@ _LAZY = {
     "causal_trace": "circuitwidgets.hypotheses",
     "Hypothesis": "circuitwidgets.hypotheses",
     "scrub": "circuitwidgets.hypotheses",
+    "probe": "circuitwidgets.hypotheses",
+    "control_task": "circuitwidgets.hypotheses",
 }
 
 __all__ = sorted([*_LAZY, "__version__"])

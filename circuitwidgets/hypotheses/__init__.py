@@ -10,7 +10,8 @@ says how it was made; a trace and a probe's accuracy map are
 from __future__ import annotations
 
 from circuitwidgets.hypotheses.paths import Hypothesis
+from circuitwidgets.hypotheses.probe import Probe, Probes, control_task, probe
 from circuitwidgets.hypotheses.scrub import Scrub, scrub
 from circuitwidgets.hypotheses.trace import causal_trace
 
-__all__ = ["Hypothesis", "Scrub", "causal_trace", "scrub"]
+__all__ = ["Hypothesis", "Probe", "Probes", "Scrub", "causal_trace", "control_task", "probe", "scrub"]
