@@ -96,6 +96,7 @@ class Treeified:
         self.recomputed = 0
         self._streams: dict[Key, torch.Tensor] = {}
         self._outputs: dict[Key, torch.Tensor] = {}
+        self._indexed: dict[tuple[str, int | None, int], torch.Tensor] = {}
 
     def assigned(self, key: Key) -> torch.Tensor:
         """The example each reference's node ``key`` reads: the innermost kept path covering it, else ``rest``."""
@@ -116,16 +117,24 @@ class Treeified:
             return self._streams[key]
         reader = key[0]
         if not self.recompute(key):
-            out = self.cache[_reader_site(self.model, reader)] if reader == "logits" else None
-            if out is None:
-                out = self.cache[_reader_site(self.model, reader), layer_of(component(reader))[0]]
-            out = out[self.assigned(key)]
+            out = self._cached_stream(reader, self.assigned(key))
         else:
             out = self._bias(reader)
             for w in writers(self.model, reader):
                 out = out + self.output((w, *key))
         self._streams[key] = out
         return out
+
+    def _cached_stream(self, reader: str, examples: torch.Tensor) -> torch.Tensor:
+        """The clean run's stream at ``reader`` of ``examples``, one tensor per (site, layer, draw): a head whose
+        queries and values read the same stream then needs no pass of its own for the values."""
+        site = _reader_site(self.model, reader)
+        layer = None if reader == "logits" else layer_of(component(reader))[0]
+        slot = (site, layer, id(examples))
+        if slot not in self._indexed:
+            whole = self.cache[site] if layer is None else self.cache[site, layer]
+            self._indexed[slot] = whole[examples]
+        return self._indexed[slot]
 
     def output(self, key: Key) -> torch.Tensor:
         """What writer ``key[0]`` writes in node ``key`` ``[N, pos, d_model]``."""
