@@ -604,6 +604,12 @@ def test_scrubbing_the_induction_hypothesis_on_attn_only_2l_12h(nb09: nbformat.N
     assert _recovered(out, "3") > 90.0, out  # measured 102.7 %: the K path through the previous-token head suffices
 
 
+def test_the_paths_read_only_the_tokens_the_induction_story_names(nb09: nbformat.NotebookNode) -> None:
+    out = printed(nb09, "scrub-tokens")
+    whole, tokens = _recovered(out, "3"), _recovered(out, "4")
+    assert whole > 60.0 and tokens > whole - 5.0, out  # measured 83.0 % and 84.3 % (300 examples, 4 resamples)
+
+
 def test_on_gelu_2l_the_key_path_runs_through_mlp0_and_q_v_need_it_too(nb09: nbformat.NotebookNode) -> None:
     out = printed(nb09, "scrub-gelu")
     assert _recovered(out, "1") == 100.0, out
