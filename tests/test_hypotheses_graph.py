@@ -21,10 +21,11 @@ def test_a_hypothesis_graph_has_its_paths_edges_and_the_refinements_scores() -> 
     graph = hypothesis_graph(model, kept, results)
     labels = graph.nodes.label
     edges = {(labels[s], labels[d]) for s, d in zip(graph.edges.src, graph.edges.dst, strict=True)}
-    assert edges == {("L0H1", "L1H3.k"), ("L1H3", "logits"), ("embed", "L1H3.q")}
+    expected = {("L0H1", "L1H3.k"), ("L1H3", "logits"), ("embed", "L1H3.q")}
+    assert edges == expected | {("embed", f"L0H1.{x}") for x in "qkv"}  # L0H1's subtree: the embedding
     np.testing.assert_allclose(graph.edges.weight, results[-1].recovered)
     assert [r["recovered"] for r in graph.extra["refinements"]] == pytest.approx([1.0, results[-1].recovered])
     view = cw.AttributionGraph(graph)
-    assert view.n_edges == 3
+    assert view.n_edges == 6
     with pytest.raises(ArgumentError, match="results"):
         hypothesis_graph(model, kept, results[:1])

@@ -2,7 +2,7 @@
 
 The nodes are the component graph's (:mod:`circuitwidgets.graphs.components`: ``embed``, heads as senders,
 their ``q``/``k``/``v`` as receivers, MLPs, ``logits``); each kept path adds its edges (each component to the
-input of the next that reads it), weighted by the fraction of the metric the hypothesis recovers, and the
+input of the next that reads it; a path starting at a layer-0 component also the embedding into it), weighted by the fraction of the metric the hypothesis recovers, and the
 graph's scores carry each refinement's fraction and interval.
 """
 
@@ -45,7 +45,12 @@ def hypothesis_graph(model: CircuitModel, hypothesis: Hypothesis, results: Seque
     dst: list[int] = []
     for i, path in enumerate(hypothesis.paths):
         check_against(model, path.nodes, f"hypothesis.paths[{i}]")
-        for writer, reader in pairwise(path.nodes):
+        pairs = list(pairwise(path.nodes))
+        start = path.nodes[0]
+        if start != "embed" and "." not in start and start.startswith(("L0H", "MLP0")):
+            # a layer-0 component's whole subtree: the embedding into each of its inputs (drawn as a path from it)
+            pairs += [("embed", f"{start}.{x}") for x in "qkv"] if start.startswith("L0H") else [("embed", start)]
+        for writer, reader in pairs:
             edge = (row[component(writer)], row[reader])
             if edge not in zip(src, dst, strict=True):
                 src.append(edge[0])
