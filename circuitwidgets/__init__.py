@@ -46,6 +46,11 @@ _LAZY = {
     "AttributionGraph": "circuitwidgets.widgets",
     "save_html": "circuitwidgets.export",
     "train_toy": "circuitwidgets.superposition",
+    "causal_trace": "circuitwidgets.hypotheses",
+    "Hypothesis": "circuitwidgets.hypotheses",
+    "scrub": "circuitwidgets.hypotheses",
+    "probe": "circuitwidgets.hypotheses",
+    "control_task": "circuitwidgets.hypotheses",
 }
 
 __all__ = sorted([*_LAZY, "__version__"])
@@ -56,6 +61,8 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(_LAZY[name]), name)
     if name in ("circuits", "causal", "features", "graphs", "widgets", "errors", "export", "superposition"):
         return importlib.import_module(f"circuitwidgets.{name}")
+    if name == "hypotheses":
+        return importlib.import_module("circuitwidgets.hypotheses")
     raise AttributeError(f"module 'circuitwidgets' has no attribute {name!r}")
 
 

@@ -38,7 +38,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("circuits",),
     # interventions on a run; training the shipped toy models (uses the engine's scores); sparse dictionaries
     # (features: splice into runs, train on activations streamed over the training corpus)
-    ("causal", "training", "features"),
+    # testing hypotheses (causal tracing, probes, causal scrubbing) on the causal engine
+    ("causal", "training", "features", "hypotheses"),
     # graphs of a model's computation: edge attribution and attribution graphs (use the causal engine, dictionaries)
     ("graphs",),
     # the widgets: shared machinery (widgets.core) and one module or folder per view

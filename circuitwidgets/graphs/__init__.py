@@ -31,6 +31,7 @@ from circuitwidgets.graphs.dense import DenseAttribution
 from circuitwidgets.graphs.eap import METHODS, edge_attribution
 from circuitwidgets.graphs.faithfulness import MIB_FRACTIONS, Curve, faithfulness, faithfulness_curve
 from circuitwidgets.graphs.graph import EdgeTable, Graph, NodeTable, prune
+from circuitwidgets.graphs.hypothesis import hypothesis_graph
 from circuitwidgets.graphs.patching import edge_patch
 from circuitwidgets.graphs.qk import QKAttribution, qk_attribution
 
@@ -54,6 +55,7 @@ __all__ = [
     "faithfulness",
     "faithfulness_curve",
     "from_circuit_tracer_json",
+    "hypothesis_graph",
     "prune",
     "qk_attribution",
     "to_circuit_tracer_json",

@@ -206,6 +206,7 @@ API_PAGES = {
     "circuitwidgets": "The package: models, loaders, widgets, export",
     "circuitwidgets.circuits": "The engine: circuits of the paper as numbers",
     "circuitwidgets.causal": "Causal techniques: patching, ablation, attribution, the logit lens",
+    "circuitwidgets.hypotheses": "Testing hypotheses: causal scrubbing, causal tracing, probes",
     "circuitwidgets.graphs": "Graphs: edge attribution, exact edge patching, faithfulness",
     "circuitwidgets.widgets": "The widgets",
     "circuitwidgets.superposition": "Toy models of superposition: training, measurements, phases",
