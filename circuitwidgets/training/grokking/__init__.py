@@ -9,7 +9,21 @@
 from __future__ import annotations
 
 from circuitwidgets.training.grokking.model import GrokConfig, forward, init_weights
+from circuitwidgets.training.grokking.progress import Phases, ProgressMeasures, find_phases, progress_measures
+from circuitwidgets.training.grokking.shipped import load_pretrained
 from circuitwidgets.training.grokking.store import load_checkpoint
 from circuitwidgets.training.grokking.train import GrokHistory, train
 
-__all__ = ["GrokConfig", "GrokHistory", "forward", "init_weights", "load_checkpoint", "train"]
+__all__ = [
+    "GrokConfig",
+    "GrokHistory",
+    "Phases",
+    "ProgressMeasures",
+    "find_phases",
+    "forward",
+    "init_weights",
+    "load_checkpoint",
+    "load_pretrained",
+    "progress_measures",
+    "train",
+]

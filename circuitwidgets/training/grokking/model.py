@@ -135,34 +135,27 @@ def init_weights(cfg: GrokConfig, dtype: torch.dtype = torch.float32) -> Weights
 def forward(w: Weights, a: torch.Tensor, b: torch.Tensor, return_neurons: bool = False) -> torch.Tensor:
     """Logits ``[n, p]`` at the last position for the pairs ``(a, b)`` (or the MLP's ReLU output ``[n, d_mlp]``).
 
-    The fast path (module docstring): per-token key and value-output tables,
-    gathered per pair; the MLP and unembedding only at the last position.
+    The fast path (module docstring): the key and value of every (position, token) are computed once, in a table
+    of ``2p + 1`` rows, and gathered per pair; the MLP and the unembedding run only at the last position. Few,
+    large operations: at this size the cost of a step is mostly the number of operations, not their flops.
     """
     p = w["W_U"].shape[1]
-    dh = w["W_Q"].shape[2]
+    H, d, dh = w["W_Q"].shape
     eq = w["W_E"][p] + w["W_pos"][2]  # [d]: the last position's stream before attention
-    q = torch.einsum("d,hde->he", eq, w["W_Q"])  # [H, dh]
     toks = w["W_E"][:p]
-    # Per position j (0, 1) and token t: the attention score and the output through OV.
-    stream = torch.stack([toks + w["W_pos"][0], toks + w["W_pos"][1]])  # [2, p, d]
-    scores01 = torch.einsum("jtd,hde,he->jth", stream, w["W_K"], q) / math.sqrt(dh)  # [2, p, H]
-    ov = torch.einsum("hde,hef->hdf", w["W_V"], w["W_O"])  # [H, d, d]
-    out01 = torch.einsum("jtd,hdf->jthf", stream, ov)  # [2, p, H, d]
-    score2 = torch.einsum("d,hde,he->h", eq, w["W_K"], q) / math.sqrt(dh)  # [H]
-    out2 = torch.einsum("d,hdf->hf", eq, ov)  # [H, d]
-    scores = torch.stack([scores01[0, a], scores01[1, b], score2.expand(a.shape[0], -1)], dim=-1)  # [n, H, 3]
-    pattern = scores.softmax(dim=-1)
-    # Weighted sums over heads as broadcast products: an einsum here becomes one tiny matmul per pair.
-    attn = (
-        (pattern[..., 0, None] * out01[0, a]).sum(dim=1)
-        + (pattern[..., 1, None] * out01[1, b]).sum(dim=1)
-        + pattern[..., 2] @ out2
-    )
-    neurons = torch.relu((eq + attn) @ w["W_in"] + w["b_in"])
+    stream = torch.cat([toks + w["W_pos"][0], toks + w["W_pos"][1], eq[None]])  # [2p + 1, d]: (position, token) rows
+    q = (eq @ w["W_Q"].transpose(0, 1).reshape(d, H * dh)).view(H, dh)
+    k = (stream @ w["W_K"].transpose(0, 1).reshape(d, H * dh)).view(-1, H, dh)
+    v = stream @ w["W_V"].transpose(0, 1).reshape(d, H * dh)  # [2p + 1, H * dh]
+    scores = (k * q).sum(dim=-1) / math.sqrt(dh)  # [2p + 1, H]
+    rows = torch.stack([a, b + p, torch.full_like(a, 2 * p)], dim=1)  # [n, 3]: each pair's three table rows
+    pattern = scores[rows].softmax(dim=1)  # [n, 3, H]
+    z = (pattern.unsqueeze(-1) * v[rows].view(-1, 3, H, dh)).sum(dim=1)  # [n, H, dh]
+    resid = eq + z.reshape(-1, H * dh) @ w["W_O"].reshape(H * dh, d)
+    neurons = torch.relu(torch.addmm(w["b_in"], resid, w["W_in"]))
     if return_neurons:
         return neurons
-    resid = eq + attn + neurons @ w["W_out"] + w["b_out"]
-    return resid @ w["W_U"]
+    return (resid + torch.addmm(w["b_out"], neurons, w["W_out"])) @ w["W_U"]
 
 
 def forward_full(w: Weights, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -185,8 +178,12 @@ def forward_full(w: Weights, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def loss_and_accuracy(logits: torch.Tensor, answers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean cross-entropy (computed in float64, as the paper does, so tiny losses are not rounded to 0) and accuracy."""
     loss = torch.nn.functional.cross_entropy(logits.double(), answers)
-    accuracy = (logits.argmax(dim=-1) == answers).double().mean()
-    return loss, accuracy
+    return loss, accuracy(logits, answers)
+
+
+def accuracy(logits: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+    """Fraction of pairs whose largest logit is the answer."""
+    return (logits.argmax(dim=-1) == answers).double().mean()
 
 
 def pairs(p: int) -> tuple[torch.Tensor, torch.Tensor]:

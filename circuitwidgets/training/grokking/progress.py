@@ -78,3 +78,33 @@ def progress_measures(history: GrokHistory, keys: list[int] | None = None) -> Pr
         np.asarray(squares),
         np.stack(neurons),
     )
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Where the measurements put the three phases (steps; each ``None`` when the run never got there).
+
+    - ``memorised``: the first measured step with train accuracy 100 % (memorisation ends, circuit formation starts);
+    - ``cleanup``: the first checkpoint after it at which the restricted loss is below the excluded loss: the key
+      frequencies alone fit the training pairs better than everything else without them (cleanup starts);
+    - ``grokked``: the first measured step after it with test accuracy >= 99 % (cleanup has removed the memorised
+      noise; the test loss has fallen).
+    """
+
+    memorised: int | None
+    cleanup: int | None
+    grokked: int | None
+
+
+def find_phases(history: GrokHistory, measures: ProgressMeasures) -> Phases:
+    """The phase boundaries of ``history`` from its curves and its progress measures (see :class:`Phases`)."""
+    full = np.nonzero(history.train_accuracy >= 1.0)[0]
+    if not full.size:
+        return Phases(None, None, None)
+    memorised = int(history.steps[full[0]])
+    crossed = np.nonzero((measures.steps > memorised) & (measures.restricted_loss < measures.excluded_loss))[0]
+    if not crossed.size:
+        return Phases(memorised, None, None)
+    cleanup = int(measures.steps[crossed[0]])
+    done = np.nonzero((history.steps > cleanup) & (history.test_accuracy >= 0.99))[0]
+    return Phases(memorised, cleanup, int(history.steps[done[0]]) if done.size else None)

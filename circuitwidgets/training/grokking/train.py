@@ -23,6 +23,7 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.training.grokking.model import (
     GrokConfig,
     Weights,
+    accuracy,
     forward,
     init_weights,
     loss_and_accuracy,
@@ -216,8 +217,9 @@ def train_config(
     while True:
         measure = step % eval_every == 0 or step == steps
         logits = forward(weights, a_tr, b_tr)
-        loss, acc = loss_and_accuracy(logits, y_tr)
+        loss = torch.nn.functional.cross_entropy(logits.double(), y_tr)
         if measure:
+            acc = accuracy(logits.detach(), y_tr)
             with torch.no_grad():
                 test_loss, test_acc = loss_and_accuracy(forward(weights, a_te, b_te), y_te)
             for name, value in zip(
