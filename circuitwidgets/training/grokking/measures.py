@@ -123,24 +123,27 @@ def excluded_loss(w: Weights, keys: list[int], train_idx: torch.Tensor) -> float
 
 
 def neuron_activations(w: Weights) -> torch.Tensor:
-    """Every MLP neuron's activation at the last position over the grid, ``[p, p, d_mlp]`` float64."""
+    """Every MLP neuron's activation at the last position over the grid, ``[p, p, d_mlp]``, in the weights' dtype."""
     p = _modulus(w)
     a, b = pairs(p)
     with torch.no_grad():
-        return forward(w, a, b, return_neurons=True).double().reshape(p, p, -1)
+        return forward(w, a, b, return_neurons=True).reshape(p, p, -1)
 
 
 def neuron_frequency_map(w: Weights) -> torch.Tensor:
-    """``[d_mlp, p // 2 + 1]``: fraction of each neuron's variance in the 2-D terms of frequency ``k`` (column 0: 0)."""
+    """``[d_mlp, p // 2 + 1]`` float64: fraction of each neuron's variance in the 2-D terms of frequency ``k``
+    (column 0: 0; a neuron constant over the grid: a row of 0)."""
     acts = neuron_activations(w)
     p = acts.shape[0]
-    power = torch.fft.fft2(acts, dim=(0, 1)).abs().square()  # [p, p, m]
-    total = power.sum(dim=(0, 1)) - power[0, 0]
-    out = torch.zeros(acts.shape[-1], p // 2 + 1, dtype=torch.float64)
+    # Neurons first, so each 2-D transform runs over contiguous memory (several times faster than over dims 0, 1).
+    power = torch.fft.fft2(acts.permute(2, 0, 1).contiguous()).abs().square()  # [m, p, p]
+    total = power.sum(dim=(1, 2)) - power[:, 0, 0]
+    out = torch.zeros(acts.shape[-1], p // 2 + 1, dtype=power.dtype)
     for k in range(1, p // 2 + 1):
         idx = torch.tensor(sorted({0, k, (p - k) % p}))
-        out[:, k] = power[idx][:, idx].sum(dim=(0, 1)) - power[0, 0]
-    fractions: torch.Tensor = out / total.clamp_min(1e-300)[:, None]
+        out[:, k] = power[:, idx][:, :, idx].sum(dim=(1, 2)) - power[:, 0, 0]
+    # (float32 weights give a float32 transform: a share of variance needs no more, and it is twice as fast)
+    fractions: torch.Tensor = (out / total.clamp_min(torch.finfo(total.dtype).tiny)[:, None]).double()
     return fractions
 
 
