@@ -54,6 +54,11 @@ function logLoss(v: number): number {
   return Math.log10(Math.max(v, 1e-9));
 }
 
+/** A loss for the status line: three significant figures, in exponent form below 0.001 (train losses reach 1e-7). */
+export function lossText(v: number): string {
+  return Number.isFinite(v) && v !== 0 && Math.abs(v) < 1e-3 ? v.toExponential(2) : fmt(v, 3);
+}
+
 /** The phase a step falls in (0 memorisation, 1 circuit formation, 2 cleanup, 3 after), from [memorised, cleanup, grokked]. */
 export function phaseOf(step: number, phases: readonly number[]): number {
   let phase = 0;
@@ -225,8 +230,8 @@ export function renderGrokking({ model, el: root }: RenderProps<GrokkingTraits>)
     const i = Math.max(0, d.steps.findIndex((s) => s >= step));
     const phase = ["memorisation", "circuit formation", "cleanup", "grokked"][phaseOf(step, phases)] ?? "";
     panel.status.textContent =
-      `step ${step} (${phase}): train loss ${fmt(d.train[i] ?? Number.NaN, 4)}, test loss ${fmt(d.test[i] ?? Number.NaN, 3)}, ` +
-      `restricted ${fmt(d.restricted[c] ?? Number.NaN, 3)}, excluded ${fmt(d.excluded[c] ?? Number.NaN, 3)}; key frequencies ${keys.join(", ")}`;
+      `step ${step} (${phase}): train loss ${lossText(d.train[i] ?? Number.NaN)}, test loss ${lossText(d.test[i] ?? Number.NaN)}, ` +
+      `restricted ${lossText(d.restricted[c] ?? Number.NaN)}, excluded ${lossText(d.excluded[c] ?? Number.NaN)}; key frequencies ${keys.join(", ")}`;
   }
 
   const frame = perFrame(draw);
