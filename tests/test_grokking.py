@@ -165,6 +165,12 @@ def test_train_records_every_measured_step_and_learns(tmp_path: Path) -> None:
     assert m.steps.tolist() == [0, 20, 40, 60]
     assert m.fourier_norms.shape == (4, 7) and m.neuron_frequency.shape == (4, 24, 7)
     assert m.sum_squared_weights[0] == pytest.approx(sum_squared_weights(h.checkpoints[0]))
+    # One pass over the grid per checkpoint gives what the measures compute on their own.
+    train_idx = split(cfg)[0]
+    w40 = h.checkpoints[40]
+    assert m.restricted_loss[2] == pytest.approx(restricted_loss(w40, m.key_frequencies, train_idx), rel=1e-9)
+    assert m.excluded_loss[2] == pytest.approx(excluded_loss(w40, m.key_frequencies, train_idx), rel=1e-9)
+    assert np.allclose(m.neuron_frequency[2], neuron_frequency_map(w40).float().numpy(), atol=1e-6)
 
 
 def test_a_resumed_run_equals_an_unbroken_one(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from circuitwidgets.errors import ArgumentError
-from circuitwidgets.training.grokking.model import Weights, forward, pairs
+from circuitwidgets.training.grokking.model import Weights, forward, forward_parts, pairs
 
 
 def n_frequencies(p: int) -> int:
@@ -111,15 +111,28 @@ def _train_loss_of(logits: torch.Tensor, train_idx: torch.Tensor) -> float:
     return float(torch.nn.functional.cross_entropy(flat, (a[train_idx] + b[train_idx]) % p))
 
 
-def restricted_loss(w: Weights, keys: list[int], train_idx: torch.Tensor) -> float:
-    """Loss on the training pairs of the logits restricted to the key frequencies (module docstring)."""
-    return _train_loss_of(_sum_components(grid_logits(w), keys, constant=True), train_idx)
+def restricted_loss(w: Weights, keys: list[int], train_idx: torch.Tensor, logits: torch.Tensor | None = None) -> float:
+    """Loss on the training pairs of the logits restricted to the key frequencies (module docstring).
+
+    ``logits``: :func:`grid_logits` of ``w`` when already computed.
+    """
+    logits = grid_logits(w) if logits is None else logits
+    return _train_loss_of(_sum_components(logits, keys, constant=True), train_idx)
 
 
-def excluded_loss(w: Weights, keys: list[int], train_idx: torch.Tensor) -> float:
+def excluded_loss(w: Weights, keys: list[int], train_idx: torch.Tensor, logits: torch.Tensor | None = None) -> float:
     """Loss on the training pairs of the logits with the key frequencies' components removed."""
-    logits = grid_logits(w)
+    logits = grid_logits(w) if logits is None else logits
     return _train_loss_of(logits - _sum_components(logits, keys, constant=False), train_idx)
+
+
+def grid_pass(w: Weights) -> tuple[torch.Tensor, torch.Tensor]:
+    """One pass over every pair: ``(neurons [p, p, d_mlp]`` in the weights' dtype, ``logits [p, p, p]`` float64)."""
+    p = _modulus(w)
+    a, b = pairs(p)
+    with torch.no_grad():
+        neurons, logits = forward_parts(w, a, b)
+    return neurons.reshape(p, p, -1), logits.double().reshape(p, p, p)
 
 
 def neuron_activations(w: Weights) -> torch.Tensor:
@@ -130,10 +143,10 @@ def neuron_activations(w: Weights) -> torch.Tensor:
         return forward(w, a, b, return_neurons=True).reshape(p, p, -1)
 
 
-def neuron_frequency_map(w: Weights) -> torch.Tensor:
+def neuron_frequency_map(w: Weights, acts: torch.Tensor | None = None) -> torch.Tensor:
     """``[d_mlp, p // 2 + 1]`` float64: fraction of each neuron's variance in the 2-D terms of frequency ``k``
     (column 0: 0; a neuron constant over the grid: a row of 0)."""
-    acts = neuron_activations(w)
+    acts = neuron_activations(w) if acts is None else acts  # (acts: :func:`neuron_activations` of ``w``)
     p = acts.shape[0]
     # Neurons first, so each 2-D transform runs over contiguous memory (several times faster than over dims 0, 1).
     power = torch.fft.fft2(acts.permute(2, 0, 1).contiguous()).abs().square()  # [m, p, p]

@@ -132,8 +132,8 @@ def init_weights(cfg: GrokConfig, dtype: torch.dtype = torch.float32) -> Weights
     }
 
 
-def forward(w: Weights, a: torch.Tensor, b: torch.Tensor, return_neurons: bool = False) -> torch.Tensor:
-    """Logits ``[n, p]`` at the last position for the pairs ``(a, b)`` (or the MLP's ReLU output ``[n, d_mlp]``).
+def _stream_and_neurons(w: Weights, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The last position's stream after attention ``[n, d_model]`` and the MLP's ReLU output ``[n, d_mlp]``.
 
     The fast path (module docstring): the key and value of every (position, token) are computed once, in a table
     of ``2p + 1`` rows, and gathered per pair; the MLP and the unembedding run only at the last position. Few,
@@ -152,10 +152,20 @@ def forward(w: Weights, a: torch.Tensor, b: torch.Tensor, return_neurons: bool =
     pattern = scores[rows].softmax(dim=1)  # [n, 3, H]
     z = (pattern.unsqueeze(-1) * v[rows].view(-1, 3, H, dh)).sum(dim=1)  # [n, H, dh]
     resid = eq + z.reshape(-1, H * dh) @ w["W_O"].reshape(H * dh, d)
-    neurons = torch.relu(torch.addmm(w["b_in"], resid, w["W_in"]))
-    if return_neurons:
-        return neurons
-    return (resid + torch.addmm(w["b_out"], neurons, w["W_out"])) @ w["W_U"]
+    return resid, torch.relu(torch.addmm(w["b_in"], resid, w["W_in"]))
+
+
+def forward_parts(w: Weights, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(neurons [n, d_mlp], logits [n, p])`` of one pass (what the progress measures read)."""
+    resid, neurons = _stream_and_neurons(w, a, b)
+    return neurons, (resid + torch.addmm(w["b_out"], neurons, w["W_out"])) @ w["W_U"]
+
+
+def forward(w: Weights, a: torch.Tensor, b: torch.Tensor, return_neurons: bool = False) -> torch.Tensor:
+    """Logits ``[n, p]`` at the last position for the pairs ``(a, b)`` (or the MLP's ReLU output ``[n, d_mlp]``);
+    the fast path described in the module docstring."""
+    neurons, logits = forward_parts(w, a, b)
+    return neurons if return_neurons else logits
 
 
 def forward_full(w: Weights, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

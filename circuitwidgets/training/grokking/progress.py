@@ -17,6 +17,7 @@ from circuitwidgets.errors import ArgumentError
 from circuitwidgets.training.grokking.measures import (
     excluded_loss,
     fourier_norms,
+    grid_pass,
     key_frequencies,
     neuron_frequency_map,
     restricted_loss,
@@ -64,11 +65,12 @@ def progress_measures(history: GrokHistory, keys: list[int] | None = None) -> Pr
     norms, restricted, excluded, squares, neurons = [], [], [], [], []
     for step in steps:
         w = history.checkpoints[step]
+        acts, logits = grid_pass(w)  # one pass over the p² pairs serves every measure
         norms.append(fourier_norms(w).numpy())
-        restricted.append(restricted_loss(w, keys, train_idx))
-        excluded.append(excluded_loss(w, keys, train_idx))
+        restricted.append(restricted_loss(w, keys, train_idx, logits))
+        excluded.append(excluded_loss(w, keys, train_idx, logits))
         squares.append(sum_squared_weights(w))
-        neurons.append(neuron_frequency_map(w).float().numpy())
+        neurons.append(neuron_frequency_map(w, acts).float().numpy())
     return ProgressMeasures(
         np.asarray(steps, dtype=np.int64),
         list(keys),
