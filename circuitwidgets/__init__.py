@@ -29,6 +29,7 @@ _LAZY = {
     "CompositionVsPatching": "circuitwidgets.widgets",
     "TermImportance": "circuitwidgets.widgets",
     "TrainingHistory": "circuitwidgets.widgets",
+    "GrokkingScrubber": "circuitwidgets.widgets",
     "CircuitExplorer": "circuitwidgets.widgets",
     "HeadScores": "circuitwidgets.widgets",
     "PatchingMap": "circuitwidgets.widgets",

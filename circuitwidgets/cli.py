@@ -73,7 +73,7 @@ _TRAIN_OPTIONS: list[tuple[str, str, type, str]] = [
     ("--eval-every", "eval_every", int, "steps between evaluations"),
     ("--decay-steps", "decay_steps", int, "anneal the learning rate to 0 (a cosine) over this many final steps"),
     ("--mlp", "d_mlp", int, "hidden width of each layer's MLP (0: attention-only)"),
-    ("--act", "act_fn", str, "MLP nonlinearity: gelu, gelu_new or relu"),
+    ("--act", "act_fn", str, "MLP nonlinearity: gelu, gelu_new, relu or solu (SoLU + LayerNorm over the neurons)"),
     ("--norm", "norm", str, "normalisation: none or layernorm (before each sublayer and the unembedding)"),
 ]
 
@@ -106,10 +106,24 @@ def _add_train(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("-o", "--out", type=Path, required=True, help="run directory (resumed if it holds a checkpoint)")
 
 
+#: ``--act`` values → the trainer's activation names (``solu`` is the glossary's SoLU + LN).
+_TRAIN_ACTS = {"gelu": "gelu", "gelu_new": "gelu_new", "relu": "relu", "solu": "solu_ln", "solu_ln": "solu_ln"}
+
+
+def _train_activation(value: object) -> str:
+    """The trainer's name for ``--act``; an unknown one is refused naming the option."""
+    from circuitwidgets.errors import ArgumentError
+
+    if not isinstance(value, str) or value not in _TRAIN_ACTS:
+        raise ArgumentError(f"--act: expected one of {tuple(_TRAIN_ACTS)}, got {value!r}")
+    return _TRAIN_ACTS[value]
+
+
 def _run_train(args: argparse.Namespace) -> int:
     from circuitwidgets.training.train import TrainConfig, train
 
     given = {name: getattr(args, name) for _, name, _, _ in _TRAIN_OPTIONS if hasattr(args, name)}
+    given["act_fn"] = _train_activation(given.get("act_fn", TRAIN_DEFAULTS["act_fn"]))
     cfg = TrainConfig(**given)
     train(cfg, args.out, cache_dir=args.cache, max_bytes=args.max_bytes)
     print(f"model written to {args.out / 'model'}")

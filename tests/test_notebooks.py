@@ -40,6 +40,7 @@ NAMES = (
     "07_attribution_graph",
     "08_circuit_discovery",
     "09_testing_hypotheses",
+    "10_training_dynamics",
 )
 KERNEL = "circuitwidgets-notebooks"
 CELL_TIMEOUT_S = 300
@@ -653,3 +654,52 @@ def test_probes_report_accuracy_and_selectivity_by_layer(nb09: nbformat.Notebook
         assert float(accuracy) > 0.9 and abs(float(accuracy) - float(control) - float(selectivity)) < 2e-3, out
     depth = re.findall(r"depth: R2 (-?[\d.]+)", out)
     assert len(depth) == 2 and all(float(d) > 0.5 for d in depth), out
+
+
+# ----------------------------------------------------------------------------- 10: training dynamics
+
+
+@pytest.fixture(scope="module")
+def nb10(executed: Callable[[str], nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    return executed("10_training_dynamics")
+
+
+def test_the_progress_measures_put_the_three_phases_in_order(nb10: nbformat.NotebookNode) -> None:
+    text = printed(nb10, "phases")
+    m = find(r"memorised at (\d+); cleanup from (\d+); grokked at (\d+)", text)
+    memorised, cleanup, grokked = (int(g) for g in m.groups())
+    assert 0 < memorised < cleanup < grokked
+    rows = [
+        [float(x) for x in row]
+        for row in re.findall(r"test acc ([\d.]+), test loss [\d.]+, restricted ([\d.]+), excluded ([\d.]+)", text)
+    ]
+    assert len(rows) == 4  # memorised, cleanup, grokked, final
+    assert rows[0][1] > rows[0][2]  # at memorisation the key frequencies alone fit the training pairs worse
+    assert rows[1][0] < 0.5 and rows[2][0] >= 0.99  # test accuracy: still failing at cleanup, grokked after
+
+
+def test_a_handful_of_key_frequencies_carry_the_embedding_and_the_neurons(nb10: nbformat.NotebookNode) -> None:
+    text = printed(nb10, "keys")
+    keys = find(r"key frequencies: \[([\d, ]+)\]", text).group(1).split(",")
+    assert 2 <= len(keys) <= 8
+    start, final, even = (
+        float(x) for x in find(r"step 0 ([\d.]+), final ([\d.]+) \(an even spread would give ([\d.]+)", text).groups()
+    )
+    assert start < 3 * even and final > 0.5
+    assert number(r"strongest frequency is a key frequency: ([\d.]+)", text) > 0.9
+
+
+def test_the_live_variant_memorises_then_groks(nb10: nbformat.NotebookNode) -> None:
+    text = printed(nb10, "live")
+    first, grokked = (int(x) for x in find(r"first at step (\d+); grokked at step (\d+)", text).groups())
+    assert first < grokked
+    assert number(r"final test accuracy ([\d.]+)", text) >= 0.99
+
+
+def test_solu_inhibits_laterally_and_leans_on_its_layernorm(nb10: nbformat.NotebookNode) -> None:
+    text = printed(nb10, "solu")
+    gelu = number(r"pair-gelu-1l: .*lateral inhibition (\S+)", text)
+    solu = number(r"pair-solu-1l: .*lateral inhibition (\S+)", text)
+    assert gelu == 0.0 and solu < 0
+    before, after = (float(x) for x in find(r"average scale: loss ([\d.]+) -> ([\d.]+)", text).groups())
+    assert after > before

@@ -40,7 +40,8 @@ from circuitwidgets.errors import ArgumentError, ArgumentTypeError, UnsupportedA
 POSITIONAL_SCHEMES = ("shortformer", "standard", "rotary", "none")
 NORMALIZATIONS = ("none", "ln_pre", "rms_pre", "rms_post")
 QK_NORMS = ("head", "all")
-ACTIVATIONS = ("gelu_new", "gelu", "gelu_fast", "gelu_tanh", "relu", "silu")
+#: ``solu_ln`` is SoLU + LN: ``LN(x · softmax(x))`` over the neurons, with its own gain and bias (``ln_mlp_w, ln_mlp_b``).
+ACTIVATIONS = ("gelu_new", "gelu", "gelu_fast", "gelu_tanh", "relu", "silu", "solu_ln")
 
 
 def is_int(value: object) -> bool:

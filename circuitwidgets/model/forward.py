@@ -188,6 +188,11 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return u.sigmoid_().mul_(x)
 
 
+def solu(x: torch.Tensor) -> torch.Tensor:
+    """SoLU without its LayerNorm: ``x · softmax(x)`` over the last dimension (the neurons)."""
+    return x * x.softmax(dim=-1)
+
+
 def activation(name: str, x: torch.Tensor) -> torch.Tensor:
     """The MLP nonlinearity ``name`` (see :data:`circuitwidgets.model.ACTIVATIONS`).
 
@@ -233,6 +238,7 @@ def forward_bytes(cfg: ModelConfig, batch: int, n_pos: int, names: set[str] | No
         "scale_mlp_post": b * p if cfg.has_mlp and (cfg.post_norm or cfg.normalization == "rms_post") else 0,
         "mlp_pre": b * p * (cfg.d_mlp or 0),
         "mlp_post": b * p * (cfg.d_mlp or 0),
+        "mlp_mid": b * p * (cfg.d_mlp or 0) if cfg.act_fn == "solu_ln" else 0,
         "attn_out": b * p * d,
         "resid_pre": b * p * d,
         "resid_post": b * p * d,

@@ -28,6 +28,7 @@ TL_LAYER_HOOKS: dict[str, str] = {
     "attn.hook_pattern": "pattern",
     "attn.hook_attn_scores": "attn_scores",
     "mlp.hook_pre": "mlp_pre",
+    "mlp.hook_mid": "mlp_mid",
     "mlp.hook_post": "mlp_post",
     "ln1.hook_scale": "scale",
     "ln2.hook_scale": "scale_mlp",
@@ -46,7 +47,7 @@ LAYER_NAMES = frozenset(
     {
         "q", "k", "v", "z", "attn_scores", "pattern", "result", "scale", "scale_mlp", "attn_out", "mlp_out",
         "mlp_pre", "mlp_post", "resid_pre", "resid_mid", "resid_post", "per_layer_input", "per_layer_out",
-        "scale_attn_post", "scale_mlp_post",
+        "scale_attn_post", "scale_mlp_post", "mlp_mid",
     }
 )  # fmt: skip
 #: Activation names without a layer.

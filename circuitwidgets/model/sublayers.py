@@ -29,6 +29,7 @@ from circuitwidgets.model.forward import (
     rms_norm,
     rms_scale,
     soft_cap,
+    solu,
 )
 from circuitwidgets.model.fused import FusedProjections
 from circuitwidgets.model.rotary import rotate
@@ -249,11 +250,19 @@ class Sublayers:
             return affine(h, self._buffers[name][layer], None if b is None else b[layer])  # type: ignore[index]
 
         pre = record("mlp_pre", layer, project(x, "W_gate", "b_gate") if cfg.gated_mlp else project(x, "W_in", "b_in"))
-        hidden = activation(cfg.act_fn, pre)
+        if cfg.act_fn == "solu_ln":
+            hidden = self._solu_ln(layer, record("mlp_mid", layer, solu(pre)))
+        else:
+            hidden = activation(cfg.act_fn, pre)
         if cfg.gated_mlp:
             hidden = hidden * project(x, "W_in", "b_in")
         out = project(record("mlp_post", layer, hidden), "W_out", "b_out")
         return record("mlp_out", layer, self._output_norm(out, layer, "post_mlp_norm", record, "scale_mlp_post"))
+
+    def _solu_ln(self, layer: int, mid: torch.Tensor) -> torch.Tensor:
+        """SoLU's LayerNorm over the neurons, with its gain and bias (``post`` as TransformerLens names it)."""
+        w, b = self._buffers["ln_mlp_w"][layer], self._buffers["ln_mlp_b"][layer]  # type: ignore[index]
+        return nn.functional.layer_norm(mid, (mid.shape[-1],), w.to(mid.dtype), b.to(mid.dtype), self.cfg.ln_eps)
 
     def _per_layer_inputs(self, tokens: torch.Tensor, embed: torch.Tensor) -> torch.Tensor | None:
         """Gemma 4's per-layer inputs ``[batch, pos, n_layers, d_per_layer]``, or ``None`` without them.

@@ -35,7 +35,7 @@ FREQUENCY_WEIGHTS = ("rotary_freq",)
 
 
 #: The MLPs' own tensors: absent from a model loaded without them (``cfg.mlp_weights_absent``).
-_MLP_WEIGHTS = frozenset({"W_in", "b_in", "W_gate", "b_gate", "W_out", "b_out"})
+_MLP_WEIGHTS = frozenset({"W_in", "b_in", "W_gate", "b_gate", "W_out", "b_out", "ln_mlp_w", "ln_mlp_b"})
 
 #: Elements checked at a time by :func:`count_non_finite` (bounds its scratch memory).
 _FINITE_BLOCK = 2**22
@@ -103,6 +103,8 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         }
         if cfg.gated_mlp:
             shapes |= {"W_gate": (L, d, cfg.d_mlp), "b_gate": (L, cfg.d_mlp)}
+        if cfg.act_fn == "solu_ln":  # SoLU's LayerNorm over the neurons: gain and bias, kept unfolded
+            shapes |= {"ln_mlp_w": (L, cfg.d_mlp), "ln_mlp_b": (L, cfg.d_mlp)}
     return shapes
 
 
@@ -113,6 +115,7 @@ def required_names(cfg: ModelConfig) -> tuple[str, ...]:
         names.append("W_pos")
     if cfg.has_mlp and not cfg.mlp_weights_absent:
         names += ["W_in", "W_out"] + (["W_gate"] if cfg.gated_mlp else [])
+        names += ["ln_mlp_w", "ln_mlp_b"] if cfg.act_fn == "solu_ln" else []
     if cfg.qk_norm is not None:
         names += ["q_norm", "k_norm"]
     if cfg.normalization == "rms_post" or cfg.post_norm:

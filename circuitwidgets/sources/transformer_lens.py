@@ -169,6 +169,20 @@ def _attn_scales(model: Any, cfg: Any) -> list[float]:
     return scales
 
 
+def _solu_norms(model: Any, n_layers: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """SoLU's LayerNorm over the neurons (``blocks[l].mlp.ln``), kept unfolded as ``ln_mlp_w, ln_mlp_b``."""
+    ws, bs = [], []
+    for layer in range(n_layers):
+        ln = getattr(model.blocks[layer].mlp, "ln", None)
+        if ln is None or not hasattr(ln, "w") or not hasattr(ln, "b"):
+            raise UnsupportedArchitectureError(
+                f"model.blocks[{layer}].mlp.ln: a solu_ln MLP needs its LayerNorm's w and b, and they cannot be read"
+            )
+        ws.append(take(ln.w, dtype))
+        bs.append(take(ln.b, dtype))
+    return {"ln_mlp_w": torch.stack(ws), "ln_mlp_b": torch.stack(bs)}
+
+
 def _read_tl(model: Any, dtype: torch.dtype, is_bridge: bool, native: bool) -> tuple[dict[str, Any], RawModel, bool]:
     """Read weights through TransformerLens's accessors; returns ``(shape, raw, adjacent_pairs)``."""
     cfg = model.cfg
@@ -233,6 +247,8 @@ def _read_tl(model: Any, dtype: torch.dtype, is_bridge: bool, native: bool) -> t
     act = _ACTIVATION_ALIASES.get(str(act), act)
     if not attn_only and act not in ACTIVATIONS:
         raise UnsupportedArchitectureError(f"model.cfg.act_fn: {act!r} is not supported; expected one of {ACTIVATIONS}")
+    if not attn_only and act == "solu_ln":
+        weights |= _solu_norms(model, L, dtype)
     if native:
         # The TL-native model rotates adjacent pairs (x0, x1), (x2, x3), ... and
         # runs its blocks sequentially whatever cfg.parallel_attn_mlp says.

@@ -195,6 +195,7 @@ def _train_command(cfg: ToyConfig, train_cfg: dict[str, Any], step: int, run_dir
         options += f" --norm {cfg.norm}"
     for option, name, default in (
         ("--lr", "lr", 1e-2),
+        ("--n-ctx", "n_ctx", 256),
         ("--batch-size", "batch_size", 16),
         ("--eval-every", "eval_every", 500),
     ):

@@ -80,7 +80,7 @@ def exported_bytes(cfg: TrainConfig) -> int:
     L, H, d, dh, V, n = cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head, cfg.vocab_size, cfg.n_ctx
     size = 2 * V * d + n * d + 4 * L * H * d * dh
     if cfg.d_mlp:
-        size += L * (2 * d * cfg.d_mlp + cfg.d_mlp + d)
+        size += L * (2 * d * cfg.d_mlp + cfg.d_mlp + d) + (2 * L * cfg.d_mlp if cfg.act_fn == "solu_ln" else 0)
     if cfg.norm != "none":
         size += L * (3 * H * dh + d) + V
     return 2 * size

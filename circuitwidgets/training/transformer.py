@@ -34,7 +34,7 @@ from circuitwidgets.errors import ArgumentError
 #: Norms a trained model may have.
 NORMS = ("none", "layernorm")
 #: MLP nonlinearities a trained model may have (the names of ``circuitwidgets.model.ACTIVATIONS``).
-TRAIN_ACTIVATIONS = ("gelu", "gelu_new", "relu")
+TRAIN_ACTIVATIONS = ("gelu", "gelu_new", "relu", "solu_ln")
 LN_EPS = 1e-5
 
 
@@ -81,6 +81,8 @@ def sinusoidal_positions(n_ctx: int, d_model: int) -> torch.Tensor:
 
 
 def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
+    if name == "solu_ln":  # the LayerNorm's gain and bias are applied by the caller
+        return nn.functional.layer_norm(x * x.softmax(dim=-1), (x.shape[-1],), None, None, LN_EPS)
     if name == "gelu":
         return nn.functional.gelu(x)
     if name == "gelu_new":
@@ -124,6 +126,11 @@ class ToyTransformer(nn.Module):
             self.W_out = init(L, cfg.d_mlp, d, std=1.0 / math.sqrt(cfg.d_mlp * 2 * max(L, 1)))
             self.b_in = nn.Parameter(torch.zeros(L, cfg.d_mlp))
             self.b_out = nn.Parameter(torch.zeros(L, d))
+        if cfg.d_mlp and cfg.act_fn == "solu_ln":
+            # SoLU's LayerNorm over the neurons; not random, so a SoLU model and its GELU twin of the
+            # same seed start from the same weights everywhere else.
+            self.ln_mlp_w = nn.Parameter(torch.ones(L, cfg.d_mlp))
+            self.ln_mlp_b = nn.Parameter(torch.zeros(L, cfg.d_mlp))
         if cfg.norm == "layernorm":
             self.b_O = nn.Parameter(torch.zeros(L, d))
             self.ln1_w, self.ln1_b = nn.Parameter(torch.ones(L, d)), nn.Parameter(torch.zeros(L, d))
@@ -184,6 +191,8 @@ class ToyTransformer(nn.Module):
             if self.cfg.d_mlp:
                 x = self._affine(self._normed(resid), "ln2", layer)
                 hidden = _activation(self.cfg.act_fn, x @ self.W_in[layer] + self.b_in[layer])
+                if self.cfg.act_fn == "solu_ln":
+                    hidden = hidden * self.ln_mlp_w[layer] + self.ln_mlp_b[layer]
                 mlp_out = hidden @ self.W_out[layer] + self.b_out[layer]
                 resid = resid + mlp_out
                 if components is not None:
@@ -207,6 +216,7 @@ class ToyTransformer(nn.Module):
         names = ["W_E", "W_pos", "W_Q", "W_K", "W_V", "W_O", "W_U"]
         if self.cfg.d_mlp:
             names += ["W_in", "b_in", "W_out", "b_out"]
+            names += ["ln_mlp_w", "ln_mlp_b"] if self.cfg.act_fn == "solu_ln" else []
         if self.cfg.norm != "none":
             names.append("b_O")
         raw = {name: getattr(self, name).detach() for name in names}
@@ -237,6 +247,6 @@ class ToyTransformer(nn.Module):
         }
         if cfg.d_mlp:
             out |= {"d_mlp": cfg.d_mlp, "act_fn": cfg.act_fn}
-        if cfg.norm != "none":
+        if cfg.norm != "none" or (cfg.d_mlp and cfg.act_fn == "solu_ln"):
             out["ln_eps"] = LN_EPS
         return out

@@ -9,6 +9,7 @@ from circuitwidgets.widgets.eigen import EigenScatter
 from circuitwidgets.widgets.explorer import CircuitExplorer
 from circuitwidgets.widgets.features import FeatureDashboard, PromptFeatures
 from circuitwidgets.widgets.graph import AttributionGraph
+from circuitwidgets.widgets.grokking import GrokkingScrubber
 from circuitwidgets.widgets.head_scores import HeadScores
 from circuitwidgets.widgets.history import TrainingHistory
 from circuitwidgets.widgets.logit_attribution import LogitAttribution
@@ -26,6 +27,7 @@ __all__ = [
     "CompositionVsPatching",
     "EigenScatter",
     "FeatureDashboard",
+    "GrokkingScrubber",
     "HeadScores",
     "LogitAttribution",
     "LogitLens",

@@ -17,6 +17,7 @@ import { renderExplorer } from "./views/explorer";
 import { renderGraph } from "./views/graph";
 import { renderFeatureDashboard } from "./views/features/dashboard";
 import { renderPromptFeatures } from "./views/features/prompt";
+import { renderGrokking } from "./views/grokking";
 import { renderHeadScores } from "./views/headscores";
 import { renderHistory } from "./views/history";
 import { renderLogitAttribution } from "./views/logitattribution";
@@ -37,6 +38,7 @@ export const VIEWS: Readonly<Record<string, ViewRender>> = {
   explorer: renderExplorer,
   graph: renderGraph,
   featuredashboard: renderFeatureDashboard,
+  grokking: renderGrokking,
   headscores: renderHeadScores,
   history: renderHistory,
   logitattribution: renderLogitAttribution,

@@ -23,6 +23,7 @@ import circuitwidgets as cw
 import circuitwidgets.widgets as widgets
 from circuitwidgets import causal
 from circuitwidgets._text import is_invisible_format
+from circuitwidgets.training import grokking
 from circuitwidgets.widgets.core.base import CircuitWidget
 
 from ._pages import PageLog, screenshot, wait_for, wait_view
@@ -121,6 +122,10 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "SkipTrigramTable": lambda: widgets.SkipTrigramTable(_named("attn-only-2l"), k=5, profile_k=2, progress_bar=False),
     "TermImportance": lambda: widgets.TermImportance(_named("attn-only-2l"), f"{HOSTILE} text"),
     "TrainingHistory": lambda: widgets.TrainingHistory.from_model(_named("attn-only-2l-12h")),
+    "GrokkingScrubber": lambda: widgets.GrokkingScrubber.from_history(
+        grokking.train(7, 0.5, steps=20, d_model=8, n_heads=2, d_head=4, d_mlp=16, checkpoint_every=10),
+        title=f"{HOSTILE} run",
+    ),
     "AttributionGraph": _attribution_graph,
     "FeatureDashboard": _feature_dashboard,
     "PromptFeatures": _prompt_features,
