@@ -56,9 +56,6 @@ def _node_json(graph: Graph, i: int, n_layers: int, cumulative: list[float], fir
     if kind == "feature":
         node |= {"node_id": f"{layer}_{index}_{pos}", "feature": _cantor(layer, index), "layer": str(layer),
                  "jsNodeId": f"{layer}_{index}-0", "activation": float(n.activation[i])}  # fmt: skip
-        clerps = graph.extra.get("clerps")  # the view's labels (AttributionGraph's node_clerp), as circuit-tracer's
-        if isinstance(clerps, dict) and isinstance(clerps.get(n.label[i]), str):
-            node["clerp"] = clerps[n.label[i]]
     elif kind == "error":
         node |= {"node_id": f"0_{layer}_{pos}", "feature": -1, "layer": str(layer), "jsNodeId": f"{layer}_{pos}-0"}
     elif kind == "embedding":
@@ -292,9 +289,6 @@ def from_circuit_tracer_dict(data: object, where: str = "graph") -> Graph:
     if len(logit_layers) == 1:
         extra["n_layers"] = logit_layers.pop()
     extra |= _pins_in(data.get("qParams"), ids, labels)
-    clerps = {labels[i]: str(nd["clerp"])[:120] for i, nd in enumerate(data["nodes"]) if kinds[i] == "feature" and isinstance(nd.get("clerp"), str) and nd["clerp"]}  # fmt: skip
-    if clerps:  # feature labels, kept (text: the view never reads them as markup)
-        extra["clerps"] = clerps
     return Graph(
         nodes, EdgeTable(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(weight)), {},
         [str(s) for s in prompt], [tokens[p] for p in sorted(tokens)], "circuit-tracer graph file", "attribution",
