@@ -87,6 +87,29 @@ def count_non_finite(tensor: torch.Tensor) -> int:
     return bad
 
 
+#: id(tensor) -> (a weak reference to it, its (storage, in-place version) when last found finite). Keyed by id, since
+#: a tensor's == is elementwise; the weak reference tells a live tensor from a new one at a reused id.
+_FOUND_FINITE: dict[int, tuple[weakref.ref[torch.Tensor], tuple[int, int]]] = {}
+
+
+def non_finite_once(tensor: torch.Tensor, scan: torch.Tensor | None = None) -> int:
+    """:func:`count_non_finite` of ``scan`` (default ``tensor``), or 0 at once if ``tensor`` was found finite before
+    and has not changed since (same storage, same in-place version).
+
+    A dictionary or transcoder checked on every call is so scanned once per change, not once per call.
+    """
+    entry = _FOUND_FINITE.get(id(tensor))
+    if entry is not None and entry[0]() is tensor and entry[1] == (tensor.data_ptr(), tensor._version):
+        return 0
+    bad = count_non_finite(tensor if scan is None else scan)
+    if not bad:
+        if len(_FOUND_FINITE) > 4096:  # (dead entries: drop them now and then)
+            for key in [k for k, (ref, _) in _FOUND_FINITE.items() if ref() is None]:
+                del _FOUND_FINITE[key]
+        _FOUND_FINITE[id(tensor)] = (weakref.ref(tensor), (tensor.data_ptr(), tensor._version))
+    return bad
+
+
 def _signature(tensor: torch.Tensor) -> tuple[object, ...]:
     return (id(tensor), tensor.data_ptr(), tensor._version, tensor.dtype, tuple(tensor.shape))
 

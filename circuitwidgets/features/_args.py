@@ -12,29 +12,12 @@ from __future__ import annotations
 
 import math
 import numbers
-import weakref
 
 import torch
 
-from circuitwidgets._checks import check_budget, count_non_finite, device_memory
+from circuitwidgets._checks import check_budget, device_memory, non_finite_once
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError, NonFiniteError
 from circuitwidgets.features.dictionary import Dictionary
-
-#: id(tensor) -> (a weak reference to it, its (storage, in-place version) when last found finite). Keyed by id, since
-#: a tensor's == is elementwise; the weak reference tells a live tensor from a new one at a reused id.
-_SCANNED: dict[int, tuple[weakref.ref[torch.Tensor], tuple[int, int]]] = {}
-
-
-def _scanned(tensor: torch.Tensor) -> bool:
-    entry = _SCANNED.get(id(tensor))
-    return entry is not None and entry[0]() is tensor and entry[1] == (tensor.data_ptr(), tensor._version)
-
-
-def _mark(tensor: torch.Tensor) -> None:
-    if len(_SCANNED) > 4096:  # (dead entries: drop them now and then)
-        for key in [k for k, (ref, _) in _SCANNED.items() if ref() is None]:
-            del _SCANNED[key]
-    _SCANNED[id(tensor)] = (weakref.ref(tensor), (tensor.data_ptr(), tensor._version))
 
 
 def check_dictionary(name: str, value: object) -> Dictionary:
@@ -42,16 +25,12 @@ def check_dictionary(name: str, value: object) -> Dictionary:
     if not isinstance(value, Dictionary):
         raise ArgumentTypeError(f"{name}: expected a circuitwidgets.features.Dictionary, got {type(value).__name__}")
     for tensor_name, tensor in value.tensors().items():
-        live = getattr(value, tensor_name)
-        if _scanned(live):
-            continue
-        bad = count_non_finite(tensor)
+        bad = non_finite_once(getattr(value, tensor_name), tensor)
         if bad:
             raise NonFiniteError(
                 f"{name}.{tensor_name}: expected finite values, got {bad:,} NaN or infinite entries "
                 f"(dictionary {value.name})"
             )
-        _mark(live)
     return value
 
 

@@ -13,30 +13,11 @@ Kept in one module so that the computations (``attribution.py``, ``eap.py``, ``r
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
-from circuitwidgets._checks import check_bool, check_int, count_non_finite, device_memory
+from circuitwidgets._checks import check_bool, check_int, device_memory, non_finite_once
 from circuitwidgets.errors import CircuitWidgetsError, MemoryBudgetError, NonFiniteError, ShapeError
 from circuitwidgets.model import CircuitModel
-
-#: id(tensor) -> (a weak reference to it, its (storage, in-place version) when last found finite). Keyed by id, since
-#: a tensor's == is elementwise; the weak reference tells a live tensor from a new one at a reused id.
-_SCANNED: dict[int, tuple[weakref.ref[torch.Tensor], tuple[int, int]]] = {}
-
-
-def _scanned(tensor: torch.Tensor) -> bool:
-    entry = _SCANNED.get(id(tensor))
-    return entry is not None and entry[0]() is tensor and entry[1] == (tensor.data_ptr(), tensor._version)
-
-
-def _mark(tensor: torch.Tensor) -> None:
-    if len(_SCANNED) > 4096:  # (dead entries: drop them now and then)
-        for key in [k for k, (ref, _) in _SCANNED.items() if ref() is None]:
-            del _SCANNED[key]
-    _SCANNED[id(tensor)] = (weakref.ref(tensor), (tensor.data_ptr(), tensor._version))
-
 
 _TENSORS = ("W_enc", "b_enc", "W_dec", "b_dec", "W_skip", "threshold")
 
@@ -61,14 +42,11 @@ def check_finite_transcoders(transcoders: list[object]) -> None:
             tensor = getattr(tc, name, None)
             if not isinstance(tensor, torch.Tensor):
                 continue
-            if _scanned(tensor):
-                continue
-            bad = count_non_finite(tensor)
+            bad = non_finite_once(tensor)
             if bad:
                 raise NonFiniteError(
                     f"transcoders[{i}].{name}: expected finite values, got {bad:,} NaN or infinite entries"
                 )
-            _mark(tensor)
 
 
 def check_attribution_inputs(
