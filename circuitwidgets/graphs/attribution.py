@@ -100,7 +100,7 @@ def attribution_matrix(
     progress
         Print a plain line per ``update_interval`` batches.
     target
-        What the logit node(s) are (:mod:`circuitwidgets.graphs.targets`): ``None`` the top logits (above), a
+        What the logit node(s) are (``circuitwidgets.graphs.targets``): ``None`` the top logits (above), a
         token, a pair of tokens (their logit difference), or a direction ``[d_model]`` read where the unembedding
         reads (``(name, direction)`` names it).
     """

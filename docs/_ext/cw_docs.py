@@ -210,6 +210,7 @@ API_PAGES = {
     "circuitwidgets.graphs": "Graphs: edge attribution, exact edge patching, faithfulness",
     "circuitwidgets.widgets": "The widgets",
     "circuitwidgets.superposition": "Toy models of superposition: training, measurements, phases",
+    "circuitwidgets.training.grokking": "Grokking: modular addition trained, its progress measures and phases",
 }
 
 #: Names the public API returns or raises, documented on their own page (``supporting.rst``).

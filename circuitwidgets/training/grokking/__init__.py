@@ -1,9 +1,10 @@
 """Grokking modular addition (Nanda et al., *Progress measures for grokking via mechanistic interpretability*).
 
 :func:`train` trains the one-layer transformer on ``(a + b) mod p`` live;
-:func:`load_pretrained` loads the shipped run of the paper's recipe. Both give a
-:class:`GrokHistory` (per-step curves and checkpoints); the progress measures
-(:mod:`~circuitwidgets.training.grokking.measures`) read its checkpoints.
+:func:`load_pretrained` loads the shipped run (the paper's p = 113, 30 % of pairs, weight decay 1 and
+AdamW betas, at a narrower width and a higher learning rate so that it trains on a CPU: its card says so).
+Both give a :class:`GrokHistory` (per-step curves and checkpoints); the progress measures
+(:func:`progress_measures`, :func:`find_phases`) read its checkpoints.
 """
 
 from __future__ import annotations
