@@ -27,5 +27,10 @@ def test_a_hypothesis_graph_has_its_paths_edges_and_the_refinements_scores() -> 
     assert [r["recovered"] for r in graph.extra["refinements"]] == pytest.approx([1.0, results[-1].recovered])
     view = cw.AttributionGraph(graph)
     assert view.n_edges == 6
+    assert view.title == "Hypothesis (causal scrubbing): the paths it keeps"
+    assert view.positive_note.startswith("a kept path")
+    full_name = results[0].hypothesis
+    assert view.caption.endswith(f"recovered: {full_name} 100.0 % → k path {100 * results[-1].recovered:.1f} %"
+                                 f" [{100 * results[-1].interval[0]:.1f}, {100 * results[-1].interval[1]:.1f}]")  # fmt: skip
     with pytest.raises(ArgumentError, match="results"):
         hypothesis_graph(model, kept, results[:1])

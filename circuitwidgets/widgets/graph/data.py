@@ -15,12 +15,20 @@ import numpy as np
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.graphs import Curve, Graph, prune
 from circuitwidgets.graphs.graph import live_edges
-from circuitwidgets.widgets.graph.reading import edge_order_and_shares, node_shares, scores_line, spine
+from circuitwidgets.widgets.graph.reading import (
+    edge_order_and_shares,
+    node_shares,
+    refinements_line,
+    scores_line,
+    spine,
+)
 
 #: What an edge's sign means, per convention (negative, positive); the legend writes each after the sign words of
 #: every view (js/src/lib/colour.ts SIGN_WORDS: red positive, blue negative; docs/style.md).
 EAP_SIGNS = ("removing it lowers the metric", "removing it raises the metric")
 ATTRIBUTION_SIGNS = ("the sender lowers the receiver (direct effect)", "the sender raises the receiver (direct effect)")
+#: A scrubbed hypothesis's edges are the paths it keeps, each weighted by the share of the metric it recovers.
+SCRUB_SIGNS = ("the hypothesis does worse than resampling", "a kept path (weight: the share of the metric recovered)")
 
 
 def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None = None) -> dict[str, Any]:
@@ -47,7 +55,8 @@ def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None =
     heads = [int(i) for i, k in zip(nodes.index, nodes.kind, strict=True) if k.startswith("head")]
     layers = [int(x) for x in nodes.layer if x >= 0]
     exact = graph.method == "exact"
-    signs = EAP_SIGNS if graph.convention.startswith("weight ") else ATTRIBUTION_SIGNS
+    scrub = graph.method == "causal scrubbing"
+    signs = SCRUB_SIGNS if scrub else EAP_SIGNS if graph.convention.startswith("weight ") else ATTRIBUTION_SIGNS
     out: dict[str, Any] = {
         "node_kind": list(nodes.kind),
         "node_label": list(nodes.label),
@@ -63,11 +72,9 @@ def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None =
             graph.extra.get("n_layers", max(layers, default=-1) + (0 if "logit" in nodes.kind else 1))
         ),
         "model_n_heads": int(graph.extra.get("n_heads", max(heads, default=-1) + 1)),
-        "title": "Attribution graph"
-        if graph.method == "attribution"
-        else f"{'Exact edge patching' if exact else 'Edge attribution'} ({graph.method})",
+        "title": _title(graph.method, exact),
         "metric": graph.metric,
-        "caption": graph.convention,
+        "caption": "; ".join(x for x in (graph.convention, refinements_line(graph)) if x),
         "negative_note": signs[0],
         "positive_note": signs[1],
         "model_name": str(graph.extra.get("model", "")),
@@ -81,6 +88,14 @@ def graph_view_data(graph: Graph, curve: Curve | None = None, size: int | None =
     out.update(_curve_traits(curve))
     out.update(_strongest_head(graph, order[:size]))
     return out
+
+
+def _title(method: str, exact: bool) -> str:
+    if method == "attribution":
+        return "Attribution graph"
+    if method == "causal scrubbing":
+        return "Hypothesis (causal scrubbing): the paths it keeps"
+    return f"{'Exact edge patching' if exact else 'Edge attribution'} ({method})"
 
 
 def _threshold(graph: Graph, name: str, default: float) -> float:

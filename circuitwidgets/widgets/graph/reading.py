@@ -135,3 +135,22 @@ def scores_line(graph: Graph) -> str:
     if "replacement" not in s or "completeness" not in s:
         return ""
     return f"Replacement {s['replacement']:.2f} · Completeness {s['completeness']:.2f}"
+
+
+def refinements_line(graph: Graph) -> str:
+    """A scrubbed hypothesis's refinements with the share of the metric each recovers
+    (``recovered: all paths 100.0 % → induction 92.4 % [91.8, 92.9]``), else ``""``."""
+    refinements = graph.extra.get("refinements") if graph.method == "causal scrubbing" else None
+    if not isinstance(refinements, list) or not refinements:
+        return ""
+    return "recovered: " + " → ".join(_refinement(r) for r in refinements if isinstance(r, dict))
+
+
+def _refinement(r: dict[str, object]) -> str:
+    """``name 92.4 % [91.8, 92.9]``: one refinement of a scrubbed hypothesis (its interval where it has one)."""
+    recovered, interval = r.get("recovered"), r.get("interval")
+    text = f"{r.get('hypothesis', '?')} {100 * float(recovered):.1f} %" if isinstance(recovered, float) else "?"
+    if isinstance(interval, list) and len(interval) == 2:
+        low, high = f"{100 * float(interval[0]):.1f}", f"{100 * float(interval[1]):.1f}"
+        text += f" [{low}, {high}]" if low != high else ""  # (the full hypothesis: no spread to show)
+    return text
