@@ -120,6 +120,24 @@ def test_a_probe_direction_is_a_direction_for_logit_attribution(gelu: CircuitMod
     assert total == pytest.approx(float(np.mean(dla.extra["logit"])), abs=1e-8)
 
 
+def test_a_probe_direction_reads_through_the_lens_as_a_token_does(gelu: CircuitModel, data: Any) -> None:
+    tokens, labels = data
+    p = probe(gelu, "resid_post", tokens, labels, layer=1)
+    assert isinstance(p, Probe)
+    lens = cw.causal.logit_lens(gelu, tokens[:2])
+    token = 17  # along a token's unembedding column: the lens's own logit of it (log-prob + log-sum-exp - bias)
+    b_U = gelu.weight("b_U")
+    logit = lens.log_prob(token) + lens._lse.double().numpy() - (0.0 if b_U is None else float(b_U[token]))
+    np.testing.assert_allclose(lens.along(gelu.W_U[:, token]), logit, atol=1e-4)
+    read = lens.along(p.direction)
+    assert read.shape == (gelu.cfg.n_layers + 1, 2, tokens.shape[1]) and np.isfinite(read).all()
+    assert np.allclose(lens.along(2 * p.direction), 2 * read)  # linear in the direction, as a readout must be
+    with pytest.raises(ShapeError, match="direction"):
+        lens.along(p.direction[:-1])
+    with pytest.raises(ArgumentError, match="direction"):
+        lens.along(torch.full((gelu.cfg.d_model,), float("nan")))
+
+
 def test_bad_probe_input_is_refused_naming_the_argument(gelu: CircuitModel, data: Any) -> None:
     tokens, labels = data
     with pytest.raises(ArgumentError, match="site"):

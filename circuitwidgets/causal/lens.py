@@ -110,6 +110,30 @@ class LogitLens:
             out = (self._logits(flat) - self._lse[..., None]).double().cpu().numpy()
         return out[..., 0] if t.ndim == 0 else out
 
+    def along(self, direction: torch.Tensor | NDArray[np.floating] | Sequence[float]) -> NDArray[np.float64]:
+        """The stream read along ``direction`` at every (layer, prompt, position): ``[L + 1, batch, pos]``.
+
+        Read where the lens reads a token (after the final norm, recomputed on each row's stream), as direct logit
+        attribution reads an answer direction: a token's unembedding column gives its logit less any bias, and a
+        probe's ``direction`` (:func:`circuitwidgets.probe`) shows at which layer the stream points its way.
+        """
+        d = self._normed.shape[-1]
+        try:
+            v = torch.as_tensor(direction)
+        except (TypeError, ValueError, RuntimeError):
+            raise ArgumentTypeError(
+                f"direction: expected a vector of {d} floats, got {type(direction).__name__}"
+            ) from None
+        if not v.dtype.is_floating_point:
+            raise ArgumentTypeError(f"direction: expected floats, got dtype {v.dtype}")
+        if tuple(v.shape) != (d,):
+            raise ShapeError(f"direction: expected shape ({d},) (d_model), got {tuple(v.shape)}")
+        if not bool(torch.isfinite(v).all()):
+            raise ArgumentError("direction: expected finite values, got NaN or infinity")
+        with torch.no_grad():
+            out = self._normed @ v.to(self._normed.device, self._normed.dtype)
+        return cast(NDArray[np.float64], out.double().cpu().numpy())
+
     def rank(self, ids: int) -> NDArray[np.int64]:
         """Rank of token ``ids`` (0 = top prediction) at every (layer, prompt, position) ``[L + 1, batch, pos]``."""
         V = self._vocab()
