@@ -29,6 +29,12 @@ lens's rows), which then moves no other view's head, or no position
 
 Widgets of models of different shapes (another number of layers or heads), or
 of models with different names, are refused: a head of one is not a head of the other.
+``link(..., twins=True)`` links views of twin models instead (trained from the
+same initialisation on the same data order, with the same shape: the SoLU / GELU
+pair ``pair-solu-1l`` / ``pair-gelu-1l``), and only what means the same in both:
+the unit index (neuron ``i`` of one started as neuron ``i`` of the other) and the
+token position where the views show the same tokens (the same held-out text);
+never heads. :attr:`Link.description` says what it links.
 """
 
 from __future__ import annotations
@@ -72,6 +78,9 @@ _LINKED = (*HEAD_TRAITS, *PROMPT_TRAITS, *FEATURE_TRAITS, *POSITION_TRAITS)
 
 #: Sizes that must agree for widgets to be linked (read when a widget has them).
 _SHAPE = ("n_layers", "n_heads")
+
+#: Twins' unit views must also agree in their number of units (a dashboard's, a prompt view's).
+_UNIT_COUNTS = ("n_units", "n_units_total")
 
 
 class LinkWarning(UserWarning):
@@ -176,21 +185,39 @@ class Link:
         The traits kept equal between at least two of them.
     """
 
-    def __init__(self, widgets: Sequence[Any]) -> None:
+    def __init__(self, widgets: Sequence[Any], twins: bool = False) -> None:
         self.widgets: tuple[Any, ...] = tuple(widgets)
+        self.twins = twins
         self.names: tuple[str, ...] = ()
         self.notes: tuple[str, ...] = ()
         self._links: list[traitlets.link | HeadLink] = []
         self._connect()
 
+    @property
+    def description(self) -> str:
+        """What is linked, in words (for twins, also what is not and why)."""
+        linked = ", ".join(self.names) or "nothing"
+        if not self.twins:
+            return f"linked: {linked}"
+        models = sorted({n for n in (_model_name(w) for w in self.widgets) if n})
+        return (
+            f"twin models {', '.join(repr(m) for m in models)} (same shape, initialisation and data order); linked: "
+            f"{linked}. Heads are not linked across models; a position is linked only between views of the same tokens"
+        )
+
     def _connect(self) -> None:
         names = []
         notes = []
-        heads = HeadLink(self.widgets)
+        heads = HeadLink(self.widgets) if not self.twins else HeadLink(())
         if heads.members:
             self._links.append(heads)
         for name in _LINKED:
             holders = [w for w in self.widgets if local_name(w, name) is not None]
+            if self.twins and name in HEAD_TRAITS:
+                continue  # (a head of one trained model is not the same head of another)
+            if self.twins and name in POSITION_TRAITS and len({_tokens_of(w) for w in holders}) > 1:
+                notes.append("token positions are not linked: the twin views show different tokens")
+                continue
             if name in HEAD_TRAITS:  # (one selection: HeadLink above)
                 if len(holders) > 1:
                     names.append(name)
@@ -230,8 +257,8 @@ class Link:
                 self._links.append(traitlets.link((first, mine), (other, theirs)))
         self.names = tuple(names)
         self.notes = tuple(notes)
-        for note in notes:
-            warnings.warn(f"circuitwidgets.link: {note}; heads are linked", LinkWarning, stacklevel=4)
+        for note in dict.fromkeys(notes):
+            warnings.warn(f"circuitwidgets.link: {note}; {self.description}", LinkWarning, stacklevel=4)
 
     def names_of(self, widget: Any) -> tuple[str, ...]:
         """The linked names ``widget`` takes part in (its own trait for each: :meth:`aliases_of`)."""
@@ -256,10 +283,17 @@ class Link:
                 widget._cw_link = None
 
     def __repr__(self) -> str:
-        return f"Link({len(self.widgets)} widgets, {', '.join(self.names) or 'nothing'})"
+        twins = "twins, " if self.twins else ""
+        return f"Link({len(self.widgets)} widgets, {twins}{', '.join(self.names) or 'nothing'})"
 
 
-def link(*widgets: Any) -> Link:
+def _tokens_of(widget: Any) -> tuple[str, ...] | None:
+    """The tokens a view shows (``tokens``), if it has them."""
+    tokens = getattr(widget, "tokens", None) if widget.has_trait("tokens") else None
+    return tuple(tokens) if isinstance(tokens, list | tuple) else None
+
+
+def link(*widgets: Any, twins: bool = False) -> Link:
     """Keep the selections of ``widgets`` in step, live and in pages saved with ``save_html``.
 
     Parameters
@@ -267,6 +301,11 @@ def link(*widgets: Any) -> Link:
     *widgets
         Two or more circuitwidgets widgets (an explorer counts as one). A widget
         already linked joins its group: ``link(a, b); link(b, c)`` links all three.
+    twins : bool
+        The widgets show twin models (same shape, initialisation and data order, such as
+        ``pair-gelu-1l`` and ``pair-solu-1l``): link only the unit index and the token position on the
+        same text, never heads (``.description`` says so). Without it, widgets of different models are
+        refused.
 
     Returns
     -------
@@ -280,8 +319,11 @@ def link(*widgets: Any) -> Link:
     ArgumentError
         Fewer than two widgets, one given twice, no selection in common, or
         ``widgets[i]`` shows a model of another shape than ``widgets[0]``
-        (another ``n_layers`` or ``n_heads``).
+        (another ``n_layers`` or ``n_heads``), or of another name (unless ``twins``),
+        or joins a group linked the other way.
     """
+    if not isinstance(twins, bool):
+        raise ArgumentTypeError(f"twins: expected a bool, got {type(twins).__name__} {twins!r}")
     if len(widgets) == 1 and isinstance(widgets[0], (list, tuple)):
         widgets = tuple(widgets[0])
     for i, widget in enumerate(widgets):
@@ -301,8 +343,12 @@ def link(*widgets: Any) -> Link:
             if not any(member is m for m in members):
                 members.append(member)
         if isinstance(group, Link) and group not in previous:
+            if group.twins != twins:
+                raise ArgumentError(
+                    f"twins: expected {group.twins} like the group {type(widget).__name__} is linked in, got {twins}"
+                )
             previous.append(group)
-    _check_shapes(widgets)
+    _check_shapes(widgets, twins)
     if not any(sum(local_name(w, n) is not None for w in members) >= 2 for n in _LINKED):
         raise ArgumentError(
             f"widgets: expected widgets with a selection in common ({', '.join(_LINKED)}), "
@@ -310,7 +356,7 @@ def link(*widgets: Any) -> Link:
         )
     for group in previous:
         group.unlink()
-    joined = Link(members)
+    joined = Link(members, twins)
     for widget in members:
         widget._cw_link = joined
     return joined
@@ -321,10 +367,12 @@ def _model_name(widget: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
-def _check_shapes(widgets: Sequence[Any]) -> None:
-    """Refuse arguments whose models differ in shape or name (a widget's group counts as it), naming the argument."""
+def _check_shapes(widgets: Sequence[Any], twins: bool = False) -> None:
+    """Refuse arguments whose models differ in shape or name (a widget's group counts as it), naming the argument.
+
+    Twins may differ in name, not in shape; their unit views must hold as many units."""
     named: tuple[int, str] | None = None
-    for i, widget in enumerate(widgets):
+    for i, widget in enumerate(widgets if not twins else ()):
         group = link_of(widget)
         found = [n for n in (_model_name(m) for m in (group.widgets if group else (widget,))) if n]
         if not found:
@@ -336,7 +384,7 @@ def _check_shapes(widgets: Sequence[Any]) -> None:
                 f"widgets[{i}]: expected a widget of the model {named[1]!r} like widgets[{named[0]}], "
                 f"got {type(widget).__name__} of {found[0]!r}; widgets of different models cannot be linked"
             )
-    for name in _SHAPE:
+    for name in (*_SHAPE, *(_UNIT_COUNTS if twins else ())):
         reference: tuple[int, int] | None = None
         for i, widget in enumerate(widgets):
             group = link_of(widget)
