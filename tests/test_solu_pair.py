@@ -6,6 +6,8 @@ measured at publication are in the comments and on the cards.
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +15,13 @@ import pytest
 import torch
 
 import circuitwidgets as cw
+from circuitwidgets import circuits
 from circuitwidgets.activations import neuron_basis as nb
 from circuitwidgets.features import load_pretrained as load_dictionaries
 from circuitwidgets.features.evaluation import evaluate
 from circuitwidgets.features.pretrained import dictionary_card
 from circuitwidgets.training.corpus import load_stdlib_corpus
+from circuitwidgets.training.publish import _loss_halves
 
 NAMES = ("pair-gelu-1l", "pair-solu-1l")
 PRETRAINED = Path(cw.__file__).resolve().parent / "pretrained"
@@ -111,3 +115,27 @@ def test_the_pair_transcoders_card_metrics_are_recomputed_from_the_files(
     for metric, value in entry["ci_metrics"].items():
         assert got[metric] == pytest.approx(value, rel=1e-6, abs=2e-4), metric
     assert entry["d_sae"] == 1024 and entry["k"] == 16
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_pair_cards_head_findings_are_measured_at_their_context(
+    models: dict[str, cw.CircuitModel], name: str
+) -> None:
+    # measure_findings shortens the repeated halves to fit a context of 128 (63 tokens, not 100)
+    model = models[name]
+    findings = json.loads((PRETRAINED / name / "card.json").read_text(encoding="utf-8"))["findings"]
+    card = " ".join((PRETRAINED / name / "README.md").read_text(encoding="utf-8").split())
+    prev = circuits.head_scores(model, kind="previous_token")[0]
+    induction = circuits.head_scores(model, kind="induction")[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the weight-space MLP-exclusion note)
+        ov = circuits.copying_scores(model, circuit="ov", method="eigen")[0]
+    first, second = _loss_halves(model)
+    assert np.allclose(findings["head_previous_token"][0], prev, atol=1e-3)
+    assert np.allclose(findings["head_induction"][0], induction, atol=1e-3)
+    assert findings["repeated_random_loss"] == {"first_half": round(first, 3), "second_half": round(second, 3)}
+    assert f"previous-token score: {', '.join(f'{x:.3f}' for x in prev)}" in card
+    assert f"induction score: {', '.join(f'{x:.3f}' for x in induction)}" in card
+    assert f"eigenvalues): {', '.join(f'{x:.3f}' for x in ov)}" in card
+    assert f"first half {first:.3f}, second half {second:.3f}" in card
+    assert second > first - 0.5  # one layer: no induction, the repeat is not predicted
