@@ -54,7 +54,8 @@ def publish(
     save_file(
         tensors, str(dest / "checkpoints.safetensors"), metadata={"task": TASK, "config": json.dumps(cfg.to_dict())}
     )
-    rounded = {k: [round(float(x), 7) for x in v] if k != "step" else v for k, v in records.items()}
+    # 7 significant figures, not decimals: the train loss reaches 1e-7 and would keep one digit
+    rounded = {k: [float(f"{float(x):.7g}") for x in v] if k != "step" else v for k, v in records.items()}
     meta = {"config": cfg.to_dict(), "command": command, "train_seconds": round(seconds, 1), "records": rounded}
     (dest / "run.json").write_text(json.dumps(meta))
     return dest
