@@ -48,6 +48,7 @@ import traitlets
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.widgets.core.base import CircuitWidget
+from circuitwidgets.widgets.core.link_sizes import check_shapes, model_name, positions_agree, size_of, tokens_of
 
 __all__ = [
     "FEATURE_TRAITS",
@@ -76,12 +77,6 @@ POSITION_TRAITS = ("selected_dest", "selected_src")
 #: Everything linked, in the order it is synchronised (the prompt before positions in it).
 _LINKED = (*HEAD_TRAITS, *PROMPT_TRAITS, *FEATURE_TRAITS, *POSITION_TRAITS)
 
-#: Sizes that must agree for widgets to be linked (read when a widget has them).
-_SHAPE = ("n_layers", "n_heads")
-
-#: Twins' unit views must also agree in their number of units (a dashboard's, a prompt view's).
-_UNIT_COUNTS = ("n_units", "n_units_total")
-
 
 class LinkWarning(UserWarning):
     """Something :func:`link` could not link (token positions of texts of different lengths)."""
@@ -97,24 +92,6 @@ def local_name(widget: Any, name: str) -> str | None:
         return name
     alias = getattr(type(widget), "_link_as", {}).get(name)
     return alias if alias is not None and widget.has_trait(alias) else None
-
-
-def _size(widget: Any, name: str) -> int | None:
-    """``widget``'s size ``name`` (0 sizes, meaning no data yet, count as unknown)."""
-    try:
-        value = int(getattr(widget, name))
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
-    return value or None
-
-
-def _positions_agree(holders: Sequence[Any]) -> bool:
-    """Whether a token position of one holder is always one of the others': one number of tokens
-    everywhere, or batches of the same lengths prompt by prompt (whose prompts are linked)."""
-    counts = [tuple(getattr(w, "prompt_lengths", None) or (_size(w, "n_tokens"),)) for w in holders]
-    if len({n for c in counts for n in c}) <= 1:
-        return True
-    return len(set(counts)) == 1 and len(counts[0]) > 1
 
 
 class HeadLink:
@@ -199,7 +176,7 @@ class Link:
         linked = ", ".join(self.names) or "nothing"
         if not self.twins:
             return f"linked: {linked}"
-        models = sorted({n for n in (_model_name(w) for w in self.widgets) if n})
+        models = sorted({n for n in (model_name(w) for w in self.widgets) if n})
         return (
             f"twin models {', '.join(repr(m) for m in models)} (same shape, initialisation and data order); linked: "
             f"{linked}. Heads are not linked across models; a position is linked only between views of the same tokens"
@@ -215,7 +192,7 @@ class Link:
             holders = [w for w in self.widgets if local_name(w, name) is not None]
             if self.twins and name in HEAD_TRAITS:
                 continue  # (a head of one trained model is not the same head of another)
-            if self.twins and name in POSITION_TRAITS and len({_tokens_of(w) for w in holders}) > 1:
+            if self.twins and name in POSITION_TRAITS and len({tokens_of(w) for w in holders}) > 1:
                 notes.append("token positions are not linked: the twin views show different tokens")
                 continue
             if name in HEAD_TRAITS:  # (one selection: HeadLink above)
@@ -223,21 +200,21 @@ class Link:
                     names.append(name)
                 continue
             if name in PROMPT_TRAITS:
-                holders = [w for w in holders if (_size(w, "n_prompts") or 1) > 1]
-                if len({_size(w, "n_prompts") for w in holders}) > 1:
+                holders = [w for w in holders if (size_of(w, "n_prompts") or 1) > 1]
+                if len({size_of(w, "n_prompts") for w in holders}) > 1:
                     continue  # (batches of different sizes: prompt 3 of one is not prompt 3 of the other)
             if name in FEATURE_TRAITS and len({getattr(w, "site", "") for w in holders}) > 1:
                 continue  # (units of different layers or dictionaries: feature 3 of one is not feature 3 of another)
-            if name in FEATURE_TRAITS and len({_size(w, "n_features") for w in holders}) > 1:
+            if name in FEATURE_TRAITS and len({size_of(w, "n_features") for w in holders}) > 1:
                 note = "features are not linked: the views have different numbers of features"
                 if note not in notes:
                     notes.append(note)
                 continue
-            if name in POSITION_TRAITS and len(holders) > 1 and not _positions_agree(holders):
+            if name in POSITION_TRAITS and len(holders) > 1 and not positions_agree(holders):
                 # (different texts: a position of one is not a position of the other)
                 note = (
                     "token positions are not linked: the views show texts of different lengths ("
-                    + ", ".join(f"{type(w).__name__} {_size(w, 'n_tokens')}" for w in holders)
+                    + ", ".join(f"{type(w).__name__} {size_of(w, 'n_tokens')}" for w in holders)
                     + " tokens)"
                 )
                 if note not in notes:
@@ -285,12 +262,6 @@ class Link:
     def __repr__(self) -> str:
         twins = "twins, " if self.twins else ""
         return f"Link({len(self.widgets)} widgets, {twins}{', '.join(self.names) or 'nothing'})"
-
-
-def _tokens_of(widget: Any) -> tuple[str, ...] | None:
-    """The tokens a view shows (``tokens``), if it has them."""
-    tokens = getattr(widget, "tokens", None) if widget.has_trait("tokens") else None
-    return tuple(tokens) if isinstance(tokens, list | tuple) else None
 
 
 def link(*widgets: Any, twins: bool = False) -> Link:
@@ -348,7 +319,7 @@ def link(*widgets: Any, twins: bool = False) -> Link:
                     f"twins: expected {group.twins} like the group {type(widget).__name__} is linked in, got {twins}"
                 )
             previous.append(group)
-    _check_shapes(widgets, twins)
+    check_shapes(widgets, [_members(w) for w in widgets], twins)
     if not any(sum(local_name(w, n) is not None for w in members) >= 2 for n in _LINKED):
         raise ArgumentError(
             f"widgets: expected widgets with a selection in common ({', '.join(_LINKED)}), "
@@ -362,43 +333,10 @@ def link(*widgets: Any, twins: bool = False) -> Link:
     return joined
 
 
-def _model_name(widget: Any) -> str:
-    name = getattr(widget, "model_name", "") if widget.has_trait("model_name") else ""
-    return name if isinstance(name, str) else ""
-
-
-def _check_shapes(widgets: Sequence[Any], twins: bool = False) -> None:
-    """Refuse arguments whose models differ in shape or name (a widget's group counts as it), naming the argument.
-
-    Twins may differ in name, not in shape; their unit views must hold as many units."""
-    named: tuple[int, str] | None = None
-    for i, widget in enumerate(widgets if not twins else ()):
-        group = link_of(widget)
-        found = [n for n in (_model_name(m) for m in (group.widgets if group else (widget,))) if n]
-        if not found:
-            continue
-        if named is None:
-            named = (i, found[0])
-        elif found[0] != named[1]:
-            raise ArgumentError(
-                f"widgets[{i}]: expected a widget of the model {named[1]!r} like widgets[{named[0]}], "
-                f"got {type(widget).__name__} of {found[0]!r}; widgets of different models cannot be linked"
-            )
-    for name in (*_SHAPE, *(_UNIT_COUNTS if twins else ())):
-        reference: tuple[int, int] | None = None
-        for i, widget in enumerate(widgets):
-            group = link_of(widget)
-            sizes = [s for s in (_size(m, name) for m in (group.widgets if group else (widget,))) if s is not None]
-            if not sizes:
-                continue
-            if reference is None:
-                reference = (i, sizes[0])
-            elif sizes[0] != reference[1]:
-                linked = "" if _size(widget, name) is not None else " (through the widgets it is linked to)"
-                raise ArgumentError(
-                    f"widgets[{i}]: expected a widget of a model with {name}={reference[1]} like widgets[{reference[0]}], "
-                    f"got {type(widget).__name__} with {name}={sizes[0]}{linked}; widgets of different models cannot be linked"
-                )
+def _members(widget: Any) -> tuple[Any, ...]:
+    """The widgets ``widget`` is linked with (its group), or itself alone."""
+    group = link_of(widget)
+    return group.widgets if group is not None else (widget,)
 
 
 def link_of(widget: Any) -> Link | None:
