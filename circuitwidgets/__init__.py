@@ -30,6 +30,7 @@ _LAZY = {
     "TermImportance": "circuitwidgets.widgets",
     "TrainingHistory": "circuitwidgets.widgets",
     "GrokkingScrubber": "circuitwidgets.widgets",
+    "NeuronSparsity": "circuitwidgets.widgets",
     "CircuitExplorer": "circuitwidgets.widgets",
     "HeadScores": "circuitwidgets.widgets",
     "PatchingMap": "circuitwidgets.widgets",

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from circuitwidgets.activations.neuron_basis import (
+    feature_neuron_alignment,
     firing_rates,
     lateral_inhibition,
     loss_with_average_ln_scale,
@@ -97,3 +98,28 @@ def test_average_ln_scale_against_its_definition() -> None:
 
 def test_neuron_activations_shape() -> None:
     assert neuron_activations(_model("gelu"), TOKENS, 0).shape == (64, 24)
+
+
+def test_feature_neuron_alignment_against_a_loop() -> None:
+    model = _model("solu_ln")
+    g = torch.Generator().manual_seed(3)
+    enc = torch.randn(16, 10, generator=g, dtype=torch.float64)
+    dec = torch.randn(10, 16, generator=g, dtype=torch.float64)
+    enc[:, 4] = 2.5 * model.weight("W_in")[0, :, 7]  # type: ignore[index]  # feature 4 reads neuron 7 exactly
+    dec[6] = -0.5 * model.weight("W_out")[0, 3]  # type: ignore[index]  # feature 6 writes neuron 3's negative
+    reads, writes = feature_neuron_alignment(model, 0, enc, dec)
+    w_in, w_out = model.weight("W_in")[0].double(), model.weight("W_out")[0].double()  # type: ignore[index]
+    for f in range(10):
+        cos_in = [float(enc[:, f] @ w_in[:, n] / (enc[:, f].norm() * w_in[:, n].norm())) for n in range(24)]
+        cos_out = [abs(float(dec[f] @ w_out[n] / (dec[f].norm() * w_out[n].norm()))) for n in range(24)]
+        assert reads[f].item() == pytest.approx(max(cos_in), abs=1e-12)
+        assert writes[f].item() == pytest.approx(max(cos_out), abs=1e-12)
+    assert reads[4].item() == pytest.approx(1.0) and writes[6].item() == pytest.approx(1.0)
+
+
+def test_feature_neuron_alignment_refuses_directions_of_another_width() -> None:
+    model = _model("gelu")
+    with pytest.raises(ArgumentError, match=r"encoder: expected .*d_model 16.* got shape \(12, 10\)"):
+        feature_neuron_alignment(model, 0, torch.zeros(12, 10), torch.zeros(10, 16))
+    with pytest.raises(ArgumentError, match=r"decoder: expected one row per encoder column \(10\), got 9"):
+        feature_neuron_alignment(model, 0, torch.ones(16, 10), torch.ones(9, 16))

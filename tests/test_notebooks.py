@@ -703,3 +703,17 @@ def test_solu_inhibits_laterally_and_leans_on_its_layernorm(nb10: nbformat.Noteb
     assert gelu == 0.0 and solu < 0
     before, after = (float(x) for x in find(r"average scale: loss ([\d.]+) -> ([\d.]+)", text).groups())
     assert after > before
+
+
+def test_solus_transcoder_features_are_more_neuron_aligned(nb10: nbformat.NotebookNode) -> None:
+    text = printed(nb10, "alignment")
+    pattern = r"{}: median max cosine with a neuron: encoder ([\d.]+), decoder ([\d.]+) \(random directions ([\d.]+), ([\d.]+)\)"
+    gelu = [float(x) for x in find(pattern.format("pair-gelu-1l"), text).groups()]
+    solu = [float(x) for x in find(pattern.format("pair-solu-1l"), text).groups()]
+    assert solu[0] > gelu[0] > gelu[2] and solu[1] > gelu[1] > gelu[3]
+
+
+def test_the_twin_views_are_linked_by_neuron_and_say_so(nb10: nbformat.NotebookNode) -> None:
+    text = printed(nb10, "twins")
+    assert "twin models 'pair-gelu-1l', 'pair-solu-1l'" in text and "linked: selected_feature" in text
+    assert "Heads are not linked" in text

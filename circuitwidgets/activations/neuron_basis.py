@@ -18,6 +18,10 @@ All on held-out tokens ``[batch, pos]``, for one layer's neurons:
 - :func:`loss_with_average_ln_scale`: SoLU's LayerNorm over the neurons with
   its per-token scale replaced by its mean over the tokens; the loss before and
   after says how much the model relies on the norm's rescaling.
+- :func:`feature_neuron_alignment`: per feature of a transcoder of the layer,
+  the largest cosine of its encoder direction with a neuron's input direction
+  (and of its decoder direction with a neuron's output direction): how far the
+  sparse features the dictionary finds are single neurons.
 """
 
 from __future__ import annotations
@@ -108,3 +112,43 @@ def loss_with_average_ln_scale(model: CircuitModel, tokens: torch.Tensor) -> tup
     logits = model.run_with_hooks(tokens, hooks).double()
     after = float(torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten()))
     return next_token_loss(model, tokens), after
+
+
+def _unit_columns(x: torch.Tensor) -> torch.Tensor:
+    x = x.double()
+    unit: torch.Tensor = x / x.norm(dim=0, keepdim=True).clamp_min(1e-12)
+    return unit
+
+
+def feature_neuron_alignment(
+    model: CircuitModel, layer: int, encoder: torch.Tensor, decoder: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per feature, ``(max cosine of its encoder direction with a neuron's W_in column, max |cosine| of its
+    decoder row with a neuron's W_out row)``, each ``[n_features]`` float64.
+
+    ``encoder`` ``[d_model, n_features]`` reads the MLP's normalised input (``mlp_in``, the space ``W_in``
+    reads) and ``decoder`` ``[n_features, d_model]`` writes ``mlp_out`` (the space ``W_out`` writes): a
+    transcoder's ``W_enc`` and ``W_dec``. The encoder's cosine is signed: a feature that reads a neuron's
+    direction fires where that neuron does, one that reads its negative does not. The decoder's is taken up
+    to sign: a neuron writes its row scaled by its activation, which SoLU's LayerNorm (a per-neuron gain of
+    either sign) and GELU's negative lobe can make negative, so either sign of the row is that neuron's output.
+    """
+    layer = check_int("layer", layer, 0, model.cfg.n_layers)
+    w_in, w_out = model.weight("W_in"), model.weight("W_out")
+    if w_in is None or w_out is None:
+        raise ArgumentError(f"model: expected a model with MLP neurons (W_in, W_out), got {model.name!r} without")
+    d_model, d_mlp = w_in.shape[1], w_in.shape[2]
+    for name, value, rows in (("encoder", encoder, d_model), ("decoder", decoder.T, d_model)):
+        if value.ndim != 2 or value.shape[0] != rows or not torch.isfinite(value).all():
+            raise ArgumentError(
+                f"{name}: expected finite {'[d_model, n]' if name == 'encoder' else '[n, d_model]'} directions "
+                f"with d_model {rows} (the layer's {d_mlp} neurons read and write d_model), got shape "
+                f"{tuple(value.shape) if name == 'encoder' else tuple(decoder.shape)}"
+            )
+    if encoder.shape[1] != decoder.shape[0]:
+        raise ArgumentError(
+            f"decoder: expected one row per encoder column ({encoder.shape[1]}), got {decoder.shape[0]} rows"
+        )
+    reads = _unit_columns(encoder).T @ _unit_columns(w_in[layer])  # [feature, neuron]
+    writes = _unit_columns(decoder.T).T @ _unit_columns(w_out[layer].T)
+    return reads.max(dim=1).values, writes.abs().max(dim=1).values

@@ -47,7 +47,13 @@ def _round(x: Any, digits: int = 3) -> Any:
     return x
 
 
+def _half_length(model: CircuitModel, wanted: int) -> int:
+    """A repeated half of ``wanted`` tokens, shortened so BOS and both halves fit the model's context."""
+    return max(1, min(wanted, (model.cfg.n_ctx - 1) // 2))
+
+
 def _loss_halves(model: CircuitModel, n: int = 100, seed: int = 0) -> tuple[float, float]:
+    n = _half_length(model, n)  # (a context-128 model, the SoLU pair's, gets halves of 63)
     tokens = circuits.repeated_random_tokens(model, seq_len=n, n_seqs=8, seed=seed)
     logits = model(tokens)
     loss = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
@@ -56,6 +62,7 @@ def _loss_halves(model: CircuitModel, n: int = 100, seed: int = 0) -> tuple[floa
 
 def _repeated_passage_halves(model: CircuitModel) -> tuple[float, float]:
     half = model.to_tokens(REAL_PASSAGE, prepend_bos=False)[0]
+    half = half[: _half_length(model, half.numel())]
     bos = torch.tensor([model.tokenizer.bos_token_id or 0])
     tokens = torch.cat([bos, half, half])[None]
     loss = torch.nn.functional.cross_entropy(model(tokens)[0, :-1], tokens[0, 1:], reduction="none")

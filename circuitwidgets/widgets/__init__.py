@@ -14,6 +14,7 @@ from circuitwidgets.widgets.head_scores import HeadScores
 from circuitwidgets.widgets.history import TrainingHistory
 from circuitwidgets.widgets.logit_attribution import LogitAttribution
 from circuitwidgets.widgets.logit_lens import LogitLens
+from circuitwidgets.widgets.neuron_sparsity import NeuronSparsity
 from circuitwidgets.widgets.patching_map import PatchingMap
 from circuitwidgets.widgets.skip_trigrams import SkipTrigramTable
 from circuitwidgets.widgets.superposition import Superposition
@@ -31,6 +32,7 @@ __all__ = [
     "HeadScores",
     "LogitAttribution",
     "LogitLens",
+    "NeuronSparsity",
     "PatchingMap",
     "PromptFeatures",
     "SkipTrigramTable",

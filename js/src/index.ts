@@ -22,6 +22,7 @@ import { renderHeadScores } from "./views/headscores";
 import { renderHistory } from "./views/history";
 import { renderLogitAttribution } from "./views/logitattribution";
 import { renderLogitLens } from "./views/logitlens";
+import { renderNeuronSparsity } from "./views/neuronsparsity";
 import { renderPatchingMap } from "./views/patchingmap";
 import { renderSkipTrigrams } from "./views/skiptrigrams";
 import { renderSuperposition } from "./views/superposition";
@@ -43,6 +44,7 @@ export const VIEWS: Readonly<Record<string, ViewRender>> = {
   history: renderHistory,
   logitattribution: renderLogitAttribution,
   logitlens: renderLogitLens,
+  neuronsparsity: renderNeuronSparsity,
   patchingmap: renderPatchingMap,
   promptfeatures: renderPromptFeatures,
   skiptrigrams: renderSkipTrigrams,

@@ -27,15 +27,26 @@ PRETRAINED = Path(__file__).resolve().parents[2] / "pretrained"
 RUN_NAME = "grokking-p113"
 
 
-def publish(run_dir: Path, command: str, every: int = 100, dest: Path = PRETRAINED / RUN_NAME) -> Path:
-    """Write the run in ``run_dir`` (its checkpoints every ``every`` steps, float16) into ``dest``."""
+def publish(
+    run_dir: Path, command: str, every: int = 100, dest: Path = PRETRAINED / RUN_NAME, steps: int | None = None
+) -> Path:
+    """Write the run in ``run_dir`` (its checkpoints every ``every`` steps, float16) into ``dest``.
+
+    ``steps``: publish the run as it was after that many steps (a run stopped later is cut there: its curves
+    and checkpoints past it are left out); default, all of it.
+    """
     data = json.loads((run_dir / "records.json").read_text())
     records, seconds = data["records"], float(data["seconds"])
+    if steps is not None:
+        if steps not in records["step"]:
+            raise ArgumentError(f"steps: expected a measured step of the run in {run_dir}, got {steps!r}")
+        keep = [i for i, s in enumerate(records["step"]) if s <= steps]
+        records = {k: [v[i] for i in keep] for k, v in records.items()}
     tensors: dict[str, torch.Tensor] = {}
     cfg: GrokConfig | None = None
     for path in sorted((run_dir / "checkpoints").glob("step_*.safetensors")):
         cfg, step, w = load_checkpoint(path)
-        if step % every == 0 or step == records["step"][-1]:
+        if step <= records["step"][-1] and (step % every == 0 or step == records["step"][-1]):
             tensors |= {f"{step}/{k}": v.half().contiguous() for k, v in w.items()}
     if cfg is None:
         raise ArgumentError(f"run_dir: expected checkpoints under {run_dir / 'checkpoints'}, found none")
@@ -43,7 +54,8 @@ def publish(run_dir: Path, command: str, every: int = 100, dest: Path = PRETRAIN
     save_file(
         tensors, str(dest / "checkpoints.safetensors"), metadata={"task": TASK, "config": json.dumps(cfg.to_dict())}
     )
-    rounded = {k: [round(float(x), 7) for x in v] if k != "step" else v for k, v in records.items()}
+    # 7 significant figures, not decimals: the train loss reaches 1e-7 and would keep one digit
+    rounded = {k: [float(f"{float(x):.7g}") for x in v] if k != "step" else v for k, v in records.items()}
     meta = {"config": cfg.to_dict(), "command": command, "train_seconds": round(seconds, 1), "records": rounded}
     (dest / "run.json").write_text(json.dumps(meta))
     return dest
@@ -101,10 +113,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, required=True, help="the --steps the run was trained with (for the card)")
     ap.add_argument("--every", type=int, default=100)
     args = ap.parse_args(argv)
+    with safe_open(str(sorted((args.run_dir / "checkpoints").glob("step_*.safetensors"))[-1]), framework="pt") as f:
+        fp16 = " --fp16" if f.get_slice(next(iter(f.keys()))).get_dtype() == "F16" else ""  # as the run wrote them
     command = (
-        f"{card_command(args.run_dir)} --steps {args.steps} --eval-every 10 --checkpoint-every 100 --fp16 --threads 1"
+        f"{card_command(args.run_dir)} --steps {args.steps} --eval-every 10 --checkpoint-every 100{fp16} --threads 1"
     )
-    print(publish(args.run_dir, command, args.every))
+    print(publish(args.run_dir, command, args.every, steps=args.steps))
 
 
 if __name__ == "__main__":

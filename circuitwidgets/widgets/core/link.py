@@ -29,6 +29,12 @@ lens's rows), which then moves no other view's head, or no position
 
 Widgets of models of different shapes (another number of layers or heads), or
 of models with different names, are refused: a head of one is not a head of the other.
+``link(..., twins=True)`` links views of twin models instead (trained from the
+same initialisation on the same data order, with the same shape: the SoLU / GELU
+pair ``pair-solu-1l`` / ``pair-gelu-1l``), and only what means the same in both:
+the unit index (neuron ``i`` of one started as neuron ``i`` of the other) and the
+token position where the views show the same tokens (the same held-out text);
+never heads. :attr:`Link.description` says what it links.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import traitlets
 
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.widgets.core.base import CircuitWidget
+from circuitwidgets.widgets.core.link_sizes import check_shapes, model_name, positions_agree, size_of, tokens_of
 
 __all__ = [
     "FEATURE_TRAITS",
@@ -70,9 +77,6 @@ POSITION_TRAITS = ("selected_dest", "selected_src")
 #: Everything linked, in the order it is synchronised (the prompt before positions in it).
 _LINKED = (*HEAD_TRAITS, *PROMPT_TRAITS, *FEATURE_TRAITS, *POSITION_TRAITS)
 
-#: Sizes that must agree for widgets to be linked (read when a widget has them).
-_SHAPE = ("n_layers", "n_heads")
-
 
 class LinkWarning(UserWarning):
     """Something :func:`link` could not link (token positions of texts of different lengths)."""
@@ -88,24 +92,6 @@ def local_name(widget: Any, name: str) -> str | None:
         return name
     alias = getattr(type(widget), "_link_as", {}).get(name)
     return alias if alias is not None and widget.has_trait(alias) else None
-
-
-def _size(widget: Any, name: str) -> int | None:
-    """``widget``'s size ``name`` (0 sizes, meaning no data yet, count as unknown)."""
-    try:
-        value = int(getattr(widget, name))
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
-    return value or None
-
-
-def _positions_agree(holders: Sequence[Any]) -> bool:
-    """Whether a token position of one holder is always one of the others': one number of tokens
-    everywhere, or batches of the same lengths prompt by prompt (whose prompts are linked)."""
-    counts = [tuple(getattr(w, "prompt_lengths", None) or (_size(w, "n_tokens"),)) for w in holders]
-    if len({n for c in counts for n in c}) <= 1:
-        return True
-    return len(set(counts)) == 1 and len(counts[0]) > 1
 
 
 class HeadLink:
@@ -176,41 +162,59 @@ class Link:
         The traits kept equal between at least two of them.
     """
 
-    def __init__(self, widgets: Sequence[Any]) -> None:
+    def __init__(self, widgets: Sequence[Any], twins: bool = False) -> None:
         self.widgets: tuple[Any, ...] = tuple(widgets)
+        self.twins = twins
         self.names: tuple[str, ...] = ()
         self.notes: tuple[str, ...] = ()
         self._links: list[traitlets.link | HeadLink] = []
         self._connect()
 
+    @property
+    def description(self) -> str:
+        """What is linked, in words (for twins, also what is not and why)."""
+        linked = ", ".join(self.names) or "nothing"
+        if not self.twins:
+            return f"linked: {linked}"
+        models = sorted({n for n in (model_name(w) for w in self.widgets) if n})
+        return (
+            f"twin models {', '.join(repr(m) for m in models)} (same shape, initialisation and data order); linked: "
+            f"{linked}. Heads are not linked across models; a position is linked only between views of the same tokens"
+        )
+
     def _connect(self) -> None:
         names = []
         notes = []
-        heads = HeadLink(self.widgets)
+        heads = HeadLink(self.widgets) if not self.twins else HeadLink(())
         if heads.members:
             self._links.append(heads)
         for name in _LINKED:
             holders = [w for w in self.widgets if local_name(w, name) is not None]
+            if self.twins and name in HEAD_TRAITS:
+                continue  # (a head of one trained model is not the same head of another)
+            if self.twins and name in POSITION_TRAITS and len({tokens_of(w) for w in holders}) > 1:
+                notes.append("token positions are not linked: the twin views show different tokens")
+                continue
             if name in HEAD_TRAITS:  # (one selection: HeadLink above)
                 if len(holders) > 1:
                     names.append(name)
                 continue
             if name in PROMPT_TRAITS:
-                holders = [w for w in holders if (_size(w, "n_prompts") or 1) > 1]
-                if len({_size(w, "n_prompts") for w in holders}) > 1:
+                holders = [w for w in holders if (size_of(w, "n_prompts") or 1) > 1]
+                if len({size_of(w, "n_prompts") for w in holders}) > 1:
                     continue  # (batches of different sizes: prompt 3 of one is not prompt 3 of the other)
             if name in FEATURE_TRAITS and len({getattr(w, "site", "") for w in holders}) > 1:
                 continue  # (units of different layers or dictionaries: feature 3 of one is not feature 3 of another)
-            if name in FEATURE_TRAITS and len({_size(w, "n_features") for w in holders}) > 1:
+            if name in FEATURE_TRAITS and len({size_of(w, "n_features") for w in holders}) > 1:
                 note = "features are not linked: the views have different numbers of features"
                 if note not in notes:
                     notes.append(note)
                 continue
-            if name in POSITION_TRAITS and len(holders) > 1 and not _positions_agree(holders):
+            if name in POSITION_TRAITS and len(holders) > 1 and not positions_agree(holders):
                 # (different texts: a position of one is not a position of the other)
                 note = (
                     "token positions are not linked: the views show texts of different lengths ("
-                    + ", ".join(f"{type(w).__name__} {_size(w, 'n_tokens')}" for w in holders)
+                    + ", ".join(f"{type(w).__name__} {size_of(w, 'n_tokens')}" for w in holders)
                     + " tokens)"
                 )
                 if note not in notes:
@@ -230,8 +234,8 @@ class Link:
                 self._links.append(traitlets.link((first, mine), (other, theirs)))
         self.names = tuple(names)
         self.notes = tuple(notes)
-        for note in notes:
-            warnings.warn(f"circuitwidgets.link: {note}; heads are linked", LinkWarning, stacklevel=4)
+        for note in dict.fromkeys(notes):
+            warnings.warn(f"circuitwidgets.link: {note}; {self.description}", LinkWarning, stacklevel=4)
 
     def names_of(self, widget: Any) -> tuple[str, ...]:
         """The linked names ``widget`` takes part in (its own trait for each: :meth:`aliases_of`)."""
@@ -256,10 +260,11 @@ class Link:
                 widget._cw_link = None
 
     def __repr__(self) -> str:
-        return f"Link({len(self.widgets)} widgets, {', '.join(self.names) or 'nothing'})"
+        twins = "twins, " if self.twins else ""
+        return f"Link({len(self.widgets)} widgets, {twins}{', '.join(self.names) or 'nothing'})"
 
 
-def link(*widgets: Any) -> Link:
+def link(*widgets: Any, twins: bool = False) -> Link:
     """Keep the selections of ``widgets`` in step, live and in pages saved with ``save_html``.
 
     Parameters
@@ -267,6 +272,11 @@ def link(*widgets: Any) -> Link:
     *widgets
         Two or more circuitwidgets widgets (an explorer counts as one). A widget
         already linked joins its group: ``link(a, b); link(b, c)`` links all three.
+    twins : bool
+        The widgets show twin models (same shape, initialisation and data order, such as
+        ``pair-gelu-1l`` and ``pair-solu-1l``): link only the unit index and the token position on the
+        same text, never heads (``.description`` says so). Without it, widgets of different models are
+        refused.
 
     Returns
     -------
@@ -280,8 +290,11 @@ def link(*widgets: Any) -> Link:
     ArgumentError
         Fewer than two widgets, one given twice, no selection in common, or
         ``widgets[i]`` shows a model of another shape than ``widgets[0]``
-        (another ``n_layers`` or ``n_heads``).
+        (another ``n_layers`` or ``n_heads``), or of another name (unless ``twins``),
+        or joins a group linked the other way.
     """
+    if not isinstance(twins, bool):
+        raise ArgumentTypeError(f"twins: expected a bool, got {type(twins).__name__} {twins!r}")
     if len(widgets) == 1 and isinstance(widgets[0], (list, tuple)):
         widgets = tuple(widgets[0])
     for i, widget in enumerate(widgets):
@@ -301,8 +314,12 @@ def link(*widgets: Any) -> Link:
             if not any(member is m for m in members):
                 members.append(member)
         if isinstance(group, Link) and group not in previous:
+            if group.twins != twins:
+                raise ArgumentError(
+                    f"twins: expected {group.twins} like the group {type(widget).__name__} is linked in, got {twins}"
+                )
             previous.append(group)
-    _check_shapes(widgets)
+    check_shapes(widgets, [_members(w) for w in widgets], twins)
     if not any(sum(local_name(w, n) is not None for w in members) >= 2 for n in _LINKED):
         raise ArgumentError(
             f"widgets: expected widgets with a selection in common ({', '.join(_LINKED)}), "
@@ -310,47 +327,16 @@ def link(*widgets: Any) -> Link:
         )
     for group in previous:
         group.unlink()
-    joined = Link(members)
+    joined = Link(members, twins)
     for widget in members:
         widget._cw_link = joined
     return joined
 
 
-def _model_name(widget: Any) -> str:
-    name = getattr(widget, "model_name", "") if widget.has_trait("model_name") else ""
-    return name if isinstance(name, str) else ""
-
-
-def _check_shapes(widgets: Sequence[Any]) -> None:
-    """Refuse arguments whose models differ in shape or name (a widget's group counts as it), naming the argument."""
-    named: tuple[int, str] | None = None
-    for i, widget in enumerate(widgets):
-        group = link_of(widget)
-        found = [n for n in (_model_name(m) for m in (group.widgets if group else (widget,))) if n]
-        if not found:
-            continue
-        if named is None:
-            named = (i, found[0])
-        elif found[0] != named[1]:
-            raise ArgumentError(
-                f"widgets[{i}]: expected a widget of the model {named[1]!r} like widgets[{named[0]}], "
-                f"got {type(widget).__name__} of {found[0]!r}; widgets of different models cannot be linked"
-            )
-    for name in _SHAPE:
-        reference: tuple[int, int] | None = None
-        for i, widget in enumerate(widgets):
-            group = link_of(widget)
-            sizes = [s for s in (_size(m, name) for m in (group.widgets if group else (widget,))) if s is not None]
-            if not sizes:
-                continue
-            if reference is None:
-                reference = (i, sizes[0])
-            elif sizes[0] != reference[1]:
-                linked = "" if _size(widget, name) is not None else " (through the widgets it is linked to)"
-                raise ArgumentError(
-                    f"widgets[{i}]: expected a widget of a model with {name}={reference[1]} like widgets[{reference[0]}], "
-                    f"got {type(widget).__name__} with {name}={sizes[0]}{linked}; widgets of different models cannot be linked"
-                )
+def _members(widget: Any) -> tuple[Any, ...]:
+    """The widgets ``widget`` is linked with (its group), or itself alone."""
+    group = link_of(widget)
+    return group.widgets if group is not None else (widget,)
 
 
 def link_of(widget: Any) -> Link | None:
