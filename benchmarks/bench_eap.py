@@ -68,15 +68,18 @@ METHODS = ("eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
 
 
 def induction_pairs(
-    model: cw.CircuitModel, n: int, half: int = 8, seed: int = 0
+    model: cw.CircuitModel, n: int, half: int = 8, seed: int = 0, metric: str = "logit_diff"
 ) -> tuple[torch.Tensor, torch.Tensor, object]:
-    """``n`` clean/corrupted induction pairs and their logit-difference metric."""
+    """``n`` clean/corrupted induction pairs (``2 · half`` tokens) and their metric: the logit difference
+    ``r₈ − s₈``, or (``"log_prob"``) the mean log-probability of ``r₈`` (a log-softmax over the vocabulary)."""
     g = torch.Generator().manual_seed(seed)
     first = torch.randint(1, model.cfg.d_vocab, (n, half), generator=g)
     other = torch.randint(1, model.cfg.d_vocab, (n, half), generator=g)
     bos = torch.zeros(n, 1, dtype=torch.long)
     clean = torch.cat([bos, first, first[:, :-1]], dim=1)
     corrupted = torch.cat([bos, other, first[:, :-1]], dim=1)
+    if metric == "log_prob":
+        return clean, corrupted, causal.log_prob(first[:, -1].tolist())
     return clean, corrupted, causal.logit_diff(first[:, -1].tolist(), other[:, -1].tolist())
 
 
@@ -133,10 +136,10 @@ def distinct_circuits(graph: graphs.Graph, sizes: list[int]) -> int:
     return len(seen)
 
 
-def speed(pairs: int, steps: int) -> dict[str, float]:
+def speed(pairs: int, steps: int, half: int = 8, metric_name: str = "logit_diff") -> dict[str, float]:
     """The three timings against their goals, as ratios measured in this run (printed, and returned)."""
     model = cw.load_pretrained("gelu-2l")
-    clean, corrupted, metric = induction_pairs(model, pairs)
+    clean, corrupted, metric = induction_pairs(model, pairs, half, metric=metric_name)
     # the floors at their best chunk of prompts (so that no ratio gains from a slow floor)
     unit = min(timed(lambda c=c: forward_backward(model, clean, chunk=c), repeat=3)[0] for c in (125, 250))
     plain_forward = min(timed(lambda c=c: forward(model, clean, chunk=c), repeat=3)[0] for c in (125, 500))
@@ -152,7 +155,7 @@ def speed(pairs: int, steps: int) -> dict[str, float]:
     ratios = {"eap-ig": t_ig / 30, "eap": t_eap / unit, "curve": t_curve / floor}
     print(
         f"\n### gelu-2l, {pairs} induction pairs × {clean.shape[1]} tokens, {len(graph.edges)} edges, "
-        f"{torch.get_num_threads()} threads, {CLOCK['clock']} seconds\n"
+        f"{torch.get_num_threads()} threads, {CLOCK['clock']} seconds, metric {metric_name}\n"
     )
     print("| what | time (s) | against | ratio | goal | met |")
     print("|---|---:|---|---:|---|---|")
@@ -192,6 +195,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=5, help="EAP-IG's steps")
+    parser.add_argument("--half", type=int, default=8, help="prompts of 2 · half tokens (10: the issue's 20)")
+    parser.add_argument("--metric", choices=("logit_diff", "log_prob"), default="logit_diff")
     parser.add_argument("--agree-pairs", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-speed", action="store_true")
@@ -203,7 +208,7 @@ def main() -> None:
     print(f"clock: {args.clock} seconds")
     print(f"load average before: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     if not args.skip_speed:
-        speed(args.pairs, args.steps)
+        speed(args.pairs, args.steps, args.half, args.metric)
     if not args.skip_agreement:
         agree(args.agree_pairs)
     print(f"\nload average after: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
