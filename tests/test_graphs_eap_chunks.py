@@ -102,3 +102,17 @@ def test_sliced_cuts_per_prompt_ids_and_keeps_shared_ones() -> None:
     cut = sliced(Loss(tokens, pos=[0, 3]), 2, 5, 5)
     assert isinstance(cut, Loss) and cut.pos == [0, 3] and torch.equal(cut.tokens, tokens[2:5])
     assert sliced(Loss(tokens[:4]), 0, 2, 5) is None
+
+
+def test_edge_patching_with_log_prob_in_chunks_equals_the_plain_function() -> None:
+    from circuitwidgets.graphs import edge_patch
+
+    model = _model_with_mlp()
+    clean, corrupted = _prompts(model)
+    ((declared, plain),) = [v for k, v in _metrics(model, clean).items() if k.startswith("[batch, 2]")]
+    one_prompt = bytes_per_sequence(model, POS, components_of(model)) // 3  # edge_patch's per-prompt estimate
+    edges = [("embed", "L1H0.q"), ("L0H1", "logits"), ("MLP0", "L1H1.v"), ("L0H0", "MLP1")]
+    chunked = edge_patch(model, clean, corrupted, declared, edges, memory_budget=one_prompt)
+    fn = edge_patch(model, clean, corrupted, plain, edges)
+    assert np.abs(fn.edges.weight).max() > 0
+    np.testing.assert_allclose(chunked.edges.weight, fn.edges.weight, rtol=1e-12, atol=1e-12)
