@@ -41,6 +41,17 @@ Quiet (2026-11-28, load 1.1–1.4, nothing else running, 2 threads, wall seconds
 reading the reference stream: ``graphs/patchpass.py``): EAP-IG 6.32 s (goal 30), plain EAP 1.90 units (goal 3), the
 curve 1.14× its floor of 14 plain forwards (goal 2; 2.41× before that change, quiet, at 2 threads).
 
+2026-12-07 (issue 57: "EAP-IG over 1,000 pairs of 20 tokens, 5 steps, a log-softmax metric: 34 s"): ``log_prob``
+and ``loss`` were not sliced per prompt, so every prompt and variant ran in one pass (100,000 token rows, 4.8 GB
+resident); they now run in chunks as ``logit_diff`` does (``graphs/runs.py``). The same 1,000 pairs, ``causal.log_prob``,
+alternating one pass and chunks in one process, 1 thread, CPU seconds, load 7.6–8.0: 18.98 / 18.30 s → 11.38 /
+10.89 s (scores equal to 1.8e-5 of the largest, float32). This benchmark's row (``--metric log_prob --half 10
+--threads 1 --clock cpu --skip-agreement``, load 8–10): EAP-IG 11.46 s (0.38 of 30 s), plain EAP 1.91 units, the
+curve 1.54× its floor. Caution: at 2 threads on that loaded machine the chunked passes' many small operations
+waited on descheduled threads: wall seconds, one pass against chunks, 1,000 pairs at load 10–13: 74 / 54 s against
+646 / 250 s; 300 pairs at load 7: 10.9 / 9.3 s against 19.8 / 18.2 s. Not measured on an idle machine at 2 threads
+(none was free); the quiet ``logit_diff`` rows above, chunked the same way, ran at 2 threads in 6.3 s.
+
 On that machine the same code's ratios vary by about ±20 % from run to run (earlier runs of this code before the
 caps on rows per pass: 2.10–2.54 units, 1.80–2.15× for the curve); a quiet machine gives the figure to report.
 
