@@ -23,6 +23,18 @@ main thread is free, so a page busy rendering is seen as not painted; the wait i
 by the driver's clock. A page not painted within ``--timeout`` seconds is reported as such, and CircuitsVis is not tried at larger N
 (its page keeps the browser busy long after: at N = 1,024 and 12 heads, 6 GB and minutes).
 
+Measured 2026-12-07 (issue 57: "serialisation 0.057–0.066 of CircuitsVis's time, was ≤ 0.05"): the Python side,
+ours (``from_arrays`` + ``save_html``) over CircuitsVis's ``render_local``, 12 heads × 512 tokens. 9/10 of ours was
+``zlib.compress(level=6)`` of the 1.5 MB of packed patterns; the same at this benchmark's first commit (21f20e8:
+0.49 s there, 0.45 s at main, one after the other at load 8), so no commit made it slower: the ratio moves with how
+a loaded machine slows C compression against CircuitsVis's Python. Buffers of 1 MiB or more are now deflated at
+level 4 (``widgets/core/page.py``). Alternating in one process, 3 rounds, medians, load 12.2 (CircuitsVis 2.24 s)::
+
+    level 6 (before): ours 0.312 s, 0.139 of CircuitsVis (0.333, 0.139, 0.090), page 0.92 MiB
+    level 4 (after):  ours 0.071 s, 0.028 of CircuitsVis (0.028, 0.021, 0.047), page 0.96 MiB
+
+Both pages paint offline in Chromium (512 and 2,048 tokens, no page errors).
+
 Run::
 
     .venv/bin/python benchmarks/bench_circuitsvis.py                       # N = 256 … 2,048, 12 heads
@@ -168,14 +180,16 @@ def main() -> None:
 
     print(f"CircuitsVis {circuitsvis.__version__}, {args.heads} heads, causal softmax of random scores")
     print(
-        "| N | CircuitsVis page (MB) | ours (MB) | CircuitsVis painted (s) | ours (s) | CircuitsVis Python (s) | ours (s) |"
+        "| N | CircuitsVis page (MB) | ours (MB) | CircuitsVis painted (s) | ours (s) | CircuitsVis Python (s) | ours (s) "
+        "| ours / CircuitsVis, Python |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['N']:,} | {r['cv_mb']:.1f} | {r['ours_mb']:.1f} "
             f"| {'not tried' if r['cv_mb'] != r['cv_mb'] else secs(r['cv_painted_s'])} "
-            f"| {secs(r['ours_painted_s'])} | {r['cv_python_s']:.2f} | {r['ours_python_s']:.2f} |"
+            f"| {secs(r['ours_painted_s'])} | {r['cv_python_s']:.2f} | {r['ours_python_s']:.2f} "
+            f"| {r['ours_python_s'] / r['cv_python_s']:.3f} |"
         )
 
 

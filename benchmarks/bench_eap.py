@@ -41,6 +41,17 @@ Quiet (2026-11-28, load 1.1–1.4, nothing else running, 2 threads, wall seconds
 reading the reference stream: ``graphs/patchpass.py``): EAP-IG 6.32 s (goal 30), plain EAP 1.90 units (goal 3), the
 curve 1.14× its floor of 14 plain forwards (goal 2; 2.41× before that change, quiet, at 2 threads).
 
+2026-12-07 (issue 57: "EAP-IG over 1,000 pairs of 20 tokens, 5 steps, a log-softmax metric: 34 s"): ``log_prob``
+and ``loss`` were not sliced per prompt, so every prompt and variant ran in one pass (100,000 token rows, 4.8 GB
+resident); they now run in chunks as ``logit_diff`` does (``graphs/runs.py``). The same 1,000 pairs, ``causal.log_prob``,
+alternating one pass and chunks in one process, 1 thread, CPU seconds, load 7.6–8.0: 18.98 / 18.30 s → 11.38 /
+10.89 s (scores equal to 1.8e-5 of the largest, float32). This benchmark's row (``--metric log_prob --half 10
+--threads 1 --clock cpu --skip-agreement``, load 8–10): EAP-IG 11.46 s (0.38 of 30 s), plain EAP 1.91 units, the
+curve 1.54× its floor. Caution: at 2 threads on that loaded machine the chunked passes' many small operations
+waited on descheduled threads: wall seconds, one pass against chunks, 1,000 pairs at load 10–13: 74 / 54 s against
+646 / 250 s; 300 pairs at load 7: 10.9 / 9.3 s against 19.8 / 18.2 s. Not measured on an idle machine at 2 threads
+(none was free); the quiet ``logit_diff`` rows above, chunked the same way, ran at 2 threads in 6.3 s.
+
 On that machine the same code's ratios vary by about ±20 % from run to run (earlier runs of this code before the
 caps on rows per pass: 2.10–2.54 units, 1.80–2.15× for the curve); a quiet machine gives the figure to report.
 
@@ -68,15 +79,18 @@ METHODS = ("eap", "eap-ig-inputs", "eap-ig-activations", "clean-corrupted")
 
 
 def induction_pairs(
-    model: cw.CircuitModel, n: int, half: int = 8, seed: int = 0
+    model: cw.CircuitModel, n: int, half: int = 8, seed: int = 0, metric: str = "logit_diff"
 ) -> tuple[torch.Tensor, torch.Tensor, object]:
-    """``n`` clean/corrupted induction pairs and their logit-difference metric."""
+    """``n`` clean/corrupted induction pairs (``2 · half`` tokens) and their metric: the logit difference
+    ``r₈ − s₈``, or (``"log_prob"``) the mean log-probability of ``r₈`` (a log-softmax over the vocabulary)."""
     g = torch.Generator().manual_seed(seed)
     first = torch.randint(1, model.cfg.d_vocab, (n, half), generator=g)
     other = torch.randint(1, model.cfg.d_vocab, (n, half), generator=g)
     bos = torch.zeros(n, 1, dtype=torch.long)
     clean = torch.cat([bos, first, first[:, :-1]], dim=1)
     corrupted = torch.cat([bos, other, first[:, :-1]], dim=1)
+    if metric == "log_prob":
+        return clean, corrupted, causal.log_prob(first[:, -1].tolist())
     return clean, corrupted, causal.logit_diff(first[:, -1].tolist(), other[:, -1].tolist())
 
 
@@ -133,10 +147,10 @@ def distinct_circuits(graph: graphs.Graph, sizes: list[int]) -> int:
     return len(seen)
 
 
-def speed(pairs: int, steps: int) -> dict[str, float]:
+def speed(pairs: int, steps: int, half: int = 8, metric_name: str = "logit_diff") -> dict[str, float]:
     """The three timings against their goals, as ratios measured in this run (printed, and returned)."""
     model = cw.load_pretrained("gelu-2l")
-    clean, corrupted, metric = induction_pairs(model, pairs)
+    clean, corrupted, metric = induction_pairs(model, pairs, half, metric=metric_name)
     # the floors at their best chunk of prompts (so that no ratio gains from a slow floor)
     unit = min(timed(lambda c=c: forward_backward(model, clean, chunk=c), repeat=3)[0] for c in (125, 250))
     plain_forward = min(timed(lambda c=c: forward(model, clean, chunk=c), repeat=3)[0] for c in (125, 500))
@@ -152,7 +166,7 @@ def speed(pairs: int, steps: int) -> dict[str, float]:
     ratios = {"eap-ig": t_ig / 30, "eap": t_eap / unit, "curve": t_curve / floor}
     print(
         f"\n### gelu-2l, {pairs} induction pairs × {clean.shape[1]} tokens, {len(graph.edges)} edges, "
-        f"{torch.get_num_threads()} threads, {CLOCK['clock']} seconds\n"
+        f"{torch.get_num_threads()} threads, {CLOCK['clock']} seconds, metric {metric_name}\n"
     )
     print("| what | time (s) | against | ratio | goal | met |")
     print("|---|---:|---|---:|---|---|")
@@ -192,6 +206,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=5, help="EAP-IG's steps")
+    parser.add_argument("--half", type=int, default=8, help="prompts of 2 · half tokens (10: the issue's 20)")
+    parser.add_argument("--metric", choices=("logit_diff", "log_prob"), default="logit_diff")
     parser.add_argument("--agree-pairs", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-speed", action="store_true")
@@ -203,7 +219,7 @@ def main() -> None:
     print(f"clock: {args.clock} seconds")
     print(f"load average before: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     if not args.skip_speed:
-        speed(args.pairs, args.steps)
+        speed(args.pairs, args.steps, args.half, args.metric)
     if not args.skip_agreement:
         agree(args.agree_pairs)
     print(f"\nload average after: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")

@@ -1,8 +1,9 @@
 """What edge attribution and edge patching share: checked inputs, the metric per chunk of prompts, the cost estimate.
 
 Prompts are processed in chunks so that memory stays bounded on many pairs.
-The metric is a mean over prompts (as :func:`~circuitwidgets.causal.logit_diff`
-is), so the whole set's value, and its gradient, is the chunks' weighted by
+The metric is a mean over prompts (as :func:`~circuitwidgets.causal.logit_diff`,
+:func:`~circuitwidgets.causal.log_prob` and :func:`~circuitwidgets.causal.loss`
+are), so the whole set's value, and its gradient, is the chunks' weighted by
 their share of prompts. A metric the package cannot slice per prompt (any
 function of the whole logits) runs its prompts in one chunk.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from circuitwidgets.causal.declared import LogProb, Loss
 from circuitwidgets.causal.engine import same_shape
 from circuitwidgets.causal.metrics import LogitDiff, Metric, Normalised, as_metric, scalar
 from circuitwidgets.errors import ArgumentTypeError
@@ -66,6 +68,13 @@ def sliced(metric: object, start: int, stop: int, batch: int) -> object | None:
         if {len(metric.correct), len(metric.wrong)} - {1, batch}:
             return None
         return LogitDiff(part(metric.correct), part(metric.wrong), metric.pos)
+    if isinstance(metric, LogProb):  # (a mean over prompts and the positions it reads, as logit_diff's)
+        answers = metric.answers
+        if answers.numel() == 1 or (answers.ndim == 2 and answers.shape[0] == 1):
+            return LogProb(answers, metric.pos)  # the same ids for every prompt
+        return LogProb(answers[start:stop], metric.pos) if answers.shape[0] == batch else None
+    if isinstance(metric, Loss):
+        return Loss(metric.tokens[start:stop], metric.pos) if metric.tokens.shape[0] == batch else None
     return None
 
 
