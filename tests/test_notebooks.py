@@ -3,7 +3,9 @@
 Each notebook in ``notebooks/`` is executed once per session with nbclient, in a
 kernel of this very interpreter (a kernelspec written to a temporary directory,
 the only one the kernel manager searches, so no user or system kernelspec can
-substitute another Python; a fresh ``make setup`` venv needs nothing installed). Cells whose outputs are checked carry a tag
+substitute another Python; a fresh ``make setup`` venv needs nothing installed), unless the docs build, which
+``make test`` runs first, has just executed the same notebook on the same package sources (its cache key hashes
+both; ``CW_NOTEBOOKS_EXECUTE=1`` runs them here regardless). Cells whose outputs are checked carry a tag
 (``metadata.tags``); each test reads one tagged cell's printed text and asserts
 the claim it states, robustly (who is strongest, which layer, which order is
 larger; never exact numbers, which change when the shipped weights do).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import itertools
+import os
 import re
 import sys
 import time
@@ -75,8 +78,14 @@ def executed(kernel_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Call
     from nbclient import NotebookClient
 
     done: dict[str, nbformat.NotebookNode] = {}
+    executions = docs_executions()
 
     def run(name: str) -> nbformat.NotebookNode:
+        if name not in done and (reused := executions.get(name)) is not None:
+            # the docs build ran this very notebook on these very sources, top to bottom, in a kernel of this
+            # interpreter (its cache key hashes both): its outputs are what running it again would print
+            sys.stderr.write(f"\n{name}.ipynb: the docs build's execution reused ({reused.name})\n")
+            done[name] = nbformat.read(reused, as_version=4)
         if name not in done:
             nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
             km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_dir)]))
@@ -89,6 +98,48 @@ def executed(kernel_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Call
         return done[name]
 
     return run
+
+
+def docs_executions() -> dict[str, Path]:
+    """``{name: path}`` of the notebooks the docs build executed on the current notebook and package sources.
+
+    ``make test`` builds the docs (executing every notebook, cached in ``docs/_build/.executed/`` under a key of
+    the notebook's bytes and the package's sources) before pytest; a notebook whose key matches is not run twice.
+    None when the docs extension cannot be loaded (no Sphinx) or ``CW_NOTEBOOKS_EXECUTE=1`` asks for fresh runs.
+    """
+    if os.environ.get("CW_NOTEBOOKS_EXECUTE") == "1":
+        return {}
+    spec = importlib.util.spec_from_file_location("cw_docs_for_tests", REPO / "docs" / "_ext" / "cw_docs.py")
+    if spec is None or spec.loader is None:
+        return {}
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError:
+        return {}
+    found = {}
+    digest = module._sources_digest()  # (once: it reads the package and its shipped weights)
+    for name in NAMES:
+        path = module.cached_execution(NOTEBOOKS / f"{name}.ipynb", digest)
+        if path.is_file():
+            found[name] = path
+    return found
+
+
+def test_a_docs_execution_is_reused_only_for_the_same_notebook_and_package_sources(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("cw_docs_key", REPO / "docs" / "_ext" / "cw_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    source = NOTEBOOKS / f"{NAMES[0]}.ipynb"
+    edited = tmp_path / source.name
+    edited.write_bytes(source.read_bytes().replace(b"import", b"import ", 1))
+    digest = module._sources_digest()
+    key = module.cached_execution(source, digest)
+    assert key.parent == module.CACHE and key.name.startswith(NAMES[0] + "-")
+    assert module.cached_execution(edited, digest) != key  # an edited notebook: run again
+    assert module.cached_execution(source, digest + "0") != key  # edited package sources: run again
+    assert module.cached_execution(source) == key  # (the default digest is the current sources')
 
 
 def printed(nb: nbformat.NotebookNode, tag: str) -> str:
