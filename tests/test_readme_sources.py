@@ -100,6 +100,8 @@ def test_the_versions_and_limits_the_readme_states_are_the_ones_installed_and_en
     make = (ROOT / "Makefile").read_text(encoding="utf-8")
     pins = re.findall(r'"(sae-lens|circuit-tracer)==([\d.]+)"', make)
     assert len(pins) == 2 and all(f"{name} {version}" in README for name, version in pins), pins
+    python = re.search(r"command -v python(3\.\d+)", make)
+    assert python and f"Python {python.group(1)}, Node" in README and f"`.venv` (Python {python.group(1)})" in README
     torch_pin = re.search(r"TORCH_SPEC := (torch==[\d.]+)", make)
     assert torch_pin and f"`{torch_pin.group(1)}`" in README
     # Node: the highest minimum any package of the committed lockfile declares (vite's ^20.19.0 today)
@@ -135,3 +137,14 @@ def test_the_logit_lens_sentence_is_the_lens_of_its_prompt() -> None:
         f"the final stream predicts `{name(final).strip()}` at {p_final * 100:.0f}%, the token that followed `self.` "
         f"earlier in the line; before layer 1 its top token is `{name(before_1).strip()}`, at {p_before * 100:.0f}%"
     ) in README
+
+
+@pytest.mark.skipif("attn-only-2l-12h" not in cw.list_pretrained(), reason="shipped model missing")
+def test_the_causal_prompts_are_as_many_as_the_readme_says() -> None:
+    from circuitwidgets.causal.induction import SEED, induction_prompts
+
+    p = induction_prompts(cw.load_pretrained("attn-only-2l-12h"))
+    n, length = (int(x) for x in p.clean.shape)
+    assert f"on {n} prompts of random tokens repeated twice" in README
+    assert f"p = induction_prompts(model) # {n} prompts [BOS] r r[:{p.half - 1}] (seed {SEED})" in README
+    assert length == 1 + 2 * p.half - 1
