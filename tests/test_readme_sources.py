@@ -148,3 +148,12 @@ def test_the_causal_prompts_are_as_many_as_the_readme_says() -> None:
     assert f"on {n} prompts of random tokens repeated twice" in README
     assert f"p = induction_prompts(model) # {n} prompts [BOS] r r[:{p.half - 1}] (seed {SEED})" in README
     assert length == 1 + 2 * p.half - 1
+
+
+def test_the_docs_say_the_shipped_grokking_runs_modulus_and_training_share_from_its_run_file() -> None:
+    """Read from the run file, not written here: the shipped grokking run may be replaced by a new one."""
+    runs = sorted(PRETRAINED.glob("grokking-*/run.json"))
+    assert len(runs) == 1, runs
+    config = json.loads(runs[0].read_text(encoding="utf-8"))["config"]
+    page = (ROOT / "docs" / "training-dynamics.md").read_text(encoding="utf-8")
+    assert f"# p = {config['p']}, {config['fraction'] * 100:.0f} % of the pairs" in page
