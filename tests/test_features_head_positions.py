@@ -9,22 +9,15 @@ import math
 
 import pytest
 import torch
-from test_features_examples import mlp_model
+from test_features_widgets import dictionary, model
 
 import circuitwidgets as cw
 from circuitwidgets.errors import ArgumentError, ArgumentTypeError
 from circuitwidgets.features.dictionary import Dictionary
 from circuitwidgets.model import CircuitModel
-from circuitwidgets.tokenizer import VocabTokenizer
 from circuitwidgets.widgets.features.prompt import strongest_sources
 
-VOCAB = [f"t{i}" for i in range(40)]
-
-
-@pytest.fixture(scope="module")
-def model() -> CircuitModel:
-    base = mlp_model(seed=11)
-    return CircuitModel(base.cfg, base.weights(), tokenizer=VocabTokenizer(VOCAB, bos_token_id=0), name="tiny-mlp")
+__all__ = ["dictionary", "model"]  # (the tiny model and dictionary of the widgets' tests, fixtures)
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +25,6 @@ def prompt() -> torch.Tensor:
     tokens = torch.randint(1, 40, (1, 14), generator=torch.Generator().manual_seed(5))
     tokens[0, 0] = 0
     return tokens
-
-
-@pytest.fixture(scope="module")
-def dictionary() -> Dictionary:
-    return Dictionary.random("transcoder", "topk", 12, 20, layer=1, k=3, dtype=torch.float64, seed=3)
 
 
 def _slow(model: CircuitModel, prompt: torch.Tensor, query: int) -> list[list[int]]:
