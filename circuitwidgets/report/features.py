@@ -119,7 +119,7 @@ def features_sections(
     rows, corpus = corpus_rows(model, test.prompts.clean)
     log(f"feature dashboard of {name} ({dictionary.d_sae:,} features over {rows.numel():,} tokens)")
     dashboard = FeatureDashboard.from_model(model, dictionary, rows, k=TOP_K, samples=0, progress=False)
-    prompt = PromptFeatures(model, dictionary, tokens, k=5, density=dashboard.density)
+    prompt = PromptFeatures(model, dictionary, tokens, k=5, density=dashboard.density, head_query=last)
     at_last = prompt.features_at(last)
     if at_last:
         strongest = int(at_last[0][0].rsplit("/", 1)[-1])
@@ -139,7 +139,8 @@ def features_sections(
         f"Features marked ◆ are dense: active on more than {share} of the {dashboard.n_tokens_read:,} tokens read "
         f"({len(dense)} of the features active on this prompt), so their presence says little about one token. "
         "Click a feature to open it in the dashboard below; a position chosen in any head view above selects the "
-        "same token here.</p>"
+        f"same token here, and a head chosen there selects the token that head attends to most from the last token "
+        f"(BOS left out), here and in every view linked by position: {_head_example(model, test, prompt.head_positions)}.</p>"
     )
     sections: list[Triple] = [(f"The features the induction answer reads ({name})", text, prompt)]
     dash_text = (
@@ -155,6 +156,20 @@ def features_sections(
         log("attribution graph of the induction answer")
         sections.append(_graph_section(model, test, transcoders, dashboard, int(dictionary.layer)))
     return sections
+
+
+def _head_example(model: CircuitModel, test: InductionTest, table: list[list[int]]) -> str:
+    """What a click on the head that restores most of the induction answer selects, in words."""
+    labels, _ = test.heads_a.top(1, absolute=False)[0]
+    layer, head = int(labels[0][1:]), int(labels[1][1:])
+    pos, source = table[layer][head], _answer_source(test.prompts.clean[:1], test.prompts.half)
+    token = _token(model, int(test.prompts.clean[0, pos]))
+    where = (
+        "the answer's token in the first copy"
+        if pos == source
+        else f"the answer's token in the first copy is at {source}"
+    )
+    return f"the head that restores most of the answer when patched, L{layer}H{head}, selects position {pos} ({token}, {where})"
 
 
 def _graph_section(

@@ -65,6 +65,15 @@ def _sources_digest() -> str:
     return digest.hexdigest()
 
 
+def cached_execution(source: Path, digest: str | None = None) -> Path:
+    """Where the execution of ``source`` on the current package sources is cached (it may not exist yet).
+
+    ``tests/test_notebooks.py`` reads it too: a notebook the docs build just ran is not run again there.
+    """
+    key = hashlib.sha256(source.read_bytes() + (digest or _sources_digest()).encode()).hexdigest()[:20]
+    return CACHE / f"{source.stem}-{key}.ipynb"
+
+
 def _execute(source: Path, kernel_dir: Path) -> Any:
     import nbformat
     from jupyter_client.kernelspec import KernelSpecManager
@@ -97,10 +106,7 @@ def execute_notebooks(app: Sphinx) -> None:
     CACHE.mkdir(parents=True, exist_ok=True)
     digest = _sources_digest()
     sources = sorted(NOTEBOOKS.glob("*.ipynb"))
-    cached = {}
-    for source in sources:
-        key = hashlib.sha256(source.read_bytes() + digest.encode()).hexdigest()[:20]
-        cached[source] = CACHE / f"{source.stem}-{key}.ipynb"
+    cached = {source: cached_execution(source, digest) for source in sources}
     stale = [s for s in sources if not cached[s].is_file()]
     if stale:
         kernel_dir = Path(tempfile.mkdtemp(prefix="cw-docs-kernels-"))

@@ -80,3 +80,24 @@ describe("a head is one selection in a linked page", () => {
     expect([composition.get("selected_layer"), composition.get("selected_head")]).toEqual([0, 10]);
   });
 });
+
+describe("a head chosen moves the position of a view that follows heads", () => {
+  it("sets the follower's position to the head's entry and the group's position with it", () => {
+    const attention = new OfflineModel({ selected_layer: 0, selected_head: 0, selected_dest: 9 });
+    const prompt = new OfflineModel({ selected_dest: 9, head_positions: [[3, -1], [5, 7]] });
+    const lens = new OfflineModel({ selected_pos: 9 });
+    const group = new LinkGroup(["selected_layer", "selected_head", "selected_dest"]);
+    group.add(attention);
+    group.add(prompt);
+    group.add(lens, ["selected_dest"], { selected_dest: "selected_pos" });
+    expect(prompt.get("selected_dest")).toBe(9); // joining moves no position
+    attention.set("selected_layer", 1);
+    attention.set("selected_head", 1);
+    expect([prompt.get("selected_dest"), attention.get("selected_dest"), lens.get("selected_pos")]).toEqual([7, 7, 7]);
+    attention.set("selected_dest", 2); // a position chosen afterwards still moves everything
+    expect(prompt.get("selected_dest")).toBe(2);
+    attention.set("selected_layer", 0);
+    attention.set("selected_head", 1); // -1: this head moves no position
+    expect(prompt.get("selected_dest")).toBe(2);
+  });
+});

@@ -139,3 +139,15 @@ class Built:
 def built() -> Built:
     """``built("eigen")``: the widget of a view, built once per session (skips a widget not yet written)."""
     return Built()
+
+
+@pytest.fixture(scope="session")
+def report_12h(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of ``attn-only-2l-12h`` as ``circuitwidgets report`` writes it (with its card's training charts),
+    written once for every browser test of that page (layout, links, causal views): a page is only read there."""
+    import circuitwidgets as cw
+    from circuitwidgets.report import write_report
+
+    model = cw.load_pretrained("attn-only-2l-12h")
+    path = tmp_path_factory.mktemp("report-12h") / "report.html"
+    return write_report(model, path, card=cw.pretrained_card("attn-only-2l-12h"))

@@ -102,14 +102,12 @@ def test_their_figures_carry_no_controls(name: str, page_path: Path, page: Page,
 
 
 @pytest.fixture(scope="module")
-def report_path(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[int, int]]:
+def report_path(report_12h: Path) -> tuple[Path, tuple[int, int]]:
     """The report of the default model, and the head its views start on (the strongest induction head)."""
-    from circuitwidgets.report import write_report
-
     model = cw.load_pretrained("attn-only-2l-12h")
     induction = circuits.head_scores(model, kind="induction")
     layer, head = (int(i) for i in np.unravel_index(int(np.argmax(induction)), induction.shape))
-    return write_report(model, tmp_path_factory.mktemp("report") / "report.html"), (layer, head)
+    return report_12h, (layer, head)
 
 
 def test_the_reports_causal_views_draw_and_a_head_cell_moves_the_attention_view(

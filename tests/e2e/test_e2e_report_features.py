@@ -95,3 +95,35 @@ def test_a_feature_node_clicked_in_the_graph_opens_its_dashboard(report: Path, p
     assert opened is not None, "no layer-1 feature node in the graph"
     wait_status(dash, rf"^feature L1\.tc/{opened} of 4,096 selected")
     page_log.assert_offline_clean()
+
+
+def test_a_head_chosen_in_the_head_views_moves_the_features_part_to_the_token_it_reads(
+    report: Path, page: Page, page_log: PageLog
+) -> None:
+    from circuitwidgets.causal.induction import induction_prompts
+    from circuitwidgets.widgets.features.prompt import strongest_sources
+
+    model = cw.load_pretrained(NAME)
+    table = strongest_sources(model, induction_prompts(model).clean[:1], -1)
+    views = open_offline(page, page_log, report, ["attention", "promptfeatures", "graph"])
+    prompt = views["promptfeatures"]
+    heads = wait_view(page, page_log, "patchingmap", nth=0)
+    wait_status(prompt, r"^position 39 ")
+    # the caption's example is the table's: the head it names selects the position it says
+    said = re.search(r"L(\d)H(\d+), selects position (\d+)", page.locator("body").inner_text())
+    assert said and table[int(said.group(1))][int(said.group(2))] == int(said.group(3)), said
+    # a layer-0 head, then a layer-1 head reading another token: each click moves the features part and the page
+    first = next(h for h in range(model.cfg.n_heads) if table[0][h] != 39)
+    second = next(h for h in range(model.cfg.n_heads) if table[1][h] not in (39, table[0][first]))
+    for layer, head in ((0, first), (1, second)):
+        heads.locator(f'[data-cw-layer="{layer}"][data-cw-col="{head}"] rect').first.click()
+        wait_status(prompt, rf"^position {table[layer][head]} ")
+        wait_status(views["attention"], rf"destination {table[layer][head]} ")
+        # the chosen token is brought into view (its column drawn, the prompt virtualised to what is in view)
+        wait_for(lambda: prompt.locator(".cw-pf-selected").count() == 1, "the selected column in view")
+        assert prompt.locator(".cw-pf-selected [data-cw-pos]").get_attribute("data-cw-pos") == str(table[layer][head])
+    for width in (1400, 1000):
+        page.set_viewport_size({"width": width, "height": 1000})
+        prompt.scroll_into_view_if_needed()
+        screenshot(prompt, f"report-features-head-click-{width}")
+    page_log.assert_offline_clean()

@@ -22,16 +22,13 @@ WIDTHS = [1400, 1000]
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
+def report(report_12h: Path) -> tuple[Path, float]:
     """The 12-head model's report (as the command writes it) and the kernel's threshold of its composition graph, minus the baseline."""
     from circuitwidgets.circuits import composition_baseline
     from circuitwidgets.circuits.composition_null import composition_threshold
-    from circuitwidgets.report import write_report
-    from circuitwidgets.sources.pretrained import pretrained_card
 
     model = cw.load_pretrained("attn-only-2l-12h")
-    card = pretrained_card("attn-only-2l-12h")  # (as `circuitwidgets report` does: the training charts come from it)
-    path = write_report(model, tmp_path_factory.mktemp("report-layout") / "report.html", card=card)
+    path = report_12h  # (the card's training charts included, as `circuitwidgets report` writes it)
     above = composition_threshold(model) - composition_baseline(model.cfg.d_model, model.cfg.d_head)
     return path, above
 

@@ -9,19 +9,14 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Locator, Page
 
-import circuitwidgets as cw
-
 from ._pages import PageLog, open_offline, wait_for, wait_status, wait_view
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from circuitwidgets.report import write_report
-
-    model = cw.load_pretrained("attn-only-2l-12h")
-    return write_report(model, tmp_path_factory.mktemp("report-links") / "report.html")
+def report(report_12h: Path) -> Path:
+    return report_12h
 
 
 def _lens_column_visible(lens: Locator, pos: int) -> bool:

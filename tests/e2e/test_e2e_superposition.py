@@ -6,6 +6,7 @@ The widgets are small (3 × 2 grid, 600 steps, 8 snapshots) so the kernel trains
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,3 +155,42 @@ def test_a_slider_retrains_the_model_in_the_kernel_and_the_view_redraws_it(live:
     assert lab.value("[w.live_probability, w.training, int(w.live_W.shape[2])]") == [0.0316, "", 8]
     screenshot(view, "superposition-live")
     print(f"slider → retrained → redrawn in {seconds:.2f} s (600-step model)")
+
+
+#: ``model shown: 1 − S = 0.158, decay 1.00, step 600: 3 of 5 features represented, loss 1.23e-02``
+SHOWN = re.compile(
+    r"model shown: 1 − S = ([\d.]+), decay ([\d.]+), step (\d+): (\d+) of \d+ features represented, loss ([\d.]+e[+-]?\d+)"
+)
+
+
+def test_a_live_retrain_never_shows_the_new_sparsity_with_the_old_models_statistics(
+    live: tuple[NotebookPage, Locator],
+) -> None:
+    """Every text the status line takes during a retrain is recorded in the page (a MutationObserver, so no
+    intermediate frame is missed between polls); each model named must always come with the same statistics, and
+    the retrained one with the statistics the kernel's model has once it arrived."""
+    lab, view = live
+    view.locator("[data-cw-status]").first.evaluate(
+        """status => {
+            window.__cwStatuses = [status.textContent];
+            new MutationObserver(() => window.__cwStatuses.push(status.textContent))
+                .observe(status, { childList: true, characterData: true, subtree: true });
+        }"""
+    )
+    _slide(view, "probability", 400, "change")  # 1 − S = 0.158: off the grid, so the kernel retrains
+    wait_for(lambda: view.get_attribute("data-cw-live-probability") == "0.158", "the retrained model arrived", 120)
+    final = wait_status(view, r"1 − S = 0\.158\d*, decay 1\.00, step 600: ")
+    texts: list[str] = view.locator("[data-cw-status]").first.evaluate("() => window.__cwStatuses")
+    seen: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
+    for text in texts:
+        shown = SHOWN.search(text)
+        assert shown, text
+        seen.setdefault(shown.group(1, 2, 3), set()).add(shown.group(4, 5))
+    mixed = {model: stats for model, stats in seen.items() if len(stats) > 1}
+    assert not mixed, f"one model named with two sets of statistics: {mixed}"
+    retrained = SHOWN.search(final)
+    assert retrained and seen[retrained.group(1, 2, 3)] == {retrained.group(4, 5)}
+    assert len(texts) >= 2, texts  # (the retrain was watched: the status changed)
+    # ... and those statistics are the kernel's retrained model's at its last snapshot
+    loss, kept = lab.value("[float(w.live_loss[0, 0, -1]), int((w.live_norms[0, 0, -1] > 0.5).sum())]")
+    assert int(retrained.group(4)) == kept and float(retrained.group(5)) == pytest.approx(loss, rel=0.01)

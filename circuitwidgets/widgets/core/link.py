@@ -20,6 +20,11 @@ linked in the browser, with no kernel). What is linked:
   batches whose prompts have the same lengths, prompt by prompt); otherwise
   positions are not linked, with a :class:`LinkWarning` saying so.
 
+A widget with ``head_positions`` (``[n_layers][n_heads]`` positions, a
+:class:`~circuitwidgets.PromptFeatures` built with ``head_query=``) follows heads
+too: a head chosen in any view moves its ``selected_dest`` to that head's entry,
+and the group's position with it (live here; in a saved page, the page's link).
+
 A view may link a trait under another name (``_link_as``: a patching map's
 ``selected_pos`` is linked as ``selected_dest``, so a click on a (layer,
 position) cell selects that token in an attention view), and may hold a layer
@@ -94,6 +99,12 @@ def local_name(widget: Any, name: str) -> str | None:
     return alias if alias is not None and widget.has_trait(alias) else None
 
 
+def _head_positions(widget: Any) -> list[list[int]]:
+    """``widget``'s ``head_positions`` table (empty when it has none)."""
+    table = getattr(widget, "head_positions", None) if widget.has_trait("head_positions") else None
+    return list(table) if isinstance(table, list) else []
+
+
 class HeadLink:
     """``selected_layer`` and ``selected_head`` kept equal between widgets as one selection.
 
@@ -112,7 +123,10 @@ class HeadLink:
             own = (local_name(widget, HEAD_TRAITS[0]), local_name(widget, HEAD_TRAITS[1]))
             if own != (None, None):
                 members.append((widget, own))
-        self.members: list[tuple[Any, tuple[str | None, str | None]]] = members if len(members) > 1 else []
+        #: widgets whose position follows the head (``head_positions``), set after every head change
+        self.followers = [w for w in widgets if _head_positions(w) and local_name(w, "selected_dest") is not None]
+        linked = len(members) > 1 or bool(members and self.followers)
+        self.members: list[tuple[Any, tuple[str | None, str | None]]] = members if linked else []
         self._busy = False
         if not self.members:
             return
@@ -142,13 +156,24 @@ class HeadLink:
             if widget is change["owner"]:
                 if own[1] is not None:  # (a layer alone names no head: it leads nowhere)
                     self._copy_from(widget, own)
+                    self._follow(getattr(widget, own[0]) if own[0] is not None else None, getattr(widget, own[1]))
                 return
+
+    def _follow(self, layer: int | None, head: int) -> None:
+        """Move each follower's position to the chosen head's entry (outside ``_busy``: it moves the group's)."""
+        for widget in self.followers:
+            table = _head_positions(widget)
+            if layer is None or not 0 <= layer < len(table) or not 0 <= head < len(table[layer]):
+                continue
+            if table[layer][head] >= 0:
+                setattr(widget, str(local_name(widget, "selected_dest")), table[layer][head])
 
     def unlink(self) -> None:
         """Stop keeping the heads equal."""
         for widget, own in self.members:
             widget.unobserve(self._changed, names=[n for n in own if n is not None])
         self.members = []
+        self.followers = []
 
 
 class Link:

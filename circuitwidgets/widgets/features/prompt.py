@@ -6,6 +6,11 @@ as chips (the unit's name and activation); a click on a chip selects that unit
 by :func:`circuitwidgets.link`), a click on a token selects its position
 (``selected_dest``, linked to an attention view's). Long prompts draw only the
 columns in view (virtualised like the attention view's token strip).
+
+Built with ``head_query=`` (a position), it also follows heads: a head chosen in a
+linked view moves it, and the views linked to its position, to the token that
+head attends to most from ``head_query`` (``head_positions``; BOS left out, where
+heads with nothing to read park).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from circuitwidgets.widgets.core.spec import Size, view_data, view_setting
 from circuitwidgets.widgets.core.traits import SelectionIndex
 from circuitwidgets.widgets.features.data import DENSE_SHARE, dense_units, prompt_data
 
-__all__ = ["PromptFeatures"]
+__all__ = ["PromptFeatures", "strongest_sources"]
 
 
 class PromptFeatures(CircuitWidget):
@@ -51,6 +56,9 @@ class PromptFeatures(CircuitWidget):
         ``Examples.density``): units above ``dense_share`` are marked dense on their chips.
     dense_share
         The share above which a unit is dense (``DENSE_SHARE``, 10 %, by default).
+    head_query
+        Optional query position (negative counts from the end: ``-1`` is the last token): a head chosen in a
+        linked view then selects the token that head attends to most from there (:func:`strongest_sources`).
     **kwargs
         Initial traits (``selected_feature``, ``selected_dest``).
     """
@@ -77,6 +85,9 @@ class PromptFeatures(CircuitWidget):
     """int32: the units called dense (active on more than ``dense_share`` of a corpus), marked on their chips."""
     dense_share = view_data(traitlets.Float(0.0))
     """The share of tokens above which a unit is dense (0 when no density was given)."""
+    head_positions = view_data(traitlets.List(traitlets.List(traitlets.Int())))
+    """``[n_layers][n_heads]``: the token a head chosen in a linked view moves the position to (-1: none); empty
+    when the view follows no head (built without ``head_query``)."""
 
     selected_feature = view_setting(SelectionIndex("n_units_total", optional=True))
     """The unit selected (-1 for none); linked with a dashboard of the same site."""
@@ -96,10 +107,17 @@ class PromptFeatures(CircuitWidget):
         k: int = 8,
         density: np.ndarray | torch.Tensor | None = None,
         dense_share: float = DENSE_SHARE,
+        head_query: int | None = None,
         **kwargs: Any,
     ) -> None:
         if model is not None:
             kwargs = {**prompt_traits(model, units, prompt, k), **kwargs}
+            if head_query is not None and prompt is not None:  # (no prompt: prompt_traits refused it above)
+                n_tokens = len(kwargs["tokens"])
+                query = check_int("head_query", head_query, -n_tokens, n_tokens)
+                kwargs["head_positions"] = strongest_sources(model, prompt, query)
+        elif head_query is not None:
+            raise ArgumentError("head_query: expected a model to read the heads' attention from, got model=None")
         if density is not None:
             n = kwargs.get("n_units_total")
             share = _check_share(dense_share)
@@ -153,3 +171,41 @@ def prompt_traits(
         "unit_prefix": read.prefix,
         "n_units_total": read.n_units,
     }
+
+
+def strongest_sources(model: CircuitModel, prompt: str | Sequence[int] | torch.Tensor, query: int) -> list[list[int]]:
+    """``[n_layers][n_heads]``: the position each head attends to most from ``query`` on ``prompt``.
+
+    BOS (position 0) is left out when the query has any other token to read: heads with nothing to read park
+    their attention there, and a move to BOS would show nothing. A query at position 0 reads only itself.
+
+    Parameters
+    ----------
+    model
+        The model to run (once, keeping only the attention patterns).
+    prompt
+        A text or token ids (one prompt).
+    query
+        The query position; negative counts from the end (``-1``: the last token).
+
+    Returns
+    -------
+    list[list[int]]
+        Position per ``[layer][head]``.
+    """
+    if not isinstance(model, CircuitModel):
+        raise ArgumentTypeError(f"model: expected a CircuitModel, got {type(model).__name__}")
+    tokens = model._check_tokens(prompt)
+    if tokens.shape[0] != 1:
+        raise ArgumentTypeError(f"prompt: expected one prompt, got {tokens.shape[0]}")
+    n = int(tokens.shape[1])
+    query = check_int("query", query, -n, n)
+    query %= n
+    _, cache = model.run_with_cache(tokens, names=["pattern"])
+    out = []
+    for layer in range(model.cfg.n_layers):
+        row = cache["pattern", layer][0, :, query, : query + 1].double().clone()  # [head, src]
+        if query > 0:
+            row[:, 0] = -1.0  # (BOS: where heads with nothing to read park)
+        out.append([int(i) for i in row.argmax(-1)])
+    return out

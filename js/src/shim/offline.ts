@@ -143,7 +143,29 @@ export class LinkGroup {
             if (theirs !== undefined) this.set(other.model, theirs, value);
           }
         }
+        if ((HEAD_PAIR as readonly string[]).includes(name)) this.follow(me);
       });
+    }
+  }
+
+  /**
+   * After a head chosen in `from`: each member with a `head_positions` table (`[layer][head]` → position, -1 for
+   * none) moves its `selected_dest` to the head's entry, and the group's position with it (set as a change of its
+   * own, not a copy, so it reaches the others).
+   */
+  private follow(from: { model: OfflineModel; local: Map<string, string> }): void {
+    const layerName = from.local.get("selected_layer");
+    const headName = from.local.get("selected_head");
+    if (layerName === undefined || headName === undefined) return;
+    const layer = Number(from.model.get(layerName));
+    const head = Number(from.model.get(headName));
+    for (const member of this.members) {
+      const own = member.local.get("selected_dest");
+      const table = member.model.get("head_positions");
+      if (own === undefined || !Array.isArray(table)) continue;
+      const row: unknown = table[layer];
+      const position: unknown = Array.isArray(row) ? row[head] : undefined;
+      if (typeof position === "number" && Number.isInteger(position) && position >= 0) member.model.set(own, position);
     }
   }
 

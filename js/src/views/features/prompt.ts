@@ -50,6 +50,8 @@ export function renderPromptFeatures({ model, el: root }: RenderProps<PromptFeat
   const legend = el(doc, "div", "cw-pf-legend");
   panel.body.append(legend, scroller);
   let dense = new Set<number>();
+  /** The position last brought into view (-1: none yet). */
+  let scrolledTo = -1;
 
   function load(): void {
     try {
@@ -80,8 +82,14 @@ export function renderPromptFeatures({ model, el: root }: RenderProps<PromptFeat
     legend.textContent = `chips: unit and its activation, strongest first${dense.size > 0 && share > 0 ? ` · ◆ dashed: dense, ${denseWords(share)} of the corpus read` : ""}`;
     const dest = int(m.get("selected_dest"));
     const feature = int(m.get("selected_feature"));
-    const { start, end } = columnWindow(scroller.scrollLeft, scroller.clientWidth, COLUMN, n);
     track.style.width = `${n * COLUMN}px`;
+    // a position chosen elsewhere (a token, a head in a linked view) is brought into view once, then the reader scrolls
+    if (dest >= 0 && dest < n && dest !== scrolledTo && scroller.clientWidth > 0) {
+      const x = dest * COLUMN;
+      if (x < scroller.scrollLeft || x + COLUMN > scroller.scrollLeft + scroller.clientWidth) scroller.scrollLeft = Math.max(0, x + COLUMN / 2 - scroller.clientWidth / 2);
+      scrolledTo = dest;
+    }
+    const { start, end } = columnWindow(scroller.scrollLeft, scroller.clientWidth, COLUMN, n);
     track.style.height = `${(k + 1) * 24 + 8}px`;
     const columns: HTMLElement[] = [];
     for (let p = start; p < end; p++) {
