@@ -154,6 +154,8 @@ def test_the_docs_say_the_shipped_grokking_runs_modulus_and_training_share_from_
     """Read from the run file, not written here: the shipped grokking run may be replaced by a new one."""
     runs = sorted(PRETRAINED.glob("grokking-*/run.json"))
     assert len(runs) == 1, runs
-    config = json.loads(runs[0].read_text(encoding="utf-8"))["config"]
+    run = json.loads(runs[0].read_text(encoding="utf-8"))
+    config = run["config"]
     page = (ROOT / "docs" / "training-dynamics.md").read_text(encoding="utf-8")
-    assert f"# p = {config['p']}, {config['fraction'] * 100:.0f} % of the pairs" in page
+    steps = max(int(s) for s in run["records"]["step"])
+    assert f"p = {config['p']}, {config['fraction'] * 100:.0f} % of the pairs, {steps:,} steps" in page
