@@ -76,9 +76,7 @@ def test_the_narrowed_sweep_equals_the_unnarrowed_one_on_every_family(
     model = from_hf(case.build(), dtype=torch.float64)
     clean, corrupted = _pair(VOCAB, seed=3)
     for fn, inferred in _metrics(clean).values():
-        assert _same(model, clean, corrupted, fn, "resid_pre", ("layer", "pos"), monkeypatch).endswith(
-            f"({inferred})"
-        )
+        assert _same(model, clean, corrupted, fn, "resid_pre", ("layer", "pos"), monkeypatch).endswith(f"({inferred})")
     fn, inferred = _metrics(clean)["one position"]
     name = _same(model, clean, corrupted, causal.normalised(fn), "z", ("layer", "head"), monkeypatch)
     assert name == f"normalised last_diff ({inferred})"
@@ -195,6 +193,21 @@ def test_a_read_only_a_patched_run_makes_is_caught_by_the_guard(
 
 def _base_logits(model: CircuitModel, clean: torch.Tensor, corrupted: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(model(t) for t in (clean, corrupted))
+
+
+def test_a_metric_that_writes_into_its_logits_is_narrowed_and_equal(
+    attn_only: tuple[CircuitModel, torch.Tensor, torch.Tensor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In place, as some users write it: each variant's buffer is fresh once a call has written into it."""
+    model, clean, corrupted = attn_only
+
+    def in_place(logits: torch.Tensor) -> torch.Tensor:
+        logits[:, -1] -= logits[:, -1, 9:10].clone()
+        logits[:, 0] = 0.0
+        return logits[:, -1, 5].mean()
+
+    name = _same(model, clean, corrupted, in_place, "resid_pre", ("layer", "pos"), monkeypatch)
+    assert name == "in_place (inferred to read position 5 and 2 token ids)"
 
 
 def test_declared_metrics_are_not_probed(attn_only: tuple[CircuitModel, torch.Tensor, torch.Tensor]) -> None:

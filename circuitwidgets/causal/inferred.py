@@ -103,7 +103,7 @@ def _gradient_support(fn: Fn, logits: torch.Tensor) -> torch.Tensor | str:
     x = logits.detach().clone().requires_grad_(True)
     try:
         with torch.enable_grad():
-            value = fn(x)
+            value = fn(x.clone())  # (a copy: a function that writes into its logits may, not into a leaf)
     except Exception as err:  # (the sweep reading every logit raises it again, where the user expects it)
         return f"it raised {type(err).__name__} when probed"
     if not isinstance(value, torch.Tensor):
@@ -170,13 +170,13 @@ def _narrowed(
 
     def batched(sub: torch.Tensor, batch: int) -> torch.Tensor:
         rows = torch.tensor(positions, device=sub.device)
-        values = []
-        for i in range(sub.shape[0]):  # a fresh buffer each time: the function may write into its logits
-            full = torch.full((batch, n_pos, vocab), float("nan"), dtype=sub.dtype, device=sub.device)
-            if cols is None:
-                full[:, rows] = sub[i]
-            else:
-                full[:, rows[:, None], cols.to(sub.device)[None, :]] = sub[i]
+        at = (slice(None), rows) if cols is None else (slice(None), rows[:, None], cols.to(sub.device)[None, :])
+        full, version, values = None, -1, []
+        for i in range(sub.shape[0]):
+            if full is None or full._version != version:  # (a function that wrote into its logits gets a fresh buffer)
+                full = torch.full((batch, n_pos, vocab), float("nan"), dtype=sub.dtype, device=sub.device)
+            full[at] = sub[i]
+            version = full._version
             try:
                 values.append(scalar(fn(full), name))
             except NonFiniteError:
