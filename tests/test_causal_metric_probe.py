@@ -14,7 +14,7 @@ from conftest import make_random_model
 from families import CASES, VOCAB
 
 from circuitwidgets import causal
-from circuitwidgets.causal import patching
+from circuitwidgets.causal import inferred, patching
 from circuitwidgets.causal.inferred import probe
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.sources.huggingface import from_hf
@@ -75,11 +75,11 @@ def test_the_narrowed_sweep_equals_the_unnarrowed_one_on_every_family(
 ) -> None:
     model = from_hf(case.build(), dtype=torch.float64)
     clean, corrupted = _pair(VOCAB, seed=3)
-    for fn, inferred in _metrics(clean).values():
-        assert _same(model, clean, corrupted, fn, "resid_pre", ("layer", "pos"), monkeypatch).endswith(f"({inferred})")
-    fn, inferred = _metrics(clean)["one position"]
+    for fn, found in _metrics(clean).values():
+        assert _same(model, clean, corrupted, fn, "resid_pre", ("layer", "pos"), monkeypatch).endswith(f"({found})")
+    fn, found = _metrics(clean)["one position"]
     name = _same(model, clean, corrupted, causal.normalised(fn), "z", ("layer", "head"), monkeypatch)
-    assert name == f"normalised last_diff ({inferred})"
+    assert name == f"normalised last_diff ({found})"
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +93,9 @@ def test_an_attention_only_model_too(
     name: str, attn_only: tuple[CircuitModel, torch.Tensor, torch.Tensor], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model, clean, corrupted = attn_only
-    fn, inferred = _metrics(clean)[name]
+    fn, found = _metrics(clean)[name]
     for site, by in (("resid_pre", ("layer", "pos")), ("pattern", ("layer", "head")), ("z", ("layer", "pos", "head"))):
-        assert _same(model, clean, corrupted, fn, site, by, monkeypatch).endswith(f"({inferred})")
+        assert _same(model, clean, corrupted, fn, site, by, monkeypatch).endswith(f"({found})")
 
 
 def _threshold(logits: torch.Tensor) -> torch.Tensor:
@@ -213,3 +213,27 @@ def test_a_metric_that_writes_into_its_logits_is_narrowed_and_equal(
 def test_declared_metrics_are_not_probed(attn_only: tuple[CircuitModel, torch.Tensor, torch.Tensor]) -> None:
     model, clean, corrupted = attn_only
     assert causal.patch(model, clean, corrupted, causal.logit_diff(5, 9)).metric == "logit_diff(pos=-1)"
+
+
+def test_a_probed_metric_runs_vectorised_and_a_data_dependent_one_one_call_at_a_time(
+    attn_only: tuple[CircuitModel, torch.Tensor, torch.Tensor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch.func.vmap over the variants (what makes a function of many positions cost what a declared metric
+    does); a function vmap cannot run (Python control flow on a value) is called once per variant, equal both ways."""
+    model, clean, corrupted = attn_only
+    fn, _ = _metrics(clean)["several positions"]
+    one_by_one = inferred._one_at_a_time
+    monkeypatch.setattr(inferred, "_one_at_a_time", lambda *a: pytest.fail("called once per variant"))
+    _same(model, clean, corrupted, fn, "resid_pre", ("layer", "pos"), monkeypatch)
+    monkeypatch.setattr(inferred, "CHUNK_BYTES", 1)  # one variant a chunk
+    _same(model, clean, corrupted, fn, "z", ("layer", "head"), monkeypatch)
+    calls: list[int] = []
+    monkeypatch.setattr(inferred, "_one_at_a_time", lambda *a: calls.append(1) or one_by_one(*a))
+
+    def branchy(logits: torch.Tensor) -> torch.Tensor:
+        return logits[:, -1, 5].mean() if bool(logits[:, -1, 5].mean() > -1e9) else logits[:, -1, 5].sum()
+
+    assert _same(model, clean, corrupted, branchy, "resid_pre", ("layer", "pos"), monkeypatch).endswith(
+        "(inferred to read position 5 and 1 token id)"
+    )
+    assert calls

@@ -168,25 +168,67 @@ def _narrowed(
     cols = None if columns is None else torch.tensor(columns)
     name = str(metric.extra.get("fn_name", base))
 
+    vectorised = [True]  # (until the function is found not to run under torch.func.vmap)
+
     def batched(sub: torch.Tensor, batch: int) -> torch.Tensor:
         rows = torch.tensor(positions, device=sub.device)
-        at = (slice(None), rows) if cols is None else (slice(None), rows[:, None], cols.to(sub.device)[None, :])
-        full, version, values = None, -1, []
-        for i in range(sub.shape[0]):
-            if full is None or full._version != version:  # (a function that wrote into its logits gets a fresh buffer)
-                full = torch.full((batch, n_pos, vocab), float("nan"), dtype=sub.dtype, device=sub.device)
-            full[at] = sub[i]
-            version = full._version
-            try:
-                values.append(scalar(fn(full), name))
-            except NonFiniteError:
-                raise ReadOutsideError(name) from None
-            except Exception as err:  # (the NaN outside its support may have made it err: rerun with every logit)
-                raise ReadOutsideError(name) from err
-        return torch.stack(values)
+        at: Index = (slice(None), rows) if cols is None else (slice(None), rows[:, None], cols.to(sub.device)[None, :])
+        try:
+            if vectorised[0]:
+                try:
+                    return _all_at_once(fn, sub, at, (batch, n_pos, vocab), name)
+                except ReadOutsideError:
+                    raise
+                except Exception:  # (data-dependent control flow and the like: one call per variant instead)
+                    vectorised[0] = False
+            return _one_at_a_time(fn, sub, at, (batch, n_pos, vocab), name)
+        except NonFiniteError:
+            raise ReadOutsideError(name) from None
 
     extra = {**metric.extra, "base_name": base, "inferred": (positions, columns)}
     return replace(metric, name=f"{base} ({note})", batched=batched, positions=positions, columns=cols, extra=extra)
+
+
+#: Bytes of full-shaped logits one vectorised call of a probed metric may hold (the variants in chunks under it).
+CHUNK_BYTES = 64 * 2**20
+
+Index = tuple[slice | torch.Tensor, ...]
+
+
+def _all_at_once(fn: Fn, sub: torch.Tensor, at: Index, shape: tuple[int, int, int], name: str) -> torch.Tensor:
+    """``fn`` on every variant of ``sub`` ``[n, batch, len(positions), len(columns)]`` by :func:`torch.func.vmap`, in
+    chunks of :data:`CHUNK_BYTES` of full-shaped logits (NaN outside ``at``)."""
+    per = max(1, CHUNK_BYTES // (shape[0] * shape[1] * shape[2] * sub.element_size()))
+    every: Index = (slice(None), *at)
+    values = []
+    for lo in range(0, sub.shape[0], per):
+        part = sub[lo : lo + per]
+        full = torch.full((len(part), *shape), float("nan"), dtype=sub.dtype, device=sub.device)
+        full[every] = part
+        out = torch.func.vmap(fn)(full)
+        if not isinstance(out, torch.Tensor) or out.shape != (len(part),) or out.dtype.is_complex:
+            raise TypeError(f"{name}: not one real value per variant under vmap")
+        if not bool(torch.isfinite(out).all()):
+            raise ReadOutsideError(name)
+        values.append(out.double())
+    return torch.cat(values)
+
+
+def _one_at_a_time(fn: Fn, sub: torch.Tensor, at: Index, shape: tuple[int, int, int], name: str) -> torch.Tensor:
+    """``fn`` called on each variant of ``sub`` in turn (one NaN buffer, fresh only after ``fn`` wrote into it)."""
+    full, version, values = None, -1, []
+    for i in range(sub.shape[0]):
+        if full is None or full._version != version:  # (a function that wrote into its logits gets a fresh buffer)
+            full = torch.full(shape, float("nan"), dtype=sub.dtype, device=sub.device)
+        full[at] = sub[i]
+        version = full._version
+        try:
+            values.append(scalar(fn(full), name))
+        except NonFiniteError:
+            raise
+        except Exception as err:  # (the NaN outside its support may have made it err: rerun with every logit)
+            raise ReadOutsideError(name) from err
+    return torch.stack(values)
 
 
 def _spans(indices: list[int]) -> str:
