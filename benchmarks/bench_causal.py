@@ -7,6 +7,7 @@ met, the floor and the ratio to it, the largest difference from TransformerLens'
     .venv/bin/python benchmarks/bench_causal.py --device cpu --threads 2            # CPU, 2 threads
     .venv/bin/python benchmarks/bench_causal.py --device cuda --threads 2           # the GPU (TL timed there too)
     .venv/bin/python benchmarks/bench_causal.py --shapes gpt2 --sweeps resid_pre --forward ""   # one row
+    .venv/bin/python benchmarks/bench_causal.py --first-call --shapes gpt2,medium   # Python metrics, first calls
 
 ``--device cuda`` refuses clearly where torch sees no CUDA device. On CUDA every timed call is synchronised
 (``torch.cuda.synchronize``) before and after, each model runs one untimed forward first, and the clock is wall
@@ -331,7 +332,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="most calls per measurement (default 3)")
     parser.add_argument("--budget", type=float, default=10.0,
                         help="seconds (the clock's) after which a measurement stops repeating (default 10)")  # fmt: skip
+    parser.add_argument("--first-call", action="store_true", help="instead: the rows users see, Python-function and "
+                        "declared metrics, first call in a fresh process and warm median (bench_causal_first_call.py)")  # fmt: skip
     args = parser.parse_args()
+    if args.first_call:
+        import bench_causal_first_call as first
+
+        shapes = ",".join(k for k in args.shapes.split(",") if k in first.ROWS)
+        first.main(["--shapes", shapes, "--sweeps", args.sweeps, "--threads", str(args.threads or 2)]
+                   + (["--no-tl"] if args.no_tl else []) + (["--json", args.json] if args.json else []))  # fmt: skip
+        return
     device = device_of(parser, args.device)
     keys = [k for k in args.shapes.split(",") if k]
     unknown = sorted(set(keys) - set(SHAPES))

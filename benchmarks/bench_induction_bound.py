@@ -5,7 +5,7 @@ that reads the log-probs of every position's next token, so the whole vocabulary
 than TransformerLens's hook loop. This script measures what bounds that ratio on the machine it runs on:
 
 - **the work each side does**, counted as the FLOPs of the matrix products it launches (``torch.utils.flop_counter``),
-  after a first call that is not counted (ours times both of its paths on a shape's first sweep). Elementwise work
+  after a first call that is not counted (ours measures its cost curve on a shape's first sweep in a process with no calibration on disk). Elementwise work
   (norms, GELU, softmax) is in neither count, and our attention (``scaled_dot_product_attention``, which the counter
   does not see on CPU) is not in ours while TransformerLens's (``bmm``) is in its: both omissions make our count
   smaller, so the bound below is generous to us;
@@ -102,7 +102,7 @@ def main() -> None:
             parser.error(f"--threads: expected a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
     mine, theirs = study("medium")
-    mine()  # the first sweep of a shape times both of our paths: not the work a sweep does
+    mine()  # the first sweep of a shape may measure its cost curve: not the work a sweep does
     ours_flops, tl_flops = counted_flops(mine), counted_flops(theirs)
     ours_s, tl_s = median_seconds(mine, args.calls), median_seconds(theirs, args.calls)
     rates = {rows: product_rate(rows, 256, 1024) for rows in (400, 3200, 12800)}

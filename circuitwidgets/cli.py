@@ -263,7 +263,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     features_command.add_parser(sub)
     _add_report(sub)
+    _add_calibration(sub)
     return parser
+
+
+def _add_calibration(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "calibration",
+        help="show or clear the causal sweeps' calibration cache",
+        description="The causal sweeps keep the cost curves and path choices they measured on this machine in a "
+        "cache folder ($CIRCUITWIDGETS_CACHE_DIR, else $XDG_CACHE_HOME/circuitwidgets, else ~/.cache/circuitwidgets), "
+        "so that a fresh process's first sweep is planned at once. Prints the folder; --clear empties it.",
+    )
+    p.add_argument("--clear", action="store_true", help="remove every calibration file")
+
+
+def _run_calibration(args: argparse.Namespace) -> int:
+    from circuitwidgets.causal.calibration import calibration_dir, clear_calibration
+
+    if args.clear:
+        print(f"removed {clear_calibration()} calibration file(s) from {calibration_dir()}")
+    else:
+        print(calibration_dir())
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -283,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return features_command.run(args)
         if args.command == "report":
             return _run_report(args)
+        if args.command == "calibration":
+            return _run_calibration(args)
     except CircuitWidgetsError as exc:
         print(f"circuitwidgets {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -88,3 +88,10 @@ def _no_stale_event_loop(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
     finally:
         asyncio.events._set_running_loop(stale)
+
+
+@pytest.fixture(autouse=True)
+def _calibration_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The causal planner's on-disk calibration (causal/calibration.py) in a fresh folder per test, never the user's
+    cache: no test sees another's stored choices, in any order (subprocesses inherit the variable)."""
+    monkeypatch.setenv("CIRCUITWIDGETS_CACHE_DIR", str(tmp_path_factory.mktemp("cw-cache")))

@@ -1,6 +1,6 @@
 """A patching sweep as one pass of the clean rows, the corrupted rows and every variant (causal/one_pass.py): equal
-to the slow definition on every family (float64), the same as the staircase path, chosen by its timing once per
-shape, and never taken where it cannot be exact."""
+to the slow definition on every family (float64), the same as the staircase path, chosen from the cost model once per
+shape (kept on disk), and never taken where it cannot be exact."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from families import CASES
 from test_causal_suffix import _check_every_cell, _family_pair
 
 from circuitwidgets import causal
-from circuitwidgets.causal import engine, one_pass
+from circuitwidgets.causal import calibration, engine, one_pass, passes
 from circuitwidgets.causal.metrics import as_metric
 from circuitwidgets.causal.sites import check_site
 from circuitwidgets.errors import NonFiniteError
@@ -81,40 +81,34 @@ def test_the_one_pass_gives_the_staircase_values_and_the_runs_metric_values(
         assert one.corrupted_value == pytest.approx(stair.corrupted_value, abs=1e-12)
 
 
-def test_the_path_is_timed_once_per_shape_and_the_first_call_gives_its_values(
-    gelu: CircuitModel, prompts: tuple[torch.Tensor, torch.Tensor], monkeypatch: pytest.MonkeyPatch
+def test_the_path_is_chosen_from_the_model_once_per_shape_and_kept_on_disk(
+    gelu: CircuitModel, prompts: tuple[torch.Tensor, torch.Tensor], monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
+    """No path timed on the first call (one run of the chosen path); a fresh process (memory cleared) reads the
+    choice from the calibration file and runs the same path with no base runs spent on choosing."""
     clean, corrupted = prompts
+    monkeypatch.setenv("CIRCUITWIDGETS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(one_pass, "_CHOICES", {})
+    monkeypatch.setattr(passes, "_CURVES", {})
     seen = _runs(monkeypatch)
     first = causal.patch(gelu, clean, corrupted, causal.logit_diff(5, 7), site="v", by=("layer", "head"))
-    assert seen.count("one") == 2  # timed twice beside the staircase, which ran three times (a curve, two timings)
     (choice,) = one_pass._CHOICES.values()
+    assert seen == (["one"] if choice else ["pass"] * len(seen)) and seen
+    assert len(list((tmp_path / "calibration").glob("*.json"))) == 1
+    monkeypatch.setattr(one_pass, "_CHOICES", {})
+    monkeypatch.setattr(calibration, "_MEMORY", {})
+    pairs: list[int] = []
+    real_pair = one_pass.run_pair
+    monkeypatch.setattr(one_pass, "run_pair", lambda *a, **k: pairs.append(1) or real_pair(*a, **k))
     seen.clear()
     again = causal.patch(gelu, clean, corrupted, causal.logit_diff(5, 7), site="v", by=("layer", "head"))
     assert seen == (["one"] if choice else ["pass"] * len(seen)) and seen
-    assert np.array_equal(first.values, again.values)  # the first call's values are the chosen path's
-
-
-def test_the_faster_path_is_timed_alternately_and_its_output_kept() -> None:
-    import time
-
-    outs = iter(range(100))
-
-    def slow() -> int:
-        time.sleep(0.02)
-        return next(outs)
-
-    def fast() -> int:
-        return next(outs)
-
-    model = type("M", (), {"device": torch.device("cpu")})()
-    assert one_pass.timed_choice(model, fast, slow) == (True, 2)  # the one pass's second output (one, stair, one, …)
-    assert one_pass.timed_choice(model, slow, fast) == (False, 7)
+    assert one_pass._CHOICES == {next(iter(one_pass._CHOICES)): choice} and not pairs
+    assert np.array_equal(first.values, again.values)
 
 
 @pytest.mark.parametrize(("one", "stair", "taken"), [(1.0, 2.0, "one"), (1.9, 2.0, "pass"), (3.0, 2.0, "pass")])
-def test_a_sweep_too_long_to_time_takes_the_modelled_path_and_its_margin(
+def test_the_modelled_path_and_its_margin_are_taken(
     gelu: CircuitModel,
     prompts: tuple[torch.Tensor, torch.Tensor],
     monkeypatch: pytest.MonkeyPatch,
@@ -124,7 +118,7 @@ def test_a_sweep_too_long_to_time_takes_the_modelled_path_and_its_margin(
 ) -> None:
     clean, corrupted = prompts
     monkeypatch.setattr(one_pass, "_CHOICES", {})
-    monkeypatch.setattr(one_pass, "one_pass_seconds", lambda *a: one)  # modelled: over MEASURE_SECONDS twice each
+    monkeypatch.setattr(one_pass, "one_pass_seconds", lambda *a: one)
     monkeypatch.setattr(one_pass, "staircase_seconds", lambda *a: stair)
     seen = _runs(monkeypatch)
     first = causal.patch(gelu, clean, corrupted, causal.logit_diff(5, 7), site="q", by=("layer", "head"))

@@ -14,6 +14,7 @@ convention (norms recomputed or frozen, centring), model and prompts.
 from __future__ import annotations
 
 from circuitwidgets.causal.attribution import attribution_patch, logit_attribution
+from circuitwidgets.causal.calibration import calibration_dir, clear_calibration
 from circuitwidgets.causal.declared import log_prob, loss, reads
 from circuitwidgets.causal.lens import LogitLens, logit_lens, per_token_loss
 from circuitwidgets.causal.metrics import LogitDiff, logit_diff, normalised
@@ -26,6 +27,8 @@ __all__ = [
     "Sweep",
     "ablate",
     "attribution_patch",
+    "calibration_dir",
+    "clear_calibration",
     "log_prob",
     "logit_attribution",
     "logit_diff",

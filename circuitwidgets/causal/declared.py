@@ -1,18 +1,16 @@
 """Metrics that say which logits they read, so that a sweep unembeds only those.
 
 A sweep's variants cost their layers plus the unembedding of whatever the metric
-reads; a plain Python function of ``[batch, pos, d_vocab]`` logits gives no
-narrowing, so every variant pays for every position's ``d_model × d_vocab``
-product. Three declared metrics ship (:func:`log_prob`, :func:`loss`, and
-:func:`~circuitwidgets.causal.logit_diff`), each evaluating all variants in one
-tensor operation; :func:`reads` declares what any function reads.
+reads. A plain Python function of ``[batch, pos, d_vocab]`` logits is probed for
+what it reads before a ``patch`` sweep (:mod:`circuitwidgets.causal.inferred`),
+and read whole where the probe cannot be trusted. Three declared metrics ship
+(:func:`log_prob`, :func:`loss`, and :func:`~circuitwidgets.causal.logit_diff`),
+each evaluating all variants in one tensor operation; :func:`reads` declares what
+any function reads, for every technique and without a probe.
 
 A declared function is still called on full-shaped logits, but the entries
 outside its declaration are NaN: a function that reads past what it declared
 gets NaN, and the sweep refuses it by name instead of returning a wrong number.
-(An undeclared function is not narrowed by guessing what it touches: the slices a
-Python function reads can depend on the values, so no narrowing inferred from one
-run is exact for the next.)
 """
 
 from __future__ import annotations

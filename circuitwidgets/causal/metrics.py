@@ -196,13 +196,20 @@ def as_metric(metric: object, vocab: int) -> Metric:
         raise ArgumentTypeError(
             f"metric: expected a function of the logits returning a scalar, got {type(metric).__name__}"
         )
-    fn = metric
-    name = getattr(metric, "__name__", type(metric).__name__)
+    name = str(getattr(metric, "__name__", type(metric).__name__))
+    # (marked as a plain function: a patch sweep infers what it reads, circuitwidgets.causal.inferred)
+    return Metric(name, one_by_one(metric, name), extra={"function": metric, "fn_name": name})
+
+
+def one_by_one(
+    fn: LogitsMetric | Callable[[torch.Tensor], object], name: str
+) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    """A function of ``[batch, pos, d_vocab]`` logits as a metric's ``batched``: called once per variant."""
 
     def batched(logits: torch.Tensor, batch: int) -> torch.Tensor:
         return torch.stack([scalar(fn(logits[i]), name) for i in range(logits.shape[0])])
 
-    return Metric(str(name), batched)
+    return batched
 
 
 def scalar(value: object, name: str) -> torch.Tensor:

@@ -10,20 +10,21 @@ last layer computes its queries and what follows at the metric's positions for e
 
 The same numbers as the staircase path (every sequence of a batch is computed independently; float64 ≤ 1e-12). Which
 path is faster depends on the machine as much as on the shape (per-call costs against the positions a staircase pass
-may skip and the layer a resumed pass skips), so it is measured once per sweep shape (:func:`timed_choice`) and cached.
+may skip and the layer a resumed pass skips), so it is chosen per sweep shape on the cost curve measured on this
+machine (:func:`patch_values`), both kept on disk (:mod:`~circuitwidgets.causal.calibration`).
 Not for frozen norms (their replayed scales come from the base run), ``top=`` (a few chosen cells), or per-layer
 inputs (Gemma 4: they follow the prompts, which the rows do not repeat evenly).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
 import torch
 
+from circuitwidgets.causal import calibration
 from circuitwidgets.causal.base_runs import run_pair
 from circuitwidgets.causal.engine import store, suffix_only, sweep
 from circuitwidgets.causal.metrics import Metric, scalar
@@ -46,12 +47,7 @@ from circuitwidgets.model.cache import Hook, Recorder
 _T = TypeVar("_T")
 
 
-#: The most seconds the timing of both paths may take (twice each, on a shape's first eligible sweep); when the
-#: modelled paths would take longer, the choice is modelled on the cost curve instead (there per-call costs, which
-#: the model leaves out, matter less).
-MEASURE_SECONDS = 1.0
-
-#: How much faster the modelled one pass must be for a modelled choice to take it. The model leaves out per-call
+#: How much faster the modelled one pass must be for the choice to take it. The model leaves out per-call
 #: costs (which favour the one pass) and the attention a resumed ``z``/``attn_out`` pass skips at its layer (which
 #: favours the staircase). Measured alternately against the model's ratio (one pass / staircase), on this 2-core
 #: CPU: GPT-2 ``z`` by layer × head 0.92 (modelled 0.91), ``pattern`` 1.00 (0.92); the medium induction study,
@@ -81,10 +77,11 @@ def patch_values(
     """Activation patching's values ``cells.shape`` and the clean and corrupted runs' metric values: by base runs
     (the corrupted one keeping ``kept``) and the staircase sweep, or by one pass when :func:`eligible` and faster.
 
-    Which is faster is chosen once per sweep shape on this device, on its first eligible sweep, whose values come
-    from the chosen path as every later call's do: both timed (:func:`timed_choice`) when the cost curve models
-    both within :data:`MEASURE_SECONDS` (twice each), else as modelled (:func:`one_pass_seconds`,
-    :func:`staircase_seconds`; the one pass only when faster by :data:`MODELLED_MARGIN`).
+    Which is faster is chosen from the cost curve, never by timing both on the user's clock: the one pass when
+    modelled faster by :data:`MODELLED_MARGIN` (:func:`one_pass_seconds`, :func:`staircase_seconds`). The choice is
+    kept per sweep shape, in memory and on disk with the curve it came from
+    (:mod:`~circuitwidgets.causal.calibration`), so a later process's first sweep of that shape runs its path at
+    once, as a warm call does.
     """
     if not eligible(model, cells, most, freeze_norms, chosen):
         return _staircase(model, clean, corrupted, cells, metric, kept, most, freeze_norms, chosen)
@@ -96,33 +93,26 @@ def patch_values(
     def stair(pair: tuple[BaseRun, BaseRun] | None = None) -> tuple[np.ndarray, float, float]:
         return _staircase(model, clean, corrupted, cells, metric, kept, most, False, None, pair)
 
-    if PINNED is not None or key in _CHOICES:
-        return one() if (PINNED if PINNED is not None else _CHOICES[key]) else stair()
+    if PINNED is not None:
+        return one() if PINNED else stair()
+    if key not in _CHOICES:
+        stored = calibration.load("choice", key)
+        if isinstance(stored, bool):
+            _CHOICES[key] = stored
+    if key in _CHOICES:
+        return one() if _CHOICES[key] else stair()
     pair = run_pair(model, clean, corrupted, metric, [cells.site], kept, joint=True)
     batch, n_pos = corrupted.shape
     todo, suffix = layer_cells(model, cells, None, None), suffix_only(pair[1], cells, metric)
     curve = cost_curve(model, pair[1], cells, metric, suffix, most, False, sweep_work(model, todo, batch, n_pos))
     modelled_one = one_pass_seconds(model, cells, metric, batch, n_pos, curve)
     modelled_stair = staircase_seconds(model, cells, metric, todo, suffix, batch, n_pos, most, curve)
-    if 2 * (modelled_one + modelled_stair) > MEASURE_SECONDS:  # too long to time twice: the model chooses
-        _CHOICES[key] = modelled_one < MODELLED_MARGIN * modelled_stair
-        return one() if _CHOICES[key] else stair(pair)
-    del pair  # (each timed staircase makes its own base runs: the memory plan counts one set)
-    _CHOICES[key], out = timed_choice(model, one, stair)
-    return out
-
-
-def timed_choice(model: CircuitModel, one: Callable[[], _T], stair: Callable[[], _T]) -> tuple[bool, _T]:
-    """Whether the one pass ``one`` is faster than the staircase path ``stair``, and the faster one's output: timed
-    alternately, twice each, the faster call of each compared (this machine's identical calls spread by ±20%, and
-    the heap's state between calls can change a call's page faults several-fold)."""
-    times: dict[bool, list[float]] = {True: [], False: []}
-    outs: dict[bool, _T] = {}
-    for use_one in (True, False, True, False):
-        outs[use_one], seconds = _timed(model, one if use_one else stair)
-        times[use_one].append(seconds)
-    faster = min(times[True]) < min(times[False])
-    return faster, outs[faster]
+    _CHOICES[key] = modelled_one < MODELLED_MARGIN * modelled_stair
+    calibration.store("choice", key, _CHOICES[key])
+    if _CHOICES[key]:
+        del pair  # (the one pass makes its own clean and corrupted rows: the memory plan counts one set)
+        return one()
+    return stair(pair)
 
 
 def _staircase(
@@ -154,15 +144,6 @@ def _choice_key(
 ) -> tuple[object, ...]:
     """What the faster path depends on: the cost curve's key, the cells and the variants a pass may hold."""
     return (*curve_key(model, cells, metric, shape[0], shape[1], False), cells.site, cells.by, cells.shape, most)
-
-
-def _timed(model: CircuitModel, fn: Callable[[], _T]) -> tuple[_T, float]:
-    """``fn()`` and its wall seconds (to the end of its kernels on a GPU)."""
-    start = time.perf_counter()
-    out = fn()
-    if model.device.type == "cuda":
-        torch.cuda.synchronize(model.device)
-    return out, time.perf_counter() - start
 
 
 def eligible(

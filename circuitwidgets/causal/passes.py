@@ -4,7 +4,8 @@ A pass's time is modelled as a per-pass overhead plus, for each layer it runs,
 one layer's time at the number of rows (sequences × positions) alive there;
 one layer's time as a function of its rows is measured once per device, dtype,
 model shape and prompt shape (a ladder of row counts, wall clock, best of a few)
-and cached, the measurement a small share of the sweep it serves. On a CPU small
+and cached, in memory and on disk per machine (:mod:`~circuitwidgets.causal.calibration`), the measurement a
+small share of the first sweep it serves. On a CPU small
 matrix products run far below the machine's best rate, so fewer, bigger passes
 win until the rate stops rising; where it falls again (large tensors on a CPU)
 the model prefers smaller passes.
@@ -27,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from circuitwidgets.causal import calibration
 
 #: Most columns a sweep's cells are split into (the choice's own time grows with their square).
 COLUMNS = 48
@@ -80,6 +83,10 @@ def measure_curve(
     """
     if key in _CURVES:
         return _CURVES[key]
+    stored = _stored_curve(key)
+    if stored is not None:
+        _CURVES[key] = stored
+        return stored
     time_pass(1, n_pos, 1)  # warm the kernels and the allocator
     points: dict[int, float] = {}
     spent, best = 0.0, math.inf  # best: seconds per row
@@ -105,7 +112,23 @@ def measure_curve(
     layer = np.maximum.accumulate([points[r] - overhead for r in ladder_rows])  # more rows never cost less (noise)
     curve = Curve(ladder_rows, tuple(float(s) for s in layer), overhead)
     _CURVES[key] = curve
+    calibration.store("curve", key, {"rows": list(curve.rows), "seconds": list(curve.seconds), "overhead": overhead})
     return curve
+
+
+def _stored_curve(key: tuple[object, ...]) -> Curve | None:
+    """The curve under ``key`` measured by an earlier process on this machine (:mod:`~circuitwidgets.causal.calibration`),
+    or ``None``."""
+    entry = calibration.load("curve", key)
+    if not isinstance(entry, dict):
+        return None
+    try:
+        rows = tuple(int(r) for r in entry["rows"])
+        seconds = tuple(float(s) for s in entry["seconds"])
+        curve = Curve(rows, seconds, float(entry["overhead"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return curve if rows and len(rows) == len(seconds) else None
 
 
 def _ladder(batch: int, n_pos: int, least_len: int, most_rows: int) -> list[tuple[int, int]]:

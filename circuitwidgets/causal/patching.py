@@ -29,8 +29,9 @@ from circuitwidgets.causal.engine import (
     plan,
     sweep,
 )
+from circuitwidgets.causal.inferred import ReadOutsideError, every_logit, infer_reads
 from circuitwidgets.causal.labels import convention, dim_labels, path_dims, prompts_of
-from circuitwidgets.causal.metrics import as_metric
+from circuitwidgets.causal.metrics import Metric, as_metric
 from circuitwidgets.causal.one_pass import patch_values
 from circuitwidgets.causal.precision import full_precision
 from circuitwidgets.causal.result import Sweep
@@ -97,13 +98,25 @@ def patch(
     m = as_metric(metric, model.cfg.d_vocab)
     budget = check_budget(memory_budget)
     n_top = check_top(top, cells)
-    kept = base_names(cells, m)
-    most = plan(model, cells, m, b, budget, [[site], kept], f"patch of {site!r}", n_top)
+    m = infer_reads(model, m, a, b)  # a plain function: the logits it reads, as a declared metric says them
+
+    def planned(m: Metric) -> tuple[list[str], int]:
+        kept = base_names(cells, m)
+        return kept, plan(model, cells, m, b, budget, [[site], kept], f"patch of {site!r}", n_top)
+
+    kept, most = planned(m)
     estimate = attribution_patch(model, a, b, metric, site, cells.by) if n_top is not None else None
     chosen = top_cells(estimate.values, cells, n_top) if estimate is not None and n_top is not None else None
-    values, source_value, base_value = patch_values(
-        model, a, b, cells, m, kept, most=most, freeze_norms=freeze_norms, chosen=chosen
-    )
+    try:
+        values, source_value, base_value = patch_values(
+            model, a, b, cells, m, kept, most=most, freeze_norms=freeze_norms, chosen=chosen
+        )
+    except ReadOutsideError:  # a patched run's metric read past what the probes found: every logit, as written
+        m = every_logit(m, "a patched run read logits outside what its probes found")
+        kept, most = planned(m)
+        values, source_value, base_value = patch_values(
+            model, a, b, cells, m, kept, most=most, freeze_norms=freeze_norms, chosen=chosen
+        )
     values, clean_value, corrupted_value = normalise(values, m, source_value, base_value)
     technique, extra = "activation patching", {}
     if estimate is not None:
