@@ -96,7 +96,7 @@ def test_a_plain_callable_metric_works_like_transformer_lens(gelu: CircuitModel,
     assert result.values[1, 2] == pytest.approx(
         _slow_patch(gelu, clean, corrupted, metric, "z", {"layer": 1, "head": 2}), abs=1e-9
     )
-    assert result.metric == "metric"
+    assert result.metric == "metric (inferred to read position 9 and 1 token id)"  # (the last of 10 positions, id 7)
 
 
 def test_frozen_norms_replay_the_corrupted_runs_scales(gelu: CircuitModel, prompts: Any) -> None:

@@ -108,6 +108,8 @@ def _gradient_support(fn: Fn, logits: torch.Tensor) -> torch.Tensor | str:
         return f"it raised {type(err).__name__} when probed"
     if not isinstance(value, torch.Tensor):
         return f"it returns a Python {type(value).__name__} (.item() or float()), so no gradient reaches the logits"
+    if not value.dtype.is_floating_point:  # (complex or integer: the sweep's own check names the type)
+        return f"it returns a {value.dtype} value, not a real float"
     if value.numel() != 1 or not value.requires_grad:
         return "no gradient reaches the logits (argmax, a comparison, .detach() or torch.no_grad inside)"
     if not bool(torch.isfinite(value.detach()).all()):

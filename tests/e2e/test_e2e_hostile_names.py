@@ -129,6 +129,9 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "AttributionGraph": _attribution_graph,
     "FeatureDashboard": _feature_dashboard,
     "PromptFeatures": _prompt_features,
+    "NeuronSparsity": lambda: widgets.NeuronSparsity.from_models(
+        [_named("pair-gelu-1l"), _named("pair-solu-1l")], _prompts()[0]
+    ),
     "Superposition": lambda: widgets.Superposition(
         probabilities=[1.0], decays=[1.0], steps=20, snapshots=2, phase=False
     ),

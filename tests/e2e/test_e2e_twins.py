@@ -58,14 +58,31 @@ def test_a_bar_or_a_dashboard_moves_every_twin_view_offline(
     titles = hist.locator(".cw-chart-title").all_text_contents()
     assert [t.split(":")[0] for t in titles] == list(NAMES) and all("median firing rate" in t for t in titles)
     wait_status(hist, r"^neuron 0: fires on .* of tokens in pair-gelu-1l, .* of tokens in pair-solu-1l$")
-    before = _marker(hist)
     # the fullest bar of SoLU's histogram: its first neuron opens in both dashboards
     bars = hist.locator('rect.cw-bar[data-row="1"]')
     heights = bars.evaluate_all("bs => bs.map(b => Number(b.getAttribute('height')))")
-    bars.nth(int(np.argmax(heights))).click()
-    text = wait_status(hist, r"^neuron \d+: fires on")
-    unit = int(re.match(r"neuron (\d+)", text).group(1))  # type: ignore[union-attr]
-    assert unit != 0 or _marker(hist) == before
+    fullest = bars.nth(int(np.argmax(heights)))
+    left, bar_width = (float(fullest.get_attribute(a) or "nan") for a in ("x", "width"))
+    fullest.click()
+
+    def in_the_clicked_bar() -> bool:  # (SoLU's marker, the second chart's, on the bar: its neuron is selected)
+        markers = _marker(hist)
+        return len(markers) == 2 and left - 1 <= markers[1] <= left + bar_width + 1
+
+    # (the status matched before the click too, at neuron 0: wait for the marker and for the histogram's status
+    # to name the neuron the dashboards show, then read it)
+    wait_for(in_the_clicked_bar, "SoLU's marker on the clicked bar")
+
+    def selected(view: Locator, pattern: str) -> str | None:
+        found = re.search(pattern, view.locator("[data-cw-status]").first.text_content() or "")
+        return found.group(1) if found else None
+
+    def agreed() -> bool:
+        shown = {selected(d, r"^neuron L0N(\d+) of 512 selected") for d in (gelu, solu)}
+        return len(shown) == 1 and shown == {selected(hist, r"^neuron (\d+): fires on")} and None not in shown
+
+    wait_for(agreed, "the histogram and both dashboards on one neuron")
+    unit = int(selected(hist, r"^neuron (\d+): fires on") or "-1")
     for dash in (gelu, solu):
         wait_status(dash, rf"^neuron L0N{unit} of 512 selected")
     # a neuron picked in the GELU dashboard moves the SoLU one and the histogram's markers
