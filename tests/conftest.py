@@ -64,6 +64,16 @@ def prompts() -> tuple[torch.Tensor, torch.Tensor]:
     return clean, corrupted
 
 
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Torch on one thread for a module's tests (``pytestmark = pytest.mark.usefixtures("one_thread")``): tiny
+    products on two threads of a busy machine wait on each other (60x slower there); one thread does not."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def random_model() -> Callable[..., CircuitModel]:
     """Factory fixture: ``random_model(n_layers=2, ...)``."""

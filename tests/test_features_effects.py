@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from test_features_examples import mlp_model
@@ -22,13 +20,7 @@ from circuitwidgets.features.virtual_weights import feature_to_feature, head_to_
 from circuitwidgets.model import CircuitModel
 from circuitwidgets.model.run import freeze_norms_hooks
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

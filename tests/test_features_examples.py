@@ -7,7 +7,6 @@ each unit's activations sorted, counted and binned with numpy.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -37,13 +36,7 @@ def mlp_model(seed: int = 0, act_fn: str = "gelu") -> CircuitModel:
     return CircuitModel(cfg, dict(base.weights()) | extra, name=f"mlp-{seed}")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    """Tiny products on two threads of a busy machine wait on each other (60× slower here); one thread does not."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,6 @@ from the view."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -25,12 +23,7 @@ from circuitwidgets.widgets.features.data import typical_scale
 VOCAB = [f"t{i}" for i in range(39)] + ["\u202eevil"]  # (one bidi override: shown as text, escaped by the view)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
