@@ -130,3 +130,10 @@ def test_a_wrong_product_is_caught(expression: str) -> None:
     (found,) = PRODUCT.findall(expression)
     total = evaluate(found[0])
     assert not shown_matches(total / UNITS[found[2]], found[1])
+
+
+def test_the_causal_pages_planning_margin_is_the_engines() -> None:
+    from circuitwidgets.causal.one_pass import MODELLED_MARGIN
+
+    page = " ".join((DOCS / "causal.md").read_text(encoding="utf-8").split())
+    assert f"(the one pass when modelled at least {round((1 - MODELLED_MARGIN) * 100)}% faster)" in page
