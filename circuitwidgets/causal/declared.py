@@ -123,6 +123,14 @@ class LogProb:
         picked = work.gather(-1, ids[None, ..., None].expand(sub.shape[0], -1, -1, 1))[..., 0]
         return (picked - torch.logsumexp(work, dim=-1)).mean(dim=(1, 2))
 
+    def for_prompts(self, start: int, stop: int, batch: int) -> LogProb | None:
+        """This metric on prompts ``start:stop`` of ``batch`` (ids shared by every prompt stay shared), or ``None``
+        when its answers are not shared or one row per prompt. A mean over prompts, as :class:`LogitDiff` is."""
+        answers = self.answers
+        if answers.numel() == 1 or (answers.ndim == 2 and answers.shape[0] == 1):
+            return LogProb(answers, self.pos)
+        return LogProb(answers[start:stop], self.pos) if answers.shape[0] == batch else None
+
     def metric(self, vocab: int) -> Metric:
         """This metric as a sweep evaluates it (every variant in one tensor operation)."""
         if bool(((self.answers < 0) | (self.answers >= vocab)).any()):
@@ -160,6 +168,11 @@ class Loss:
         ids = self._targets(rows).to(sub.device)
         picked = work.gather(-1, ids[None, ..., None].expand(sub.shape[0], -1, -1, 1))[..., 0]
         return (torch.logsumexp(work, dim=-1) - picked).mean(dim=(1, 2))
+
+    def for_prompts(self, start: int, stop: int, batch: int) -> Loss | None:
+        """This metric on prompts ``start:stop`` of ``batch`` (their own tokens), or ``None`` when its tokens are not
+        one row per prompt. A mean over prompts, as :class:`LogitDiff` is."""
+        return Loss(self.tokens[start:stop], self.pos) if self.tokens.shape[0] == batch else None
 
     def metric(self, vocab: int) -> Metric:
         """This metric as a sweep evaluates it (every variant in one tensor operation)."""

@@ -122,6 +122,18 @@ class LogitDiff:
         at = logits[:, self.pos]
         return (at[rows, c.to(at.device)] - at[rows, w.to(at.device)]).mean()
 
+    def for_prompts(self, start: int, stop: int, batch: int) -> LogitDiff | None:
+        """This metric on prompts ``start:stop`` of ``batch`` (ids given once stay shared), or ``None`` when its ids
+        are not one or one per prompt. It is a mean over prompts, so chunks' values weighted by size give the whole's.
+        """
+        if {len(self.correct), len(self.wrong)} - {1, batch}:
+            return None
+
+        def part(ids: list[int]) -> list[int]:
+            return ids if len(ids) == 1 else ids[start:stop]
+
+        return LogitDiff(part(self.correct), part(self.wrong), self.pos)
+
     def metric(self, vocab: int) -> Metric:
         """This metric as a sweep evaluates it."""
         ids = sorted({*self.correct, *self.wrong})
@@ -164,6 +176,13 @@ class Normalised:
     metric: object
     clean: float | None = None
     corrupted: float | None = None
+
+    def for_prompts(self, start: int, stop: int, batch: int) -> Normalised | None:
+        """The inner metric on prompts ``start:stop`` of ``batch``, rescaled by the same clean and corrupted values
+        (``None`` when the inner metric cannot be cut by prompt)."""
+        cut = getattr(self.metric, "for_prompts", None)
+        inner = cut(start, stop, batch) if callable(cut) else None
+        return None if inner is None else Normalised(inner, self.clean, self.corrupted)
 
 
 def normalised(metric: object, clean: float | None = None, corrupted: float | None = None) -> Normalised:

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from circuitwidgets.causal.declared import LogProb, Loss
 from circuitwidgets.causal.engine import same_shape
-from circuitwidgets.causal.metrics import LogitDiff, Metric, Normalised, as_metric, scalar
+from circuitwidgets.causal.metrics import Metric, as_metric, scalar
 from circuitwidgets.errors import ArgumentTypeError
 from circuitwidgets.graphs._args import named_tokens
 from circuitwidgets.graphs.components import Components, components_of
@@ -56,26 +55,10 @@ def setup(model: CircuitModel, clean: object, corrupted: object, metric: object,
 
 
 def sliced(metric: object, start: int, stop: int, batch: int) -> object | None:
-    """``metric`` restricted to prompts ``start:stop`` of ``batch``, or ``None`` when it cannot be sliced."""
-    if isinstance(metric, Normalised):
-        inner = sliced(metric.metric, start, stop, batch)
-        return None if inner is None else Normalised(inner, metric.clean, metric.corrupted)
-    if isinstance(metric, LogitDiff):
-
-        def part(ids: list[int]) -> list[int]:
-            return ids if len(ids) == 1 else ids[start:stop]
-
-        if {len(metric.correct), len(metric.wrong)} - {1, batch}:
-            return None
-        return LogitDiff(part(metric.correct), part(metric.wrong), metric.pos)
-    if isinstance(metric, LogProb):  # (a mean over prompts and the positions it reads, as logit_diff's)
-        answers = metric.answers
-        if answers.numel() == 1 or (answers.ndim == 2 and answers.shape[0] == 1):
-            return LogProb(answers, metric.pos)  # the same ids for every prompt
-        return LogProb(answers[start:stop], metric.pos) if answers.shape[0] == batch else None
-    if isinstance(metric, Loss):
-        return Loss(metric.tokens[start:stop], metric.pos) if metric.tokens.shape[0] == batch else None
-    return None
+    """``metric`` restricted to prompts ``start:stop`` of ``batch`` (its ``for_prompts``: the declared metrics that
+    are means over prompts have one), or ``None`` when it cannot be sliced."""
+    cut = getattr(metric, "for_prompts", None)
+    return cut(start, stop, batch) if callable(cut) else None
 
 
 def chunks(s: Setup, per_prompt_bytes: int, most: int | None = None) -> list[tuple[int, int, Metric]]:
