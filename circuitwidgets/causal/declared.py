@@ -125,7 +125,7 @@ class LogProb:
 
     def for_prompts(self, start: int, stop: int, batch: int) -> LogProb | None:
         """This metric on prompts ``start:stop`` of ``batch`` (ids shared by every prompt stay shared), or ``None``
-        when its answers are not shared or one row per prompt. A mean over prompts, as :class:`LogitDiff` is."""
+        when its answers are not shared or one row per prompt. A mean over prompts, as ``logit_diff`` is."""
         answers = self.answers
         if answers.numel() == 1 or (answers.ndim == 2 and answers.shape[0] == 1):
             return LogProb(answers, self.pos)
@@ -171,7 +171,7 @@ class Loss:
 
     def for_prompts(self, start: int, stop: int, batch: int) -> Loss | None:
         """This metric on prompts ``start:stop`` of ``batch`` (their own tokens), or ``None`` when its tokens are not
-        one row per prompt. A mean over prompts, as :class:`LogitDiff` is."""
+        one row per prompt. A mean over prompts, as ``logit_diff`` is."""
         return Loss(self.tokens[start:stop], self.pos) if self.tokens.shape[0] == batch else None
 
     def metric(self, vocab: int) -> Metric:
